@@ -1,0 +1,218 @@
+#include "common/io/gguf_to_hf.h"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/io/gguf.h"
+#include "common/io/safetensors.h"
+#include "common/tokenizer/spm_convert.h"
+#include "common/util/status_macros.h"
+#include "nlohmann/json.hpp"
+
+namespace specdec::io {
+namespace {
+
+using Json = nlohmann::json;
+
+absl::Status WriteText(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return absl::PermissionDeniedError(absl::StrCat(path, ": cannot open for writing"));
+  out << text;
+  if (!out) return absl::DataLossError(absl::StrCat(path, ": write failed"));
+  return absl::OkStatus();
+}
+
+// GGUF/llama2.c keep each head's rotary pairs interleaved (x0,y0,x1,y1,...); HF keeps halves
+// (x0,x1,...,y0,y1,...). Row h*hd + j of the result is row h*hd + 2j (j < hd/2) or
+// h*hd + 2(j - hd/2) + 1 of the input.
+std::vector<std::byte> UnpermuteRows(const GgufTensor& t, int64_t n_head, size_t elem) {
+  const int64_t cols = t.ne[0], rows = t.ne[1];
+  const int64_t hd = rows / n_head, half = hd / 2;
+  const size_t row_bytes = static_cast<size_t>(cols) * elem;
+  std::vector<std::byte> out(t.nbytes);
+  for (int64_t h = 0; h < n_head; ++h) {
+    for (int64_t j = 0; j < hd; ++j) {
+      const int64_t src = h * hd + (j < half ? 2 * j : 2 * (j - half) + 1);
+      std::memcpy(out.data() + (h * hd + j) * row_bytes, t.data + src * row_bytes, row_bytes);
+    }
+  }
+  return out;
+}
+
+std::string HfName(const std::string& g) {
+  static const std::map<std::string, std::string> kTop = {
+      {"token_embd.weight", "model.embed_tokens.weight"},
+      {"output_norm.weight", "model.norm.weight"},
+      {"output.weight", "lm_head.weight"}};
+  if (auto it = kTop.find(g); it != kTop.end()) return it->second;
+  static const std::map<std::string, std::string> kBlock = {
+      {"attn_norm.weight", "input_layernorm.weight"},
+      {"attn_q.weight", "self_attn.q_proj.weight"},
+      {"attn_k.weight", "self_attn.k_proj.weight"},
+      {"attn_v.weight", "self_attn.v_proj.weight"},
+      {"attn_output.weight", "self_attn.o_proj.weight"},
+      {"ffn_norm.weight", "post_attention_layernorm.weight"},
+      {"ffn_gate.weight", "mlp.gate_proj.weight"},
+      {"ffn_up.weight", "mlp.up_proj.weight"},
+      {"ffn_down.weight", "mlp.down_proj.weight"}};
+  if (absl::StartsWith(g, "blk.")) {
+    const size_t dot = g.find('.', 4);
+    if (dot == std::string::npos) return "";
+    const std::string layer = g.substr(4, dot - 4), rest = g.substr(dot + 1);
+    if (auto it = kBlock.find(rest); it != kBlock.end()) {
+      return absl::StrCat("model.layers.", layer, ".", it->second);
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+absl::Status ConvertGgufToHf(const std::string& gguf_path, const std::string& out_dir) {
+  ASSIGN_OR_RETURN(auto g, GgufFile::Open(gguf_path));
+  ASSIGN_OR_RETURN(std::string arch, g->GetString("general.architecture"));
+  if (arch != "llama") {
+    return absl::UnimplementedError(absl::StrCat(gguf_path, ": architecture '", arch,
+                                                 "' is not supported by convert (llama only)"));
+  }
+  ASSIGN_OR_RETURN(int64_t hidden, g->GetInt("llama.embedding_length"));
+  ASSIGN_OR_RETURN(int64_t ffn, g->GetInt("llama.feed_forward_length"));
+  ASSIGN_OR_RETURN(int64_t layers, g->GetInt("llama.block_count"));
+  ASSIGN_OR_RETURN(int64_t heads, g->GetInt("llama.attention.head_count"));
+  int64_t kv_heads = heads;
+  if (g->Has("llama.attention.head_count_kv")) {
+    ASSIGN_OR_RETURN(kv_heads, g->GetInt("llama.attention.head_count_kv"));
+  }
+  if (hidden <= 0 || heads <= 0 || kv_heads <= 0 || hidden % heads != 0 || heads % kv_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(gguf_path, ": inconsistent head counts"));
+  }
+  double eps = 1e-5, theta = 10000.0;
+  int64_t ctx = 2048;
+  if (g->Has("llama.attention.layer_norm_rms_epsilon")) {
+    ASSIGN_OR_RETURN(eps, g->GetFloat("llama.attention.layer_norm_rms_epsilon"));
+  }
+  if (g->Has("llama.rope.freq_base")) {
+    ASSIGN_OR_RETURN(theta, g->GetFloat("llama.rope.freq_base"));
+  }
+  if (g->Has("llama.context_length")) {
+    ASSIGN_OR_RETURN(ctx, g->GetInt("llama.context_length"));
+  }
+  const int64_t head_dim = hidden / heads;
+
+  // Weights.
+  std::vector<std::vector<std::byte>> owned;
+  std::vector<TensorToWrite> out;
+  bool tied = true;
+  std::string dtype_name = "float32";
+  for (const std::string& name : g->tensor_names()) {
+    const std::string hf = HfName(name);
+    if (hf.empty()) {
+      if (name == "rope_freqs.weight") continue;  // recomputed from rope_theta
+      return absl::UnimplementedError(
+          absl::StrCat(gguf_path, ": tensor '", name, "' has no Hugging Face equivalent"));
+    }
+    ASSIGN_OR_RETURN(GgufTensor t, g->Tensor(name));
+    DType dt = t.ggml_type == 0 ? DType::kF32 : t.ggml_type == 1 ? DType::kF16 : DType::kBF16;
+    if (dt == DType::kF16) dtype_name = "float16";
+    if (dt == DType::kBF16) dtype_name = "bfloat16";
+    std::vector<int64_t> shape(t.ne.rbegin(), t.ne.rend());
+    std::span<const std::byte> data(t.data, t.nbytes);
+    const bool is_q = absl::EndsWith(name, "attn_q.weight");
+    const bool is_k = absl::EndsWith(name, "attn_k.weight");
+    if (is_q || is_k) {
+      const int64_t n = is_q ? heads : kv_heads;
+      if (t.ne.size() != 2 || t.ne[1] != n * head_dim) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(gguf_path, ": tensor '", name, "' does not have ", n * head_dim, " rows"));
+      }
+      owned.push_back(UnpermuteRows(t, n, DTypeSize(dt)));
+      data = std::span<const std::byte>(owned.back());
+    }
+    if (name == "output.weight") {
+      ASSIGN_OR_RETURN(GgufTensor e, g->Tensor("token_embd.weight"));
+      if (e.nbytes == t.nbytes && std::memcmp(e.data, t.data, t.nbytes) == 0) continue;
+      tied = false;
+    }
+    out.push_back({hf, dt, std::move(shape), data});
+  }
+
+  // Tokenizer.
+  ASSIGN_OR_RETURN(std::string tok_model, g->GetString("tokenizer.ggml.model"));
+  if (tok_model != "llama") {
+    return absl::UnimplementedError(absl::StrCat(gguf_path, ": tokenizer model '", tok_model,
+                                                 "' is not supported (llama/SentencePiece)"));
+  }
+  ASSIGN_OR_RETURN(auto pieces, g->GetStringArray("tokenizer.ggml.tokens"));
+  ASSIGN_OR_RETURN(auto scores, g->GetFloatArray("tokenizer.ggml.scores"));
+  std::vector<int64_t> types(pieces.size(), 1);
+  if (g->Has("tokenizer.ggml.token_type")) {
+    ASSIGN_OR_RETURN(types, g->GetIntArray("tokenizer.ggml.token_type"));
+  }
+  if (scores.size() != pieces.size() || types.size() != pieces.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(gguf_path, ": tokenizer tokens, scores and types differ in length"));
+  }
+  std::vector<tokenizer::SpmVocabEntry> vocab;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    vocab.push_back({pieces[i], static_cast<float>(scores[i]), static_cast<int32_t>(types[i])});
+  }
+  int64_t bos = 1, eos = 2, unk = 0;
+  if (g->Has("tokenizer.ggml.bos_token_id")) {
+    ASSIGN_OR_RETURN(bos, g->GetInt("tokenizer.ggml.bos_token_id"));
+  }
+  if (g->Has("tokenizer.ggml.eos_token_id")) {
+    ASSIGN_OR_RETURN(eos, g->GetInt("tokenizer.ggml.eos_token_id"));
+  }
+  if (g->Has("tokenizer.ggml.unknown_token_id")) {
+    ASSIGN_OR_RETURN(unk, g->GetInt("tokenizer.ggml.unknown_token_id"));
+  }
+  const int64_t nv = static_cast<int64_t>(pieces.size());
+  if (bos < 0 || bos >= nv || eos < 0 || eos >= nv || unk < 0 || unk >= nv) {
+    return absl::InvalidArgumentError(absl::StrCat(gguf_path, ": special token ids out of range"));
+  }
+  ASSIGN_OR_RETURN(std::string tok_json,
+                   tokenizer::SentencePieceVocabToTokenizerJson(vocab, bos, eos, unk));
+
+  Json config = {{"architectures", {"LlamaForCausalLM"}},
+                 {"model_type", "llama"},
+                 {"hidden_size", hidden},
+                 {"intermediate_size", ffn},
+                 {"num_hidden_layers", layers},
+                 {"num_attention_heads", heads},
+                 {"num_key_value_heads", kv_heads},
+                 {"head_dim", head_dim},
+                 {"rms_norm_eps", eps},
+                 {"rope_theta", theta},
+                 {"max_position_embeddings", ctx},
+                 {"vocab_size", nv},
+                 {"tie_word_embeddings", tied},
+                 {"bos_token_id", bos},
+                 {"eos_token_id", eos},
+                 {"hidden_act", "silu"},
+                 {"attention_bias", false},
+                 {"torch_dtype", dtype_name}};
+  Json tok_config = {{"bos_token", pieces[bos]},
+                     {"eos_token", pieces[eos]},
+                     {"unk_token", pieces[unk]},
+                     {"add_bos_token", true},
+                     {"add_eos_token", false}};
+  Json gen_config = {{"bos_token_id", bos}, {"eos_token_id", eos}};
+
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) return absl::PermissionDeniedError(absl::StrCat(out_dir, ": ", ec.message()));
+  RETURN_IF_ERROR(WriteSafetensors(out_dir + "/model.safetensors", out,
+                                   {{"format", "pt"}, {"source", "gguf"}}));
+  RETURN_IF_ERROR(WriteText(out_dir + "/config.json", config.dump(2) + "\n"));
+  RETURN_IF_ERROR(WriteText(out_dir + "/tokenizer.json", tok_json));
+  RETURN_IF_ERROR(WriteText(out_dir + "/tokenizer_config.json", tok_config.dump(2) + "\n"));
+  RETURN_IF_ERROR(WriteText(out_dir + "/generation_config.json", gen_config.dump(2) + "\n"));
+  return absl::OkStatus();
+}
+
+}  // namespace specdec::io

@@ -1,0 +1,37 @@
+// Read-only memory mapping of a whole file.
+#ifndef SPECDEC_COMMON_IO_MAPPED_FILE_H_
+#define SPECDEC_COMMON_IO_MAPPED_FILE_H_
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace specdec::io {
+
+// Owns a read-only mapping; the bytes stay valid for the object's lifetime. Immutable, so safe to
+// share between threads.
+class MappedFile {
+ public:
+  // NOT_FOUND if the file cannot be opened; an empty file maps to size 0.
+  static absl::StatusOr<std::unique_ptr<MappedFile>> Open(const std::string& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const std::byte* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  MappedFile(std::string path, const std::byte* data, size_t size)
+      : path_(std::move(path)), data_(data), size_(size) {}
+  std::string path_;
+  const std::byte* data_;
+  size_t size_;
+};
+
+}  // namespace specdec::io
+
+#endif  // SPECDEC_COMMON_IO_MAPPED_FILE_H_
