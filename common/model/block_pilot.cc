@@ -1,0 +1,126 @@
+#include "common/model/block_pilot.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "common/util/status_macros.h"
+#include "nlohmann/json.hpp"
+
+namespace specdec::model {
+
+absl::StatusOr<BlockPilotConfig> ParseBlockPilotConfig(std::string_view json,
+                                                       const std::string& origin) {
+  auto j = nlohmann::json::parse(json.begin(), json.end(), nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(origin, ": not a valid JSON object"));
+  }
+  BlockPilotConfig c;
+  try {
+    c.vocab_size = j.at("vocab_size").get<int64_t>();
+    c.hidden_size = j.at("hidden_size").get<int64_t>();
+    c.training_block_size = j.at("training_block_size").get<int32_t>();
+    c.block_sizes = j.at("block_sizes").get<std::vector<int32_t>>();
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(origin,
+                     ": needs integer vocab_size, hidden_size, training_block_size and an integer "
+                     "array block_sizes (",
+                     e.what(), ")"));
+  }
+  if (c.vocab_size <= 0 || c.hidden_size <= 0 || c.block_sizes.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(origin, ": vocab_size and hidden_size must be > 0, block_sizes non-empty"));
+  }
+  for (size_t i = 0; i < c.block_sizes.size(); ++i) {
+    if (c.block_sizes[i] < 2 || (i > 0 && c.block_sizes[i] <= c.block_sizes[i - 1])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(origin, ": block_sizes must be ascending and >= 2"));
+    }
+  }
+  return c;
+}
+
+std::string BlockPilotConfigToJson(const BlockPilotConfig& c) {
+  nlohmann::json j = {{"architecture", "BlockPilot"},
+                      {"vocab_size", c.vocab_size},
+                      {"hidden_size", c.hidden_size},
+                      {"training_block_size", c.training_block_size},
+                      {"block_sizes", c.block_sizes}};
+  return j.dump(2);
+}
+
+std::vector<TensorSpec> BlockPilot::WeightShapes(const BlockPilotConfig& c) {
+  const int64_t n = static_cast<int64_t>(c.block_sizes.size());
+  return {{"fc1.weight", {c.hidden_size, c.vocab_size}},
+          {"fc1.bias", {c.hidden_size}},
+          {"fc2.weight", {c.hidden_size, c.hidden_size}},
+          {"fc2.bias", {c.hidden_size}},
+          {"out.weight", {n, c.hidden_size}},
+          {"out.bias", {n}}};
+}
+
+BlockPilot::BlockPilot(BlockPilotConfig config, std::map<std::string, at::Tensor> w)
+    : config_(std::move(config)), w_(std::move(w)) {}
+
+absl::StatusOr<std::unique_ptr<BlockPilot>> BlockPilot::FromTensors(
+    const BlockPilotConfig& config, const std::map<std::string, at::Tensor>& weights) {
+  RETURN_IF_ERROR(CheckTensors(weights, WeightShapes(config)));
+  std::map<std::string, at::Tensor> w;
+  for (const auto& spec : WeightShapes(config)) {
+    w[spec.name] = weights.at(spec.name).to(at::kFloat).contiguous();
+  }
+  return std::unique_ptr<BlockPilot>(new BlockPilot(config, std::move(w)));
+}
+
+absl::StatusOr<std::unique_ptr<BlockPilot>> BlockPilot::Load(const std::string& dir) {
+  const std::string path = dir + "/config.json";
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open policy config"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  ASSIGN_OR_RETURN(BlockPilotConfig config, ParseBlockPilotConfig(ss.str(), path));
+  ASSIGN_OR_RETURN(auto tensors, LoadTensors(dir, WeightShapes(config)));
+  return FromTensors(config, tensors);
+}
+
+absl::StatusOr<at::Tensor> BlockPilot::Scores(const at::Tensor& logits) const {
+  if (logits.dim() != 2 || logits.size(1) != config_.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat("policy input must be [n, ", config_.vocab_size,
+                                                   "] logits, got ", ShapeString(logits.sizes())));
+  }
+  try {
+    at::Tensor x = logits.to(at::kFloat);
+    at::Tensor h1 = at::relu(at::linear(x, w_.at("fc1.weight"), w_.at("fc1.bias")));
+    at::Tensor h2 = h1 + at::relu(at::linear(h1, w_.at("fc2.weight"), w_.at("fc2.bias")));
+    return at::linear(h2, w_.at("out.weight"), w_.at("out.bias"));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("policy forward failed: ", e.what()));
+  }
+}
+
+absl::StatusOr<BlockPilotPrediction> BlockPilot::Predict(std::span<const float> logits) const {
+  if (static_cast<int64_t>(logits.size()) != config_.vocab_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("policy expects ", config_.vocab_size, " logits, got ", logits.size()));
+  }
+  for (float v : logits) {
+    if (std::isnan(v)) return absl::InvalidArgumentError("policy input logits contain NaN");
+  }
+  at::Tensor x = at::from_blob(const_cast<float*>(logits.data()),
+                               {1, static_cast<int64_t>(logits.size())}, at::kFloat);
+  ASSIGN_OR_RETURN(at::Tensor scores, Scores(x));
+  BlockPilotPrediction p;
+  p.scores.assign(scores.data_ptr<float>(), scores.data_ptr<float>() + scores.numel());
+  size_t best = 0;
+  for (size_t i = 1; i < p.scores.size(); ++i) {
+    if (p.scores[i] > p.scores[best]) best = i;
+  }
+  p.block_size = config_.block_sizes[best];
+  return p;
+}
+
+}  // namespace specdec::model

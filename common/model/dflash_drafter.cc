@@ -1,0 +1,361 @@
+#include "common/model/dflash_drafter.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <atomic>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <unordered_set>
+
+#include "absl/strings/str_cat.h"
+#include "common/model/ops.h"
+#include "common/util/status_macros.h"
+#include "nlohmann/json.hpp"
+
+namespace specdec::model {
+namespace {
+
+std::atomic<uint64_t> next_drafter_id{1ull << 40};
+
+}  // namespace
+
+std::vector<int64_t> DefaultTargetLayerIds(int64_t num_target_layers, int64_t num_draft_layers) {
+  if (num_draft_layers <= 1) return {num_target_layers / 2};
+  const double start = 1, end = static_cast<double>(num_target_layers - 3);
+  std::vector<int64_t> ids;
+  for (int64_t i = 0; i < num_draft_layers; ++i) {
+    ids.push_back(static_cast<int64_t>(
+        std::llround(start + i * (end - start) / static_cast<double>(num_draft_layers - 1))));
+  }
+  return ids;
+}
+
+absl::StatusOr<DFlashConfig> ParseDFlashConfig(std::string_view json, const std::string& origin,
+                                               int64_t num_target_layers) {
+  DFlashConfig c;
+  ASSIGN_OR_RETURN(c.layers, ParseModelConfig(json, origin));
+  auto j = nlohmann::json::parse(json.begin(), json.end(), nullptr, false);
+  nlohmann::json dc = j.value("dflash_config", nlohmann::json::object());
+  try {
+    c.block_size = dc.value("block_size", j.value("block_size", 16));
+    if (!dc.contains("mask_token_id") && !j.contains("mask_token_id")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(origin, ": dflash_config.mask_token_id is required"));
+    }
+    c.mask_token_id = dc.value("mask_token_id", j.value("mask_token_id", 0));
+    if (dc.contains("target_layer_ids")) {
+      c.target_layer_ids = dc["target_layer_ids"].get<std::vector<int64_t>>();
+    } else {
+      c.target_layer_ids = DefaultTargetLayerIds(num_target_layers, c.layers.num_hidden_layers);
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(origin, ": dflash fields have the wrong type: ", e.what()));
+  }
+  if (c.block_size < 2 || c.block_size > 256) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(origin, ": block_size must be in [2, 256], got ", c.block_size));
+  }
+  if (c.target_layer_ids.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(origin, ": target_layer_ids is empty"));
+  }
+  for (int64_t id : c.target_layer_ids) {
+    if (id < 0 || id >= num_target_layers) {
+      return absl::InvalidArgumentError(absl::StrCat(origin, ": target layer id ", id,
+                                                     " outside the target's ", num_target_layers,
+                                                     " layers"));
+    }
+  }
+  return c;
+}
+
+std::string DFlashConfigToJson(const DFlashConfig& c) {
+  auto j = nlohmann::json::parse(ModelConfigToJson(c.layers));
+  j["architectures"] = {"DFlashDraftModel"};
+  j["block_size"] = c.block_size;
+  j["dflash_config"] = {{"mask_token_id", c.mask_token_id},
+                        {"target_layer_ids", c.target_layer_ids},
+                        {"block_size", c.block_size}};
+  return j.dump(2);
+}
+
+struct DFlashDrafter::Weights {
+  struct Layer {
+    at::Tensor input_norm, post_norm, q_norm, k_norm;
+    at::Tensor q;        // [heads * d, hidden]
+    at::Tensor kv;       // [2 * kv_heads * d, hidden]
+    at::Tensor o;        // [hidden, heads * d]
+    at::Tensor gate_up;  // [2 * intermediate, hidden]
+    at::Tensor down;
+  };
+  at::Tensor fc;           // [hidden, n_ids * target_hidden]
+  at::Tensor hidden_norm;  // [hidden]
+  at::Tensor norm;         // [hidden]
+  at::Tensor inv_freq;
+  std::vector<Layer> layers;
+};
+
+std::vector<TensorSpec> DFlashDrafter::WeightShapes(const DFlashConfig& config,
+                                                    int64_t target_hidden) {
+  const ModelConfig& c = config.layers;
+  const int64_t h = c.hidden_size, q = c.num_attention_heads * c.head_dim,
+                kv = c.num_key_value_heads * c.head_dim, i = c.intermediate_size;
+  std::vector<TensorSpec> out;
+  out.push_back(
+      {"fc.weight", {h, static_cast<int64_t>(config.target_layer_ids.size()) * target_hidden}});
+  out.push_back({"hidden_norm.weight", {h}});
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = absl::StrCat("layers.", l, ".");
+    out.push_back({p + "input_layernorm.weight", {h}});
+    out.push_back({p + "self_attn.q_proj.weight", {q, h}});
+    out.push_back({p + "self_attn.k_proj.weight", {kv, h}});
+    out.push_back({p + "self_attn.v_proj.weight", {kv, h}});
+    out.push_back({p + "self_attn.o_proj.weight", {h, q}});
+    out.push_back({p + "self_attn.q_norm.weight", {c.head_dim}});
+    out.push_back({p + "self_attn.k_norm.weight", {c.head_dim}});
+    out.push_back({p + "post_attention_layernorm.weight", {h}});
+    out.push_back({p + "mlp.gate_proj.weight", {i, h}});
+    out.push_back({p + "mlp.up_proj.weight", {i, h}});
+    out.push_back({p + "mlp.down_proj.weight", {h, i}});
+  }
+  out.push_back({"norm.weight", {h}});
+  return out;
+}
+
+std::map<std::string, at::Tensor> DFlashDrafter::RandomWeights(const DFlashConfig& config,
+                                                               int64_t target_hidden, uint64_t seed,
+                                                               double std) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  std::map<std::string, at::Tensor> out;
+  for (const auto& [name, shape] : WeightShapes(config, target_hidden)) {
+    at::Tensor t = at::normal(0.0, std, shape, gen);
+    if (name.find("norm") != std::string::npos) t = t + 1.0;
+    out.emplace(name, t);
+  }
+  return out;
+}
+
+DFlashDrafter::DFlashDrafter(DFlashConfig config, const Transformer& target,
+                             std::unique_ptr<Weights> w)
+    : config_(std::move(config)),
+      target_(target),
+      weights_(std::move(w)),
+      id_(next_drafter_id.fetch_add(1)) {}
+
+DFlashDrafter::~DFlashDrafter() = default;
+
+absl::StatusOr<std::unique_ptr<DFlashDrafter>> DFlashDrafter::FromTensors(
+    const DFlashConfig& config, const std::map<std::string, at::Tensor>& tensors,
+    const Transformer& target) {
+  const ModelConfig& c = config.layers;
+  const ModelConfig& tc = target.config();
+  if (c.hidden_size != tc.hidden_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("drafter hidden_size ", c.hidden_size, " differs from the target's ",
+                     tc.hidden_size, "; the drafter shares the target's embedding and LM head"));
+  }
+  if (config.mask_token_id < 0 || config.mask_token_id >= tc.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat("mask_token_id ", config.mask_token_id,
+                                                   " is outside the target vocabulary of ",
+                                                   tc.vocab_size));
+  }
+  for (int64_t id : config.target_layer_ids) {
+    if (id < 0 || id >= tc.num_hidden_layers) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("target layer id ", id, " outside [0, ", tc.num_hidden_layers, ")"));
+    }
+  }
+  RETURN_IF_ERROR(CheckTensors(tensors, WeightShapes(config, tc.hidden_size)));
+  try {
+    const at::ScalarType dt = target.dtype();
+    auto get = [&](const std::string& n) { return tensors.at(n).to(dt).contiguous(); };
+    auto w = std::make_unique<Weights>();
+    w->fc = get("fc.weight");
+    w->hidden_norm = get("hidden_norm.weight");
+    w->norm = get("norm.weight");
+    w->inv_freq = RopeInvFreq(c);
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      const std::string p = absl::StrCat("layers.", l, ".");
+      Weights::Layer layer;
+      layer.input_norm = get(p + "input_layernorm.weight");
+      layer.post_norm = get(p + "post_attention_layernorm.weight");
+      layer.q_norm = get(p + "self_attn.q_norm.weight");
+      layer.k_norm = get(p + "self_attn.k_norm.weight");
+      layer.q = get(p + "self_attn.q_proj.weight");
+      layer.kv =
+          at::cat({get(p + "self_attn.k_proj.weight"), get(p + "self_attn.v_proj.weight")}, 0)
+              .contiguous();
+      layer.o = get(p + "self_attn.o_proj.weight");
+      layer.gate_up =
+          at::cat({get(p + "mlp.gate_proj.weight"), get(p + "mlp.up_proj.weight")}, 0).contiguous();
+      layer.down = get(p + "mlp.down_proj.weight");
+      w->layers.push_back(std::move(layer));
+    }
+    return std::unique_ptr<DFlashDrafter>(new DFlashDrafter(config, target, std::move(w)));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("building the DFlash drafter failed: ", e.what()));
+  }
+}
+
+absl::StatusOr<std::unique_ptr<DFlashDrafter>> DFlashDrafter::Load(const std::string& dir,
+                                                                   const Transformer& target) {
+  const std::string path = dir + "/config.json";
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open drafter config"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  ASSIGN_OR_RETURN(DFlashConfig config,
+                   ParseDFlashConfig(ss.str(), path, target.config().num_hidden_layers));
+  ASSIGN_OR_RETURN(auto tensors,
+                   LoadTensors(dir, WeightShapes(config, target.config().hidden_size), "model."));
+  auto d = FromTensors(config, tensors, target);
+  if (!d.ok())
+    return absl::Status(d.status().code(), absl::StrCat(dir, ": ", d.status().message()));
+  return d;
+}
+
+std::unique_ptr<KvCache> DFlashDrafter::NewCache() const {
+  KvCacheShape shape;
+  shape.num_layers = config_.layers.num_hidden_layers;
+  shape.num_kv_heads = config_.layers.num_key_value_heads;
+  shape.head_dim = config_.layers.head_dim;
+  shape.dtype = target_.dtype();
+  shape.owner_id = id_;
+  return std::make_unique<KvCache>(shape);
+}
+
+absl::StatusOr<std::vector<at::Tensor>> DFlashDrafter::Draft(
+    std::span<const DraftInput> batch) const {
+  const ModelConfig& c = config_.layers;
+  const int64_t feat_width =
+      static_cast<int64_t>(config_.target_layer_ids.size()) * target_.config().hidden_size;
+  std::unordered_set<const KvCache*> seen;
+  for (size_t s = 0; s < batch.size(); ++s) {
+    const DraftInput& in = batch[s];
+    if (in.cache == nullptr || in.cache->shape().owner_id != id_ || !seen.insert(in.cache).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sequence ", s, ": drafter cache missing, foreign, or used twice in one batch"));
+    }
+    if (in.block_size < 2 || in.block_size > 256) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence ", s, ": block size must be in [2, 256], got ", in.block_size));
+    }
+    if (in.last_token < 0 || in.last_token >= target_.config().vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence ", s, ": token id ", in.last_token, " outside the vocabulary"));
+    }
+    const int64_t m = in.new_features.defined() ? in.new_features.size(0) : 0;
+    if (m > 0 && (in.new_features.dim() != 2 || in.new_features.size(1) != feat_width)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence ", s, ": target features must be [m, ", feat_width, "], got ",
+                       ShapeString(in.new_features.sizes())));
+    }
+    if (in.cache->length() + m + in.block_size > target_.max_context()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence ", s, ": context + block exceeds the maximum context of ",
+                       target_.max_context()));
+    }
+  }
+  if (batch.empty()) return std::vector<at::Tensor>{};
+  try {
+    const at::ScalarType dt = target_.dtype();
+    const int64_t heads = c.num_attention_heads, kv_heads = c.num_key_value_heads, d = c.head_dim,
+                  inter = c.intermediate_size;
+    const int64_t kv_width = kv_heads * d;
+    // Rows: all sequences' context rows first, then all block rows.
+    std::vector<int64_t> ctx_off(batch.size()), blk_off(batch.size()), ctx_n(batch.size());
+    int64_t n_ctx = 0, n_blk = 0;
+    for (size_t s = 0; s < batch.size(); ++s) {
+      ctx_n[s] = batch[s].new_features.defined() ? batch[s].new_features.size(0) : 0;
+      ctx_off[s] = n_ctx;
+      blk_off[s] = n_blk;
+      n_ctx += ctx_n[s];
+      n_blk += batch[s].block_size;
+    }
+    at::Tensor ctx_pos = at::empty({n_ctx}, at::kLong);
+    at::Tensor blk_pos = at::empty({n_blk}, at::kLong);
+    at::Tensor blk_tok = at::empty({n_blk}, at::kLong);
+    std::vector<at::Tensor> feats;
+    for (size_t s = 0; s < batch.size(); ++s) {
+      const DraftInput& in = batch[s];
+      const int64_t base = in.cache->length();
+      for (int64_t i = 0; i < ctx_n[s]; ++i) ctx_pos[ctx_off[s] + i] = base + i;
+      const int64_t start = base + ctx_n[s];
+      for (int64_t i = 0; i < in.block_size; ++i) {
+        blk_pos[blk_off[s] + i] = start + i;
+        blk_tok[blk_off[s] + i] = i == 0 ? in.last_token : config_.mask_token_id;
+      }
+      if (ctx_n[s] > 0) feats.push_back(in.new_features.to(dt));
+      in.cache->Reserve(ctx_n[s]);
+    }
+    at::Tensor ctx;  // fused context rows [n_ctx, hidden]
+    if (n_ctx > 0) {
+      ctx = RmsNorm(Linear(feats.size() == 1 ? feats[0] : at::cat(feats, 0), weights_->fc),
+                    weights_->hidden_norm, c.rms_norm_eps);
+    }
+    at::Tensor cos_c, sin_c, cos_b, sin_b;
+    if (n_ctx > 0) RopeCosSin(weights_->inv_freq, ctx_pos, &cos_c, &sin_c);
+    RopeCosSin(weights_->inv_freq, blk_pos, &cos_b, &sin_b);
+
+    at::Tensor x = target_.Embed(blk_tok);
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      const Weights::Layer& w = weights_->layers[l];
+      at::Tensor hn = RmsNorm(x, w.input_norm, c.rms_norm_eps);
+      at::Tensor q = RmsNorm(Linear(hn, w.q).reshape({n_blk, heads, d}), w.q_norm, c.rms_norm_eps);
+      q = ApplyRope(q, cos_b, sin_b);
+      at::Tensor kv_b = Linear(hn, w.kv);
+      at::Tensor k_b = ApplyRope(RmsNorm(kv_b.narrow(1, 0, kv_width).reshape({n_blk, kv_heads, d}),
+                                         w.k_norm, c.rms_norm_eps),
+                                 cos_b, sin_b);
+      at::Tensor v_b = kv_b.narrow(1, kv_width, kv_width).reshape({n_blk, kv_heads, d});
+      at::Tensor k_c, v_c;
+      if (n_ctx > 0) {
+        // Context rows contribute keys/values only: no input norm, no query, no MLP.
+        at::Tensor kv_c = Linear(ctx, w.kv);
+        k_c = ApplyRope(RmsNorm(kv_c.narrow(1, 0, kv_width).reshape({n_ctx, kv_heads, d}), w.k_norm,
+                                c.rms_norm_eps),
+                        cos_c, sin_c);
+        v_c = kv_c.narrow(1, kv_width, kv_width).reshape({n_ctx, kv_heads, d});
+      }
+      at::Tensor attn = at::empty({n_blk, heads * d}, x.options());
+      for (size_t s = 0; s < batch.size(); ++s) {
+        KvCache* cache = batch[s].cache;
+        if (ctx_n[s] > 0) {
+          cache->Write(l, k_c.narrow(0, ctx_off[s], ctx_n[s]), v_c.narrow(0, ctx_off[s], ctx_n[s]));
+        }
+        const int64_t m = cache->length() + ctx_n[s];
+        const int64_t b = batch[s].block_size;
+        // Non-causal: the block sees every cached context row and every block row.
+        at::Tensor keys =
+            at::cat({cache->Keys(l, m), k_b.narrow(0, blk_off[s], b).transpose(0, 1)}, 1);
+        at::Tensor values =
+            at::cat({cache->Values(l, m), v_b.narrow(0, blk_off[s], b).transpose(0, 1)}, 1);
+        attn.narrow(0, blk_off[s], b)
+            .copy_(Attention(q.narrow(0, blk_off[s], b), keys, values, at::Tensor()));
+      }
+      x = x + Linear(attn, w.o);
+      at::Tensor gu = Linear(RmsNorm(x, w.post_norm, c.rms_norm_eps), w.gate_up);
+      x = x + Linear(at::silu(gu.narrow(1, 0, inter)) * gu.narrow(1, inter, inter), w.down);
+    }
+    at::Tensor normed = RmsNorm(x, weights_->norm, c.rms_norm_eps);
+    std::vector<at::Tensor> out(batch.size());
+    std::vector<at::Tensor> rows;
+    for (size_t s = 0; s < batch.size(); ++s) {
+      rows.push_back(normed.narrow(0, blk_off[s] + 1, batch[s].block_size - 1));
+    }
+    at::Tensor logits = target_.LmHead(rows.size() == 1 ? rows[0] : at::cat(rows, 0));
+    int64_t off = 0;
+    for (size_t s = 0; s < batch.size(); ++s) {
+      out[s] = logits.narrow(0, off, batch[s].block_size - 1);
+      off += batch[s].block_size - 1;
+      batch[s].cache->Commit(ctx_n[s]);
+    }
+    return out;
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("DFlash draft step failed: ", e.what()));
+  }
+}
+
+}  // namespace specdec::model

@@ -1,0 +1,83 @@
+#include "common/model/ops.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+namespace specdec::model {
+
+at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight) {
+  if (x.dim() == 2 && x.size(0) == 1 && x.scalar_type() == at::kFloat) {
+    return at::mv(weight, x.select(0, 0)).unsqueeze(0);
+  }
+  return at::linear(x, weight);
+}
+
+at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  at::Tensor xf = x.to(at::kFloat);
+  at::Tensor var = xf.pow(2).mean(-1, /*keepdim=*/true);
+  return (xf * at::rsqrt(var + eps)).to(x.scalar_type()) * weight;
+}
+
+at::Tensor RopeInvFreq(const ModelConfig& c) {
+  const int64_t d = c.head_dim;
+  at::Tensor exponents = at::arange(0, d, 2, at::kLong).to(at::kFloat) / static_cast<float>(d);
+  at::Tensor inv_freq = 1.0 / at::pow(static_cast<float>(c.rope_theta), exponents);
+  const RopeScaling& s = c.rope_scaling;
+  if (s.type == RopeScaling::Type::kLinear) {
+    inv_freq = inv_freq / s.factor;
+  } else if (s.type == RopeScaling::Type::kLlama3) {
+    const double old_len = static_cast<double>(s.original_max_position_embeddings);
+    const double low_wavelen = old_len / s.low_freq_factor;
+    const double high_wavelen = old_len / s.high_freq_factor;
+    at::Tensor wavelen = 2.0 * M_PI / inv_freq;
+    at::Tensor scaled = at::where(wavelen > low_wavelen, inv_freq / s.factor, inv_freq);
+    at::Tensor smooth =
+        (old_len / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+    at::Tensor smoothed = (1 - smooth) * scaled / s.factor + smooth * scaled;
+    at::Tensor medium = (wavelen >= high_wavelen).logical_and(wavelen <= low_wavelen);
+    inv_freq = at::where(medium, smoothed, scaled);
+  }
+  return inv_freq.contiguous();
+}
+
+void RopeCosSin(const at::Tensor& inv_freq, const at::Tensor& positions, at::Tensor* cos,
+                at::Tensor* sin) {
+  at::Tensor freqs = positions.to(at::kFloat).unsqueeze(1) * inv_freq.unsqueeze(0);  // [n, d/2]
+  at::Tensor emb = at::cat({freqs, freqs}, 1);
+  *cos = emb.cos();
+  *sin = emb.sin();
+}
+
+at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const int64_t half = x.size(-1) / 2;
+  at::Tensor c = cos.to(x.scalar_type()).unsqueeze(1);
+  at::Tensor s = sin.to(x.scalar_type()).unsqueeze(1);
+  at::Tensor x1 = x.narrow(-1, 0, half);
+  at::Tensor x2 = x.narrow(-1, half, half);
+  at::Tensor rotated = at::cat({-x2, x1}, -1);
+  return x * c + rotated * s;
+}
+
+at::Tensor Attention(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
+                     const at::Tensor& mask) {
+  const int64_t n = q.size(0);
+  const int64_t heads = q.size(1);
+  const int64_t d = q.size(2);
+  const int64_t kv_heads = keys.size(0);
+  const int64_t m = keys.size(1);
+  const int64_t group = heads / kv_heads;
+  // [n, kv, g, d] -> [kv, g*n, d]: all query heads sharing a KV head form one matmul.
+  at::Tensor qg =
+      q.view({n, kv_heads, group, d}).permute({1, 2, 0, 3}).reshape({kv_heads, group * n, d});
+  at::Tensor scores = at::matmul(qg, keys.transpose(1, 2)).to(at::kFloat);  // [kv, g*n, m]
+  scores.mul_(1.0 / std::sqrt(static_cast<double>(d)));
+  if (mask.defined()) {
+    scores = (scores.view({kv_heads, group, n, m}) + mask).view({kv_heads, group * n, m});
+  }
+  at::Tensor probs = at::softmax(scores, -1).to(q.scalar_type());
+  at::Tensor out = at::matmul(probs, values);  // [kv, g*n, d]
+  return out.view({kv_heads, group, n, d}).permute({2, 0, 1, 3}).reshape({n, heads * d});
+}
+
+}  // namespace specdec::model

@@ -1,0 +1,365 @@
+#include "common/model/transformer.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <limits>
+#include <unordered_set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/model/ops.h"
+#include "common/model/weights.h"
+#include "common/util/status_macros.h"
+
+namespace specdec::model {
+namespace {
+
+std::atomic<uint64_t> next_model_id{1};
+
+// The HF names and shapes a config implies.
+std::vector<TensorSpec> ExpectedTensors(const ModelConfig& c) {
+  std::vector<TensorSpec> out;
+  const int64_t h = c.hidden_size, q = c.num_attention_heads * c.head_dim,
+                kv = c.num_key_value_heads * c.head_dim, i = c.intermediate_size;
+  out.push_back({"model.embed_tokens.weight", {c.vocab_size, h}});
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = absl::StrCat("model.layers.", l, ".");
+    out.push_back({p + "input_layernorm.weight", {h}});
+    out.push_back({p + "self_attn.q_proj.weight", {q, h}});
+    out.push_back({p + "self_attn.k_proj.weight", {kv, h}});
+    out.push_back({p + "self_attn.v_proj.weight", {kv, h}});
+    out.push_back({p + "self_attn.o_proj.weight", {h, q}});
+    if (c.qk_norm) {
+      out.push_back({p + "self_attn.q_norm.weight", {c.head_dim}});
+      out.push_back({p + "self_attn.k_norm.weight", {c.head_dim}});
+    }
+    out.push_back({p + "post_attention_layernorm.weight", {h}});
+    out.push_back({p + "mlp.gate_proj.weight", {i, h}});
+    out.push_back({p + "mlp.up_proj.weight", {i, h}});
+    out.push_back({p + "mlp.down_proj.weight", {h, i}});
+  }
+  out.push_back({"model.norm.weight", {h}});
+  if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {c.vocab_size, h}});
+  return out;
+}
+
+}  // namespace
+
+struct Transformer::Weights {
+  struct Layer {
+    at::Tensor input_norm, post_norm, q_norm, k_norm;
+    at::Tensor qkv;      // [q + 2 kv, hidden]
+    at::Tensor o;        // [hidden, q]
+    at::Tensor gate_up;  // [2 * intermediate, hidden]
+    at::Tensor down;     // [hidden, intermediate]
+  };
+  at::Tensor embed;    // [vocab, hidden]
+  at::Tensor lm_head;  // [vocab, hidden]; aliases embed when tied
+  at::Tensor final_norm;
+  at::Tensor inv_freq;  // f32 [head_dim/2]
+  std::vector<Layer> layers;
+};
+
+Transformer::Transformer(ModelConfig config, LoadOptions options, std::unique_ptr<Weights> weights)
+    : config_(std::move(config)),
+      options_(options),
+      weights_(std::move(weights)),
+      id_(next_model_id.fetch_add(1)) {
+  if (options_.max_context <= 0) options_.max_context = config_.max_position_embeddings;
+}
+
+Transformer::~Transformer() = default;
+
+absl::StatusOr<std::unique_ptr<Transformer>> Transformer::FromTensors(
+    const ModelConfig& config, const std::map<std::string, at::Tensor>& tensors,
+    const LoadOptions& options) {
+  LoadOptions opts = options;
+  if (!opts.dtype) opts.dtype = config.torch_dtype == "bfloat16" ? at::kBFloat16 : at::kFloat;
+  if (*opts.dtype != at::kFloat && *opts.dtype != at::kBFloat16) {
+    return absl::InvalidArgumentError("compute dtype must be float32 or bfloat16");
+  }
+  const at::ScalarType dt = *opts.dtype;
+  try {
+    RETURN_IF_ERROR(CheckTensors(tensors, ExpectedTensors(config)));
+    auto get = [&](const std::string& name) { return tensors.at(name).to(dt).contiguous(); };
+    auto w = std::make_unique<Weights>();
+    w->embed = get("model.embed_tokens.weight");
+    w->lm_head = config.tie_word_embeddings ? w->embed : get("lm_head.weight");
+    w->final_norm = get("model.norm.weight");
+    w->inv_freq = RopeInvFreq(config);
+    for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
+      const std::string p = absl::StrCat("model.layers.", l, ".");
+      Weights::Layer layer;
+      layer.input_norm = get(p + "input_layernorm.weight");
+      layer.post_norm = get(p + "post_attention_layernorm.weight");
+      if (config.qk_norm) {
+        layer.q_norm = get(p + "self_attn.q_norm.weight");
+        layer.k_norm = get(p + "self_attn.k_norm.weight");
+      }
+      layer.qkv = at::cat({get(p + "self_attn.q_proj.weight"), get(p + "self_attn.k_proj.weight"),
+                           get(p + "self_attn.v_proj.weight")},
+                          0)
+                      .contiguous();
+      layer.o = get(p + "self_attn.o_proj.weight");
+      layer.gate_up =
+          at::cat({get(p + "mlp.gate_proj.weight"), get(p + "mlp.up_proj.weight")}, 0).contiguous();
+      layer.down = get(p + "mlp.down_proj.weight");
+      w->layers.push_back(std::move(layer));
+    }
+    return std::unique_ptr<Transformer>(new Transformer(config, opts, std::move(w)));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("building the model failed: ", e.what()));
+  }
+}
+
+absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(const std::string& dir,
+                                                               const LoadOptions& options) {
+  ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir));
+  ASSIGN_OR_RETURN(auto tensors, LoadTensors(dir, ExpectedTensors(config)));
+  LoadOptions opts = options;
+  if (!opts.dtype) {
+    opts.dtype = tensors.at("model.embed_tokens.weight").scalar_type() == at::kBFloat16
+                     ? at::kBFloat16
+                     : at::kFloat;
+  }
+  auto model = FromTensors(config, tensors, opts);
+  if (!model.ok()) {
+    return absl::Status(model.status().code(), absl::StrCat(dir, ": ", model.status().message()));
+  }
+  return model;
+}
+
+std::map<std::string, at::Tensor> Transformer::RandomWeights(const ModelConfig& config,
+                                                             uint64_t seed, double std) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  std::map<std::string, at::Tensor> out;
+  for (const auto& [name, shape] : ExpectedTensors(config)) {
+    at::Tensor t = at::normal(0.0, std, shape, gen);
+    if (name.find("norm") != std::string::npos) t = t + 1.0;
+    out.emplace(name, t);
+  }
+  return out;
+}
+
+std::unique_ptr<KvCache> Transformer::NewCache() const {
+  KvCacheShape shape;
+  shape.num_layers = config_.num_hidden_layers;
+  shape.num_kv_heads = config_.num_key_value_heads;
+  shape.head_dim = config_.head_dim;
+  shape.dtype = *options_.dtype;
+  shape.owner_id = id_;
+  return std::make_unique<KvCache>(shape);
+}
+
+const ModelConfig& Transformer::config() const { return config_; }
+at::ScalarType Transformer::dtype() const { return *options_.dtype; }
+int64_t Transformer::max_context() const { return options_.max_context; }
+int64_t Transformer::kv_bytes_per_token() const {
+  return 2 * config_.num_hidden_layers * config_.num_key_value_heads * config_.head_dim *
+         static_cast<int64_t>(c10::elementSize(*options_.dtype));
+}
+
+at::Tensor Transformer::Embed(const at::Tensor& token_ids) const {
+  return weights_->embed.index_select(0, token_ids);
+}
+
+at::Tensor Transformer::FinalNorm(const at::Tensor& hidden) const {
+  return RmsNorm(hidden, weights_->final_norm, config_.rms_norm_eps);
+}
+
+at::Tensor Transformer::LmHead(const at::Tensor& normed) const {
+  return Linear(normed, weights_->lm_head).to(at::kFloat);
+}
+
+absl::StatusOr<std::vector<SequenceOutput>> Transformer::Forward(
+    std::span<const SequenceInput> batch, const ForwardOptions& options) const {
+  const ModelConfig& c = config_;
+  if (batch.empty()) return std::vector<SequenceOutput>{};
+  // ---- validation at the boundary: nothing is written before every check passed.
+  std::unordered_set<const KvCache*> seen;
+  int64_t total = 0;
+  for (size_t s = 0; s < batch.size(); ++s) {
+    const SequenceInput& in = batch[s];
+    if (in.cache == nullptr || in.cache->shape().owner_id != id_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence ", s, ": KV cache missing or created by another model"));
+    }
+    if (!seen.insert(in.cache).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence ", s, ": the same KV cache appears twice in one batch"));
+    }
+    const int64_t n = static_cast<int64_t>(in.tokens.size());
+    if (n == 0) return absl::InvalidArgumentError(absl::StrCat("sequence ", s, ": no tokens"));
+    for (int64_t i = 0; i < n; ++i) {
+      if (in.tokens[i] < 0 || in.tokens[i] >= c.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat("sequence ", s, ": token id ", in.tokens[i],
+                                                       " at index ", i, " is outside [0, ",
+                                                       c.vocab_size, ")"));
+      }
+    }
+    if (!in.positions.empty() && static_cast<int64_t>(in.positions.size()) != n) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence ", s, ": ", in.positions.size(), " positions for ", n, " tokens"));
+    }
+    for (int32_t p : in.positions) {
+      if (p < 0 || p >= options_.max_context) {
+        return absl::InvalidArgumentError(absl::StrCat("sequence ", s, ": position ", p,
+                                                       " outside [0, ", options_.max_context, ")"));
+      }
+    }
+    if (!in.tree_parents.empty()) {
+      if (static_cast<int64_t>(in.tree_parents.size()) != n) {
+        return absl::InvalidArgumentError(absl::StrCat("sequence ", s, ": ", in.tree_parents.size(),
+                                                       " tree parents for ", n, " tokens"));
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        if (in.tree_parents[i] < -1 || in.tree_parents[i] >= i) {
+          return absl::InvalidArgumentError(absl::StrCat("sequence ", s, ": tree parent of node ",
+                                                         i, " is ", in.tree_parents[i],
+                                                         "; it must be -1 or an earlier node"));
+        }
+      }
+    }
+    if (in.cache->length() + n > options_.max_context) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence ", s, ": ", in.cache->length(), " cached + ", n,
+                       " new tokens exceed the maximum context of ", options_.max_context));
+    }
+    total += n;
+  }
+  for (int64_t layer : options.capture_layers) {
+    if (layer < 0 || layer >= c.num_hidden_layers) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("capture layer ", layer, " outside [0, ", c.num_hidden_layers, ")"));
+    }
+  }
+
+  try {
+    const at::ScalarType dt = *options_.dtype;
+    const int64_t heads = c.num_attention_heads, kv_heads = c.num_key_value_heads, d = c.head_dim;
+    const int64_t q_width = heads * d, kv_width = kv_heads * d;
+    // ---- gather tokens, positions and masks.
+    at::Tensor tokens = at::empty({total}, at::kLong);
+    at::Tensor positions = at::empty({total}, at::kLong);
+    auto* tok_ptr = tokens.data_ptr<int64_t>();
+    auto* pos_ptr = positions.data_ptr<int64_t>();
+    std::vector<at::Tensor> masks(batch.size());
+    std::vector<int64_t> offsets(batch.size());
+    int64_t off = 0;
+    for (size_t s = 0; s < batch.size(); ++s) {
+      const SequenceInput& in = batch[s];
+      const int64_t n = static_cast<int64_t>(in.tokens.size());
+      const int64_t past = in.cache->length();
+      offsets[s] = off;
+      for (int64_t i = 0; i < n; ++i) {
+        tok_ptr[off + i] = in.tokens[i];
+        pos_ptr[off + i] = in.positions.empty() ? past + i : in.positions[i];
+      }
+      if (n > 1 || !in.tree_parents.empty()) {
+        // Additive mask over [past + n] keys: the cache is always visible.
+        at::Tensor mask = at::full({n, past + n}, -std::numeric_limits<float>::infinity());
+        mask.narrow(1, 0, past).zero_();
+        auto acc = mask.accessor<float, 2>();
+        for (int64_t i = 0; i < n; ++i) {
+          if (in.tree_parents.empty()) {
+            for (int64_t j = 0; j <= i; ++j) acc[i][past + j] = 0.f;
+          } else {
+            for (int64_t j = i; j >= 0; j = in.tree_parents[j]) acc[i][past + j] = 0.f;
+          }
+        }
+        masks[s] = mask;
+      }
+      in.cache->Reserve(n);
+      off += n;
+    }
+    at::Tensor cos, sin;
+    RopeCosSin(weights_->inv_freq, positions, &cos, &sin);
+
+    // ---- decoder layers.
+    at::Tensor x = weights_->embed.index_select(0, tokens);
+    std::vector<at::Tensor> layer_out(c.num_hidden_layers);
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      const Weights::Layer& w = weights_->layers[l];
+      at::Tensor h = RmsNorm(x, w.input_norm, c.rms_norm_eps);
+      at::Tensor qkv = Linear(h, w.qkv);
+      at::Tensor q = qkv.narrow(1, 0, q_width).reshape({total, heads, d});
+      at::Tensor k = qkv.narrow(1, q_width, kv_width).reshape({total, kv_heads, d});
+      at::Tensor v = qkv.narrow(1, q_width + kv_width, kv_width).reshape({total, kv_heads, d});
+      if (c.qk_norm) {
+        q = RmsNorm(q, w.q_norm, c.rms_norm_eps);
+        k = RmsNorm(k, w.k_norm, c.rms_norm_eps);
+      }
+      q = ApplyRope(q, cos, sin);
+      k = ApplyRope(k, cos, sin);
+      at::Tensor attn;
+      if (batch.size() == 1) {
+        KvCache* cache = batch[0].cache;
+        cache->Write(l, k, v);
+        const int64_t m = cache->length() + total;
+        attn = Attention(q, cache->Keys(l, m), cache->Values(l, m), masks[0]);
+      } else {
+        attn = at::empty({total, q_width}, x.options());
+        for (size_t s = 0; s < batch.size(); ++s) {
+          const int64_t n = static_cast<int64_t>(batch[s].tokens.size());
+          KvCache* cache = batch[s].cache;
+          cache->Write(l, k.narrow(0, offsets[s], n), v.narrow(0, offsets[s], n));
+          const int64_t m = cache->length() + n;
+          attn.narrow(0, offsets[s], n)
+              .copy_(Attention(q.narrow(0, offsets[s], n), cache->Keys(l, m), cache->Values(l, m),
+                               masks[s]));
+        }
+      }
+      x = x + Linear(attn, w.o);
+      h = RmsNorm(x, w.post_norm, c.rms_norm_eps);
+      at::Tensor gu = Linear(h, w.gate_up);
+      const int64_t inter = c.intermediate_size;
+      x = x + Linear(at::silu(gu.narrow(1, 0, inter)) * gu.narrow(1, inter, inter), w.down);
+      if (std::find(options.capture_layers.begin(), options.capture_layers.end(), l) !=
+          options.capture_layers.end()) {
+        layer_out[l] = x;
+      }
+    }
+    std::vector<at::Tensor> ordered;
+    for (int64_t want : options.capture_layers) ordered.push_back(layer_out[want]);
+    at::Tensor features;
+    if (!ordered.empty()) features = ordered.size() == 1 ? ordered[0] : at::cat(ordered, 1);
+
+    // ---- logits for the rows that want them, in one head GEMM.
+    std::vector<int64_t> rows;
+    for (size_t s = 0; s < batch.size(); ++s) {
+      const int64_t n = static_cast<int64_t>(batch[s].tokens.size());
+      if (batch[s].logits == LogitsMode::kLast) rows.push_back(offsets[s] + n - 1);
+      if (batch[s].logits == LogitsMode::kAll) {
+        for (int64_t i = 0; i < n; ++i) rows.push_back(offsets[s] + i);
+      }
+    }
+    at::Tensor logits;
+    if (!rows.empty()) {
+      at::Tensor sel = static_cast<int64_t>(rows.size()) == total
+                           ? x
+                           : x.index_select(0, at::tensor(rows, at::kLong));
+      logits = LmHead(FinalNorm(sel));
+    }
+    std::vector<SequenceOutput> out(batch.size());
+    int64_t row = 0;
+    for (size_t s = 0; s < batch.size(); ++s) {
+      const int64_t n = static_cast<int64_t>(batch[s].tokens.size());
+      const int64_t k = batch[s].logits == LogitsMode::kAll    ? n
+                        : batch[s].logits == LogitsMode::kLast ? 1
+                                                               : 0;
+      if (k > 0) out[s].logits = logits.narrow(0, row, k);
+      row += k;
+      if (features.defined()) out[s].features = features.narrow(0, offsets[s], n);
+      batch[s].cache->Commit(n);
+    }
+    return out;
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("forward pass failed: ", e.what()));
+  }
+}
+
+}  // namespace specdec::model

@@ -1,0 +1,103 @@
+// Qwen3 / Llama decoder-only transformer for inference, written on ATen (no autograd).
+//
+// The API is batch-shaped: Forward takes a list of sequences, each with its own KV cache, new
+// tokens, absolute positions and either a causal or a tree mask. The linear layers run once over
+// all new rows of the batch; attention runs per sequence over its own cache.
+#ifndef SPECDEC_COMMON_MODEL_TRANSFORMER_H_
+#define SPECDEC_COMMON_MODEL_TRANSFORMER_H_
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/model/kv_cache.h"
+#include "common/model/model_config.h"
+
+namespace specdec::model {
+
+enum class LogitsMode { kNone, kLast, kAll };
+
+// One sequence of a batched forward pass.
+struct SequenceInput {
+  KvCache* cache = nullptr;            // created by this model's NewCache(); gains tokens.size()
+  std::span<const int32_t> tokens;     // new tokens, at least one, each in [0, vocab_size)
+  std::span<const int32_t> positions;  // absolute RoPE positions; empty = cache->length() + i
+  // Tree attention: parent index of each new token among the new tokens (must be < its own
+  // index), or -1 for a child of the committed context. Empty = causal. A new token attends to
+  // the whole cache and to its ancestors and itself among the new tokens.
+  std::span<const int32_t> tree_parents;
+  LogitsMode logits = LogitsMode::kLast;
+};
+
+struct ForwardOptions {
+  // Layers (0-based) whose output residual stream (before the final norm) is returned for every
+  // new token, concatenated in this order: the DFlash target features.
+  std::vector<int64_t> capture_layers;
+};
+
+struct SequenceOutput {
+  at::Tensor logits;    // float32 [1 or n, vocab] for kLast / kAll; undefined for kNone
+  at::Tensor features;  // [n, capture_layers.size() * hidden], model dtype; undefined if none
+};
+
+struct LoadOptions {
+  // Compute dtype: kFloat or kBFloat16. Unset: bf16 for a bf16 checkpoint, f32 otherwise.
+  std::optional<at::ScalarType> dtype;
+  // Longest sequence (cache + new tokens) accepted; 0 = the config's max_position_embeddings.
+  int64_t max_context = 0;
+};
+
+// An immutable loaded model. Forward is safe to call from several threads at once as long as
+// no KV cache is used by two calls concurrently.
+class Transformer {
+ public:
+  // Loads `<dir>/config.json` and the safetensors weights (single or sharded). Every expected
+  // tensor must exist with the exact shape; errors name the file, tensor and shapes.
+  static absl::StatusOr<std::unique_ptr<Transformer>> Load(const std::string& dir,
+                                                           const LoadOptions& options = {});
+  // Builds a model from HF-named tensors (any float dtype), e.g. from RandomWeights.
+  static absl::StatusOr<std::unique_ptr<Transformer>> FromTensors(
+      const ModelConfig& config, const std::map<std::string, at::Tensor>& weights,
+      const LoadOptions& options = {});
+  // HF-named f32 weights drawn from N(0, std^2) (norm weights around 1) with a fixed seed.
+  static std::map<std::string, at::Tensor> RandomWeights(const ModelConfig& config, uint64_t seed,
+                                                         double std = 0.05);
+
+  ~Transformer();
+
+  absl::StatusOr<std::vector<SequenceOutput>> Forward(std::span<const SequenceInput> batch,
+                                                      const ForwardOptions& options = {}) const;
+
+  std::unique_ptr<KvCache> NewCache() const;
+
+  const ModelConfig& config() const;
+  at::ScalarType dtype() const;
+  int64_t max_context() const;
+  // Bytes of one token's K and V over all layers.
+  int64_t kv_bytes_per_token() const;
+
+  // Building blocks shared with drafters that reuse the target's embedding and head.
+  at::Tensor Embed(const at::Tensor& token_ids) const;  // int64 [n] -> [n, hidden] model dtype
+  at::Tensor FinalNorm(const at::Tensor& hidden) const;
+  at::Tensor LmHead(const at::Tensor& normed) const;  // [n, hidden] -> float32 [n, vocab]
+
+ private:
+  struct Weights;
+  Transformer(ModelConfig config, LoadOptions options, std::unique_ptr<Weights> weights);
+
+  ModelConfig config_;
+  LoadOptions options_;
+  std::unique_ptr<Weights> weights_;
+  uint64_t id_;
+};
+
+}  // namespace specdec::model
+
+#endif  // SPECDEC_COMMON_MODEL_TRANSFORMER_H_
