@@ -1,0 +1,14 @@
+// `specdec`: the user-facing command line (convert, generate).
+#include <CLI/CLI.hpp>
+
+#include "cli/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"specdec: lossless speculative decoding for LLMs"};
+  app.require_subcommand(1);
+  int exit_code = 0;
+  specdec::cli::RegisterConvertCommand(app, &exit_code);
+  specdec::cli::RegisterGenerateCommand(app, &exit_code);
+  CLI11_PARSE(app, argc, argv);
+  return exit_code;
+}
