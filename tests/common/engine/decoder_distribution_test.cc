@@ -47,16 +47,16 @@ class DistributionTest : public ::testing::Test {
   static void SetUpTestSuite() {
     model::ConfigureComputeThreads(1);
     auto tc = Config(32, 2);
-    target_ = Transformer::FromTensors(tc, Transformer::RandomWeights(tc, 21, 0.5))->release();
+    target_ = Transformer::FromTensors(tc, Transformer::RandomWeights(tc, 21, 0.15))->release();
     auto dc = Config(16, 1);
-    draft_ = Transformer::FromTensors(dc, Transformer::RandomWeights(dc, 22, 0.5))->release();
+    draft_ = Transformer::FromTensors(dc, Transformer::RandomWeights(dc, 22, 0.3))->release();
     model::DFlashConfig fc;
     fc.layers = Config(32, 1);
     fc.block_size = 4;
     fc.mask_token_id = 7;
     fc.target_layer_ids = {0, 1};
     dflash_ = model::DFlashDrafter::FromTensors(
-                  fc, model::DFlashDrafter::RandomWeights(fc, 32, 23, 0.5), *target_)
+                  fc, model::DFlashDrafter::RandomWeights(fc, 32, 23, 0.3), *target_)
                   ->release();
   }
   static void TearDownTestSuite() {
@@ -107,9 +107,14 @@ class DistributionTest : public ::testing::Test {
       if (t.size() != kTokens) return 0;
       ++counts[(t[0] * kVocab + t[1]) * kVocab + t[2]];
     }
-    const double p = sampling::ChiSquarePValue(counts, Expected(prompt, sp));
-    std::printf("[chi-square] %-44s p-value %.4g (%d samples, threshold %.0e)\n", what.c_str(), p,
-                kSamples, kPValue);
+    const std::vector<double> expected = Expected(prompt, sp);
+    // The test only means something if many outcomes are likely: count the cells it really uses.
+    int cells = 0;
+    for (double e : expected) cells += e * kSamples >= 5;
+    EXPECT_GE(cells, 20) << what << ": the distribution is too peaked for a meaningful test";
+    const double p = sampling::ChiSquarePValue(counts, expected);
+    std::printf("[chi-square] %-44s p-value %.4g (%d samples, %d cells, threshold %.0e)\n",
+                what.c_str(), p, kSamples, cells, kPValue);
     return p;
   }
 
