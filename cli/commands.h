@@ -9,6 +9,7 @@ namespace specdec::cli {
 
 void RegisterConvertCommand(CLI::App& app, int* exit_code);
 void RegisterGenerateCommand(CLI::App& app, int* exit_code);
+void RegisterBenchCommand(CLI::App& app, int* exit_code);
 
 }  // namespace specdec::cli
 

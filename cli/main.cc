@@ -1,4 +1,4 @@
-// `specdec`: the user-facing command line (convert, generate).
+// `specdec`: the user-facing command line (convert, generate, bench).
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
@@ -9,6 +9,7 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   specdec::cli::RegisterConvertCommand(app, &exit_code);
   specdec::cli::RegisterGenerateCommand(app, &exit_code);
+  specdec::cli::RegisterBenchCommand(app, &exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }

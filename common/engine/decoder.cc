@@ -143,9 +143,13 @@ class Runner {
     return absl::OkStatus();
   }
 
-  void RecordAcceptance(int32_t drafted, int32_t accepted) {
+  // `drafted` tokens were proposed covering `positions` draft positions (chain: one token per
+  // position; tree: positions are depths), of which the first `accepted` were accepted.
+  void RecordAcceptance(int32_t drafted, int32_t accepted, int32_t positions = -1) {
     stats_.drafted_tokens += drafted;
     stats_.accepted_tokens += accepted;
+    if (positions < 0) positions = drafted;
+    drafted = positions;
     if (static_cast<int32_t>(stats_.drafted_per_position.size()) < drafted) {
       stats_.drafted_per_position.resize(drafted, 0);
       stats_.accepted_per_position.resize(drafted, 0);
@@ -353,7 +357,9 @@ class Runner {
       RETURN_IF_ERROR(cache_->KeepRows(base, keep));
       stats_.verify_ms += MsSince(t1);
       ++stats_.verify_steps;
-      RecordAcceptance(tree.size(), v.num_accepted);
+      const int32_t depth =
+          tree.size() == 0 ? 0 : *std::max_element(tree.depths.begin(), tree.depths.end());
+      RecordAcceptance(tree.size(), v.num_accepted, depth);
 
       // Draft cache: keep last_ and the cached part of the accepted path.
       std::vector<int32_t> accepted;

@@ -104,6 +104,30 @@ TEST_F(CliTest, PromptTextAndIdsAgree) {
   EXPECT_EQ(a.out, ids.out);
 }
 
+TEST_F(CliTest, BenchComparesMethodsAgainstArInOneRun) {
+  const fs::path prompts = dir_ / "prompts.txt";
+  std::ofstream(prompts) << "Once upon a time, there was a dog.\n\nLily went to the park and\n";
+  const fs::path json = dir_ / "bench.json";
+  RunResult r =
+      RunCli("bench --target " + dir_.string() + " --self-draft --prompts " + prompts.string() +
+             " -n 24 --draft-length 3 --methods DRAFT_CHAIN,DYSPEC_TREE"
+             " --json " +
+             json.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("DRAFT_CHAIN"), std::string::npos) << r.out;
+  std::ifstream in(json);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string j = ss.str();
+  // Every method's greedy output equals AR's on both prompts, and self-drafting accepts every
+  // draft token of the chain (tau = K + 1 = 4 until the length cap).
+  EXPECT_NE(j.find("\"matches_ar\": 2"), std::string::npos) << j;
+  EXPECT_NE(j.find("\"method\": \"DYSPEC_TREE\""), std::string::npos) << j;
+  RunResult missing = RunCli("bench --target " + dir_.string() + " --prompts /nonexistent.jsonl");
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_NE(missing.err.find("/nonexistent.jsonl"), std::string::npos) << missing.err;
+}
+
 TEST_F(CliTest, BadInputGivesClearErrors) {
   RunResult bad_ids = RunCli("generate -m " + dir_.string() + " --prompt-ids 1,99999");
   EXPECT_NE(bad_ids.exit_code, 0);

@@ -1,0 +1,280 @@
+// `specdec bench`: runs decoding methods over prompt sets in one run, interleaved with AR, and
+// reports acceptance length, throughput and speedup per method and dataset (table, JSON, PNG).
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "cli/commands.h"
+#include "cli/datasets.h"
+#include "common/engine/decoder.h"
+#include "common/model/block_pilot.h"
+#include "common/model/dflash_drafter.h"
+#include "common/model/runtime.h"
+#include "common/model/transformer.h"
+#include "common/tokenizer/tokenizer.h"
+#include "nlohmann/json.hpp"
+
+namespace specdec::cli {
+namespace {
+
+struct BenchArgs {
+  std::string target, draft, dflash, policy;
+  bool self_draft = false;
+  std::vector<std::string> prompt_files;
+  std::string methods = "AR,DRAFT_CHAIN,DYSPEC_TREE,DFLASH,DFLASH_ADAPTIVE";
+  int max_prompts = 10;
+  int max_new_tokens = 64;
+  int max_prompt_tokens = 512;
+  float temperature = 0.f;
+  float top_p = 1.f;
+  uint64_t seed = 1;
+  int draft_length = 4;
+  int tree_budget = 16;
+  int tree_max_depth = 8;
+  float tree_threshold = 0.f;
+  int block_size = 0;
+  int threads = 0;
+  std::string json_path, png_path;
+};
+
+struct Agg {
+  int prompts = 0;
+  int64_t tokens = 0, steps = 0, committed = 0, drafted = 0, accepted = 0;
+  double total_ms = 0, ar_ms = 0;  // method time and AR time on the same prompts
+  int matches_ar = 0;              // greedy outputs identical to AR
+  std::vector<int64_t> acc_pos, draft_pos;
+  std::map<int, int> block_sizes;
+  double tau_sum = 0;  // mean of per-request tau
+};
+
+int Fail(const absl::Status& s) {
+  std::cerr << "specdec bench: " << s << "\n";
+  return 1;
+}
+
+void WritePlot(const std::map<std::pair<std::string, std::string>, Agg>& aggs,
+               const std::string& png) {
+  const std::string dat = png + ".dat", gp = png + ".gp";
+  {
+    std::ofstream d(dat);
+    for (const auto& [key, a] : aggs) {
+      const double speedup = a.total_ms > 0 ? a.ar_ms / a.total_ms : 0;
+      const double tau = a.steps > 0 ? static_cast<double>(a.committed) / a.steps : 0;
+      d << '"' << key.first << "\\n" << key.second << "\" " << speedup << ' ' << tau << '\n';
+    }
+  }
+  std::ofstream g(gp);
+  g << "set terminal png size 1100,520 noenhanced\nset output '" << png << "'\n"
+    << "set key outside right top\n"
+    << "set style data histograms\nset style histogram clustered gap 1\n"
+    << "set style fill solid 0.8 border -1\nset boxwidth 0.9\nset grid ytics\n"
+    << "set xtics font ',8'\nset title 'specdec bench: speedup vs AR and acceptance length'\n"
+    << "plot '" << dat << "' using 2:xtic(1) title 'speedup vs AR', '' using 3 title 'tau'\n";
+  g.close();
+  const std::string cmd = "gnuplot '" + gp + "' 2>/dev/null";
+  if (std::system(cmd.c_str()) == 0) {
+    std::printf("wrote %s\n", png.c_str());
+  } else {
+    std::printf("gnuplot is not installed; plot data in %s\n", dat.c_str());
+  }
+}
+
+int RunBench(const BenchArgs& a) {
+  model::ConfigureComputeThreads(a.threads);
+  auto target = model::Transformer::Load(a.target);
+  if (!target.ok()) return Fail(target.status());
+  auto tok = tokenizer::Tokenizer::FromFile(a.target + "/tokenizer.json");
+  if (!tok.ok()) return Fail(tok.status());
+  std::unique_ptr<model::Transformer> draft;
+  std::unique_ptr<model::DFlashDrafter> dflash;
+  std::unique_ptr<model::BlockPilot> policy;
+  engine::EngineModels em{target->get()};
+  if (!a.draft.empty()) {
+    auto d = model::Transformer::Load(a.draft);
+    if (!d.ok()) return Fail(d.status());
+    draft = *std::move(d);
+    em.draft_lm = draft.get();
+  } else if (a.self_draft) {
+    em.draft_lm = target->get();
+  }
+  if (!a.dflash.empty()) {
+    auto d = model::DFlashDrafter::Load(a.dflash, **target);
+    if (!d.ok()) return Fail(d.status());
+    dflash = *std::move(d);
+    em.dflash = dflash.get();
+  }
+  if (!a.policy.empty()) {
+    auto p = model::BlockPilot::Load(a.policy);
+    if (!p.ok()) return Fail(p.status());
+    policy = *std::move(p);
+    em.policy = policy.get();
+  }
+  std::vector<engine::Method> methods;
+  for (absl::string_view name : absl::StrSplit(a.methods, ',', absl::SkipWhitespace())) {
+    auto m = engine::ParseMethod(std::string(name));
+    if (!m.ok()) return Fail(m.status());
+    if ((*m == engine::Method::kDraftChain || *m == engine::Method::kDyspecTree) && !em.draft_lm) {
+      std::printf("skipping %s: no --draft model (or --self-draft)\n", engine::MethodName(*m));
+      continue;
+    }
+    if ((*m == engine::Method::kDflash || *m == engine::Method::kDflashAdaptive) && !em.dflash) {
+      std::printf("skipping %s: no --dflash drafter\n", engine::MethodName(*m));
+      continue;
+    }
+    if (*m != engine::Method::kAr) methods.push_back(*m);
+  }
+
+  std::map<std::pair<std::string, std::string>, Agg> aggs;
+  int rotation = 0;
+  for (const std::string& file : a.prompt_files) {
+    auto prompts = LoadPrompts(file, a.max_prompts);
+    if (!prompts.ok()) return Fail(prompts.status());
+    for (const Prompt& p : *prompts) {
+      auto ids = (*tok)->Encode(p.text, (*tok)->add_bos_by_default());
+      if (!ids.ok()) return Fail(ids.status());
+      if (static_cast<int>(ids->size()) > a.max_prompt_tokens) {
+        ids->erase(ids->begin(), ids->end() - a.max_prompt_tokens);  // keep the prompt's tail
+      }
+      engine::DecodeOptions o;
+      o.max_new_tokens = a.max_new_tokens;
+      o.sampling = {a.temperature, 0, a.top_p, a.seed};
+      o.draft_length = a.draft_length;
+      o.tree_budget = a.tree_budget;
+      o.tree_max_depth = a.tree_max_depth;
+      o.tree_threshold = a.tree_threshold;
+      o.block_size = a.block_size;
+      // AR and every method on this prompt, in a rotating order so no method always runs first.
+      std::vector<engine::Method> order = {engine::Method::kAr};
+      order.insert(order.end(), methods.begin(), methods.end());
+      std::rotate(order.begin(), order.begin() + (rotation++ % order.size()), order.end());
+      std::map<engine::Method, engine::DecodeResult> results;
+      for (engine::Method m : order) {
+        o.method = m;
+        auto r = engine::Decode(em, *ids, o);
+        if (!r.ok()) return Fail(r.status());
+        results[m] = *std::move(r);
+      }
+      const engine::DecodeResult& ar = results[engine::Method::kAr];
+      for (auto& [m, r] : results) {
+        Agg& g = aggs[{p.dataset, engine::MethodName(m)}];
+        ++g.prompts;
+        g.tokens += static_cast<int64_t>(r.tokens.size());
+        g.steps += r.stats.verify_steps;
+        g.committed += r.stats.committed_tokens;
+        g.drafted += r.stats.drafted_tokens;
+        g.accepted += r.stats.accepted_tokens;
+        g.total_ms += r.stats.total_ms;
+        g.ar_ms += ar.stats.total_ms;
+        g.matches_ar += r.tokens == ar.tokens;
+        g.tau_sum += r.stats.tau();
+        if (g.acc_pos.size() < r.stats.accepted_per_position.size()) {
+          g.acc_pos.resize(r.stats.accepted_per_position.size());
+          g.draft_pos.resize(r.stats.drafted_per_position.size());
+        }
+        for (size_t i = 0; i < r.stats.accepted_per_position.size(); ++i) {
+          g.acc_pos[i] += r.stats.accepted_per_position[i];
+          g.draft_pos[i] += r.stats.drafted_per_position[i];
+        }
+        if (r.stats.block_size > 0) ++g.block_sizes[r.stats.block_size];
+      }
+      std::fprintf(stderr, ".");
+    }
+  }
+  std::fprintf(stderr, "\n");
+
+  std::printf("target %s, %d threads, T=%.2f, max_new_tokens %d\n", a.target.c_str(),
+              model::ConfigureComputeThreads(a.threads), a.temperature, a.max_new_tokens);
+  std::printf("%-12s %-16s %4s %6s %8s %6s %8s %8s %6s  %-28s %s\n", "dataset", "method", "n",
+              "tokens", "tok/s", "tau", "speedup", "spd/tau", "=AR", "accept rate by position",
+              "block sizes");
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& [key, g] : aggs) {
+    const double tps = g.total_ms > 0 ? 1000.0 * g.tokens / g.total_ms : 0;
+    const double tau = g.steps > 0 ? static_cast<double>(g.committed) / g.steps : 0;
+    const double speedup = g.total_ms > 0 ? g.ar_ms / g.total_ms : 0;
+    std::vector<std::string> pos;
+    std::vector<double> rates;
+    for (size_t i = 0; i < g.acc_pos.size(); ++i) {
+      const double r = g.draft_pos[i] ? static_cast<double>(g.acc_pos[i]) / g.draft_pos[i] : 0;
+      rates.push_back(r);
+      if (i < 8) pos.push_back(absl::StrCat(static_cast<int>(100 * r + 0.5)));
+    }
+    std::vector<std::string> bs;
+    for (const auto& [b, n] : g.block_sizes) bs.push_back(absl::StrCat(b, ":", n));
+    std::printf("%-12s %-16s %4d %6lld %8.1f %6.2f %8.2f %8.2f %3d/%-2d  %-28s %s\n",
+                key.first.c_str(), key.second.c_str(), g.prompts, static_cast<long long>(g.tokens),
+                tps, tau, speedup, tau > 0 ? speedup / tau : 0, g.matches_ar, g.prompts,
+                absl::StrJoin(pos, " ").c_str(), absl::StrJoin(bs, " ").c_str());
+    nlohmann::json bsj = nlohmann::json::object();
+    for (const auto& [b, n] : g.block_sizes) bsj[std::to_string(b)] = n;
+    rows.push_back({{"dataset", key.first},
+                    {"method", key.second},
+                    {"prompts", g.prompts},
+                    {"tokens", g.tokens},
+                    {"tokens_per_s", tps},
+                    {"tau", tau},
+                    {"mean_request_tau", g.prompts ? g.tau_sum / g.prompts : 0},
+                    {"speedup_vs_ar", speedup},
+                    {"speedup_over_tau", tau > 0 ? speedup / tau : 0},
+                    {"matches_ar", g.matches_ar},
+                    {"drafted_tokens", g.drafted},
+                    {"accepted_tokens", g.accepted},
+                    {"acceptance_by_position", rates},
+                    {"block_sizes", bsj},
+                    {"method_ms", g.total_ms},
+                    {"ar_ms", g.ar_ms}});
+  }
+  if (!a.json_path.empty()) {
+    nlohmann::json out = {{"target", a.target},
+                          {"temperature", a.temperature},
+                          {"max_new_tokens", a.max_new_tokens},
+                          {"results", rows}};
+    std::ofstream(a.json_path) << out.dump(2) << "\n";
+    std::printf("wrote %s\n", a.json_path.c_str());
+  }
+  if (!a.png_path.empty()) WritePlot(aggs, a.png_path);
+  return 0;
+}
+
+}  // namespace
+
+void RegisterBenchCommand(CLI::App& app, int* exit_code) {
+  auto a = std::make_shared<BenchArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "bench", "Compare decoding methods against AR on prompt sets, in one interleaved run");
+  cmd->add_option("--target", a->target, "target model directory")->required();
+  cmd->add_option("--draft", a->draft, "small AR draft model directory (DRAFT_CHAIN, DYSPEC_TREE)");
+  cmd->add_flag("--self-draft", a->self_draft, "use the target as its own draft model");
+  cmd->add_option("--dflash", a->dflash, "DFlash drafter directory");
+  cmd->add_option("--policy", a->policy, "BlockPilot policy directory");
+  cmd->add_option("--prompts", a->prompt_files,
+                  "prompt files: .jsonl/.jsonl.gz (HumanEval, GSM8K, MBPP, MT-Bench) or text "
+                  "with blank-line-separated prompts")
+      ->required();
+  cmd->add_option("--methods", a->methods, "comma-separated methods (AR always runs)");
+  cmd->add_option("--max-prompts", a->max_prompts, "prompts per file (0 = all)");
+  cmd->add_option("-n,--max-new-tokens", a->max_new_tokens, "tokens per request");
+  cmd->add_option("--max-prompt-tokens", a->max_prompt_tokens, "keep the tail of longer prompts");
+  cmd->add_option("-t,--temperature", a->temperature, "0 = greedy");
+  cmd->add_option("--top-p", a->top_p, "nucleus sampling");
+  cmd->add_option("--seed", a->seed, "sampling seed");
+  cmd->add_option("--draft-length", a->draft_length, "DRAFT_CHAIN K");
+  cmd->add_option("--tree-budget", a->tree_budget, "DYSPEC_TREE nodes per step");
+  cmd->add_option("--tree-max-depth", a->tree_max_depth, "DYSPEC_TREE depth");
+  cmd->add_option("--tree-threshold", a->tree_threshold, "DYSPEC_TREE threshold variant (> 0)");
+  cmd->add_option("--block-size", a->block_size, "DFLASH block size (0 = training size)");
+  cmd->add_option("--threads", a->threads, "compute threads (0 = all cores)");
+  cmd->add_option("--json", a->json_path, "write results as JSON");
+  cmd->add_option("--png", a->png_path, "write a speedup/tau plot (gnuplot)");
+  cmd->callback([a, exit_code] { *exit_code = RunBench(*a); });
+}
+
+}  // namespace specdec::cli
