@@ -8,7 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "cli/commands.h"
-#include "common/engine/ar_decoder.h"
+#include "common/engine/decoder.h"
 #include "common/model/runtime.h"
 #include "common/model/transformer.h"
 #include "common/tokenizer/stream_decoder.h"
@@ -83,7 +83,8 @@ int RunGenerate(const GenerateArgs& a) {
     return 2;
   }
 
-  engine::ArOptions opts;
+  engine::DecodeOptions opts;
+  opts.method = engine::Method::kAr;
   opts.max_new_tokens = a.max_new_tokens;
   opts.sampling.temperature = a.temperature;
   opts.sampling.top_k = a.top_k;
@@ -98,12 +99,16 @@ int RunGenerate(const GenerateArgs& a) {
     // Prime the decoder with the prompt so the first generated piece is spaced correctly.
     for (int32_t id : prompt) decoder.Push(id);
   }
-  auto result = engine::GenerateAr(**model, prompt, opts, [&](int32_t id) {
-    if ((*tok)->IsSpecial(id)) return;
-    std::string piece = decoder.Push(id);
-    std::fwrite(piece.data(), 1, piece.size(), stdout);
-    std::fflush(stdout);
-  });
+  engine::EngineModels models{model->get()};
+  auto result = engine::Decode(models, prompt, opts,
+                               [&](std::span<const int32_t> ids, const engine::StepInfo&) {
+                                 for (int32_t id : ids) {
+                                   if ((*tok)->IsSpecial(id)) continue;
+                                   std::string piece = decoder.Push(id);
+                                   std::fwrite(piece.data(), 1, piece.size(), stdout);
+                                 }
+                                 std::fflush(stdout);
+                               });
   if (!result.ok()) {
     std::cerr << "\nspecdec generate: " << result.status() << "\n";
     return 1;
@@ -118,13 +123,13 @@ int RunGenerate(const GenerateArgs& a) {
     std::cerr << "\n";
   }
   const size_t n = result->tokens.size();
-  const double decode_tps =
-      n > 1 && result->decode_ms > 0 ? 1000.0 * (n - 1) / result->decode_ms : 0.0;
+  const double decode_ms = result->stats.verify_ms;
+  const double decode_tps = n > 1 && decode_ms > 0 ? 1000.0 * (n - 1) / decode_ms : 0.0;
   std::fprintf(stderr,
                "[specdec] prompt %zu tokens, generated %zu tokens%s; prefill %.1f ms, decode "
                "%.1f ms (%.1f tokens/s)\n",
-               prompt.size(), n, result->stopped ? " (stop token)" : "", result->prefill_ms,
-               result->decode_ms, decode_tps);
+               prompt.size(), n, result->stopped ? " (stop token)" : "", result->stats.prefill_ms,
+               decode_ms, decode_tps);
   return 0;
 }
 

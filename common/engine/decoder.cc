@@ -80,6 +80,7 @@ class Runner {
   // Appends tokens to the output, honouring stop tokens and the length cap. Returns true when
   // the request is finished.
   bool Commit(std::span<const int32_t> toks, bool after_prefill = false) {
+    step_.step = after_prefill ? 0 : stats_.verify_steps;
     size_t n = 0;
     for (int32_t t : toks) {
       if (Remaining() <= 0) break;
@@ -92,7 +93,8 @@ class Runner {
       }
     }
     if (!after_prefill) stats_.committed_tokens += static_cast<int64_t>(n);
-    if (cb_ && n > 0) cb_(toks.first(n));
+    if (cb_ && n > 0) cb_(toks.first(n), step_);
+    step_ = StepInfo();
     return stopped_ || Remaining() <= 0;
   }
 
@@ -127,6 +129,7 @@ class Runner {
     if (last_logits) *last_logits = out[0].logits;
     last_ = SampleRow(out[0].logits.select(0, 0));
     stats_.prefill_ms = MsSince(t0);
+    step_.verify_ms = stats_.prefill_ms;
     finished_ = Commit(std::span<const int32_t>(&last_, 1), /*after_prefill=*/true);
     return absl::OkStatus();
   }
@@ -137,7 +140,8 @@ class Runner {
     SequenceInput in{cache_.get(), std::span<const int32_t>(&last_, 1)};
     ASSIGN_OR_RETURN(auto out, m_.target->Forward(std::span<const SequenceInput>(&in, 1)));
     last_ = SampleRow(out[0].logits.select(0, 0));
-    stats_.verify_ms += MsSince(t0);
+    step_.verify_ms = MsSince(t0);
+    stats_.verify_ms += step_.verify_ms;
     ++stats_.verify_steps;
     finished_ = Commit(std::span<const int32_t>(&last_, 1));
     return absl::OkStatus();
@@ -148,6 +152,9 @@ class Runner {
   void RecordAcceptance(int32_t drafted, int32_t accepted, int32_t positions = -1) {
     stats_.drafted_tokens += drafted;
     stats_.accepted_tokens += accepted;
+    step_.drafted = drafted;
+    step_.accepted = accepted;
+    step_.block_size = stats_.block_size;
     if (positions < 0) positions = drafted;
     drafted = positions;
     if (static_cast<int32_t>(stats_.drafted_per_position.size()) < drafted) {
@@ -216,7 +223,8 @@ class Runner {
         draft.push_back(d);
         feed.assign(1, d);
       }
-      stats_.draft_ms += MsSince(t0);
+      step_.draft_ms = MsSince(t0);
+      stats_.draft_ms += step_.draft_ms;
       // The draft cache now holds the committed prefix + pending + draft[0..k-2].
       const int64_t draft_base = dcache->length() - (k - 1);
 
@@ -230,7 +238,8 @@ class Runner {
       VerifyResult v = VerifyChain(draft, ProbRows{p_rows, vocab}, ProbRows{q_rows, vocab},
                                    Proposal::kSampled, greedy_, rng_);
       RETURN_IF_ERROR(cache_->Truncate(base + v.num_accepted + 1));
-      stats_.verify_ms += MsSince(t1);
+      step_.verify_ms = MsSince(t1);
+      stats_.verify_ms += step_.verify_ms;
       ++stats_.verify_steps;
       RecordAcceptance(k, v.num_accepted);
 
@@ -326,7 +335,8 @@ class Runner {
       tp.threshold = o_.tree_threshold;
       tp.greedy = greedy_;
       ASSIGN_OR_RETURN(DraftTree tree, BuildDyspecTree(tp, dist, rng_));
-      stats_.draft_ms += MsSince(t0);
+      step_.draft_ms = MsSince(t0);
+      stats_.draft_ms += step_.draft_ms;
 
       // Verify all nodes in one target pass under the tree mask.
       auto t1 = Clock::now();
@@ -355,7 +365,8 @@ class Runner {
       std::vector<int64_t> keep = {base};
       for (int32_t n : v.accepted_nodes) keep.push_back(base + 1 + n);
       RETURN_IF_ERROR(cache_->KeepRows(base, keep));
-      stats_.verify_ms += MsSince(t1);
+      step_.verify_ms = MsSince(t1);
+      stats_.verify_ms += step_.verify_ms;
       ++stats_.verify_steps;
       const int32_t depth =
           tree.size() == 0 ? 0 : *std::max_element(tree.depths.begin(), tree.depths.end());
@@ -438,7 +449,8 @@ class Runner {
       at::Tensor draft_ids = dl[0].argmax(1).to(at::kInt).contiguous();
       std::vector<int32_t> draft(draft_ids.data_ptr<int32_t>(),
                                  draft_ids.data_ptr<int32_t>() + draft_ids.numel());
-      stats_.draft_ms += MsSince(t0);
+      step_.draft_ms = MsSince(t0);
+      stats_.draft_ms += step_.draft_ms;
 
       auto t1 = Clock::now();
       const int64_t base = cache_->length();
@@ -452,7 +464,8 @@ class Runner {
           VerifyChain(draft, ProbRows{p_rows, vocab}, ProbRows{}, Proposal::kOneHot, greedy_, rng_);
       RETURN_IF_ERROR(cache_->Truncate(base + v.num_accepted + 1));
       features = out[0].features.narrow(0, 0, v.num_accepted + 1);
-      stats_.verify_ms += MsSince(t1);
+      step_.verify_ms = MsSince(t1);
+      stats_.verify_ms += step_.verify_ms;
       ++stats_.verify_steps;
       RecordAcceptance(vs - 1, v.num_accepted);
       std::vector<int32_t> commit(draft.begin(), draft.begin() + v.num_accepted);
@@ -475,6 +488,7 @@ class Runner {
   bool stopped_ = false;
   bool finished_ = false;
   DecodeStats stats_;
+  StepInfo step_;  // the step being assembled for the next Commit
 };
 
 }  // namespace

@@ -28,9 +28,19 @@ struct EngineModels {
   const model::BlockPilot* policy = nullptr;     // DFLASH_ADAPTIVE
 };
 
-// Called with each group of tokens as the target commits them (the prefill's first token alone,
-// then the accepted tokens plus the correction/bonus token of every verify step).
-using CommitCallback = std::function<void(std::span<const int32_t> tokens)>;
+// What one target step committed: the prefill's first token alone (step 0, nothing drafted), then
+// per verify step the accepted draft tokens plus the correction/bonus token.
+struct StepInfo {
+  int64_t step = 0;        // 0 = prefill, then 1, 2, ... per verify pass
+  int32_t drafted = 0;     // draft tokens proposed in this step
+  int32_t accepted = 0;    // of which accepted
+  int32_t block_size = 0;  // DFLASH*: block size of the step
+  double draft_ms = 0;
+  double verify_ms = 0;  // prefill time for step 0
+};
+
+// Called with each group of tokens as the target commits them.
+using CommitCallback = std::function<void(std::span<const int32_t> tokens, const StepInfo& step)>;
 
 // Generates up to options.max_new_tokens tokens after `prompt` (non-empty, ids in the target's
 // vocabulary). Greedy output equals AR greedy output; sampled output is distributed as AR

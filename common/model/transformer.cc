@@ -239,7 +239,6 @@ absl::StatusOr<std::vector<SequenceOutput>> Transformer::Forward(
   }
 
   try {
-    const at::ScalarType dt = *options_.dtype;
     const int64_t heads = c.num_attention_heads, kv_heads = c.num_key_value_heads, d = c.head_dim;
     const int64_t q_width = heads * d, kv_width = kv_heads * d;
     // ---- gather tokens, positions and masks.

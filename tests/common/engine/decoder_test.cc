@@ -198,6 +198,31 @@ TEST_F(DecoderGreedyTest, StopTokensAndLengthCapsAreHonoured) {
   }
 }
 
+TEST_F(DecoderGreedyTest, CommitCallbackStreamsEveryStep) {
+  EngineModels em{models_->target.get(), models_->draft.get(), models_->dflash.get()};
+  const auto prompt = Prompts(4, 96)[3];
+  for (Method m : {Method::kAr, Method::kDraftChain, Method::kDyspecTree, Method::kDflash}) {
+    DecodeOptions o;
+    o.method = m;
+    o.max_new_tokens = 25;
+    std::vector<int32_t> streamed;
+    int64_t steps = 0, drafted = 0, accepted = 0;
+    auto r = Decode(em, prompt, o, [&](std::span<const int32_t> toks, const StepInfo& s) {
+      EXPECT_EQ(s.step, steps) << MethodName(m);
+      ++steps;
+      drafted += s.drafted;
+      accepted += s.accepted;
+      EXPECT_LE(static_cast<int64_t>(toks.size()), s.accepted + 1);
+      streamed.insert(streamed.end(), toks.begin(), toks.end());
+    });
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(streamed, r->tokens) << MethodName(m);
+    EXPECT_EQ(steps, r->stats.verify_steps + 1) << MethodName(m);
+    EXPECT_EQ(drafted, r->stats.drafted_tokens);
+    EXPECT_EQ(accepted, r->stats.accepted_tokens);
+  }
+}
+
 TEST_F(DecoderGreedyTest, SamplingIsSeededAndReproducible) {
   EngineModels em{models_->target.get(), models_->draft.get(), models_->dflash.get()};
   const auto prompt = Prompts(2, 96)[1];
