@@ -1,7 +1,6 @@
 #include "common/model/dflash_drafter.h"
 
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 
 #include <atomic>
 #include <cmath>
@@ -100,25 +99,13 @@ struct DFlashDrafter::Weights {
 std::vector<TensorSpec> DFlashDrafter::WeightShapes(const DFlashConfig& config,
                                                     int64_t target_hidden) {
   const ModelConfig& c = config.layers;
-  const int64_t h = c.hidden_size, q = c.num_attention_heads * c.head_dim,
-                kv = c.num_key_value_heads * c.head_dim, i = c.intermediate_size;
+  const int64_t h = c.hidden_size;
   std::vector<TensorSpec> out;
   out.push_back(
       {"fc.weight", {h, static_cast<int64_t>(config.target_layer_ids.size()) * target_hidden}});
   out.push_back({"hidden_norm.weight", {h}});
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const std::string p = absl::StrCat("layers.", l, ".");
-    out.push_back({p + "input_layernorm.weight", {h}});
-    out.push_back({p + "self_attn.q_proj.weight", {q, h}});
-    out.push_back({p + "self_attn.k_proj.weight", {kv, h}});
-    out.push_back({p + "self_attn.v_proj.weight", {kv, h}});
-    out.push_back({p + "self_attn.o_proj.weight", {h, q}});
-    out.push_back({p + "self_attn.q_norm.weight", {c.head_dim}});
-    out.push_back({p + "self_attn.k_norm.weight", {c.head_dim}});
-    out.push_back({p + "post_attention_layernorm.weight", {h}});
-    out.push_back({p + "mlp.gate_proj.weight", {i, h}});
-    out.push_back({p + "mlp.up_proj.weight", {i, h}});
-    out.push_back({p + "mlp.down_proj.weight", {h, i}});
+    AppendDecoderLayerSpecs(c, absl::StrCat("layers.", l, "."), /*qk_norm=*/true, &out);
   }
   out.push_back({"norm.weight", {h}});
   return out;
@@ -127,14 +114,7 @@ std::vector<TensorSpec> DFlashDrafter::WeightShapes(const DFlashConfig& config,
 std::map<std::string, at::Tensor> DFlashDrafter::RandomWeights(const DFlashConfig& config,
                                                                int64_t target_hidden, uint64_t seed,
                                                                double std) {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  std::map<std::string, at::Tensor> out;
-  for (const auto& [name, shape] : WeightShapes(config, target_hidden)) {
-    at::Tensor t = at::normal(0.0, std, shape, gen);
-    if (name.find("norm") != std::string::npos) t = t + 1.0;
-    out.emplace(name, t);
-  }
-  return out;
+  return RandomTensors(WeightShapes(config, target_hidden), seed, std);
 }
 
 DFlashDrafter::DFlashDrafter(DFlashConfig config, const Transformer& target,

@@ -1,7 +1,6 @@
 #include "common/model/transformer.h"
 
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
 #include <atomic>
@@ -23,24 +22,10 @@ std::atomic<uint64_t> next_model_id{1};
 // The HF names and shapes a config implies.
 std::vector<TensorSpec> ExpectedTensors(const ModelConfig& c) {
   std::vector<TensorSpec> out;
-  const int64_t h = c.hidden_size, q = c.num_attention_heads * c.head_dim,
-                kv = c.num_key_value_heads * c.head_dim, i = c.intermediate_size;
+  const int64_t h = c.hidden_size;
   out.push_back({"model.embed_tokens.weight", {c.vocab_size, h}});
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const std::string p = absl::StrCat("model.layers.", l, ".");
-    out.push_back({p + "input_layernorm.weight", {h}});
-    out.push_back({p + "self_attn.q_proj.weight", {q, h}});
-    out.push_back({p + "self_attn.k_proj.weight", {kv, h}});
-    out.push_back({p + "self_attn.v_proj.weight", {kv, h}});
-    out.push_back({p + "self_attn.o_proj.weight", {h, q}});
-    if (c.qk_norm) {
-      out.push_back({p + "self_attn.q_norm.weight", {c.head_dim}});
-      out.push_back({p + "self_attn.k_norm.weight", {c.head_dim}});
-    }
-    out.push_back({p + "post_attention_layernorm.weight", {h}});
-    out.push_back({p + "mlp.gate_proj.weight", {i, h}});
-    out.push_back({p + "mlp.up_proj.weight", {i, h}});
-    out.push_back({p + "mlp.down_proj.weight", {h, i}});
+    AppendDecoderLayerSpecs(c, absl::StrCat("model.layers.", l, "."), c.qk_norm, &out);
   }
   out.push_back({"model.norm.weight", {h}});
   if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {c.vocab_size, h}});
@@ -135,14 +120,7 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(const std::string
 
 std::map<std::string, at::Tensor> Transformer::RandomWeights(const ModelConfig& config,
                                                              uint64_t seed, double std) {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  std::map<std::string, at::Tensor> out;
-  for (const auto& [name, shape] : ExpectedTensors(config)) {
-    at::Tensor t = at::normal(0.0, std, shape, gen);
-    if (name.find("norm") != std::string::npos) t = t + 1.0;
-    out.emplace(name, t);
-  }
-  return out;
+  return RandomTensors(ExpectedTensors(config), seed, std);
 }
 
 std::unique_ptr<KvCache> Transformer::NewCache() const {

@@ -1,6 +1,7 @@
 #include "common/model/weights.h"
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 
 #include <cstring>
 
@@ -83,6 +84,37 @@ absl::Status CheckTensors(const std::map<std::string, at::Tensor>& tensors,
     }
   }
   return absl::OkStatus();
+}
+
+void AppendDecoderLayerSpecs(const ModelConfig& c, const std::string& p, bool qk_norm,
+                             std::vector<TensorSpec>* out) {
+  const int64_t h = c.hidden_size, q = c.num_attention_heads * c.head_dim,
+                kv = c.num_key_value_heads * c.head_dim, i = c.intermediate_size;
+  out->push_back({p + "input_layernorm.weight", {h}});
+  out->push_back({p + "self_attn.q_proj.weight", {q, h}});
+  out->push_back({p + "self_attn.k_proj.weight", {kv, h}});
+  out->push_back({p + "self_attn.v_proj.weight", {kv, h}});
+  out->push_back({p + "self_attn.o_proj.weight", {h, q}});
+  if (qk_norm) {
+    out->push_back({p + "self_attn.q_norm.weight", {c.head_dim}});
+    out->push_back({p + "self_attn.k_norm.weight", {c.head_dim}});
+  }
+  out->push_back({p + "post_attention_layernorm.weight", {h}});
+  out->push_back({p + "mlp.gate_proj.weight", {i, h}});
+  out->push_back({p + "mlp.up_proj.weight", {i, h}});
+  out->push_back({p + "mlp.down_proj.weight", {h, i}});
+}
+
+std::map<std::string, at::Tensor> RandomTensors(const std::vector<TensorSpec>& specs, uint64_t seed,
+                                                double std) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  std::map<std::string, at::Tensor> out;
+  for (const TensorSpec& s : specs) {
+    at::Tensor t = at::normal(0.0, std, s.shape, gen);
+    if (s.name.find("norm") != std::string::npos) t = t + 1.0;
+    out.emplace(s.name, t);
+  }
+  return out;
 }
 
 }  // namespace specdec::model

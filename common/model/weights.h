@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/model/model_config.h"
 
 namespace specdec::model {
 
@@ -33,6 +34,16 @@ absl::Status CheckTensors(const std::map<std::string, at::Tensor>& tensors,
                           const std::vector<TensorSpec>& specs);
 
 std::string ShapeString(at::IntArrayRef shape);
+
+// Appends the tensors of one Qwen3/Llama decoder layer named under `prefix` (e.g.
+// "model.layers.3."): norms, q/k/v/o projections (+ q/k norms when `qk_norm`), SwiGLU MLP.
+void AppendDecoderLayerSpecs(const ModelConfig& config, const std::string& prefix, bool qk_norm,
+                             std::vector<TensorSpec>* out);
+
+// Seeded random tensors for `specs`: N(0, std^2), with weights whose name contains "norm"
+// centred on 1. For tests and benchmarks.
+std::map<std::string, at::Tensor> RandomTensors(const std::vector<TensorSpec>& specs, uint64_t seed,
+                                                double std);
 
 }  // namespace specdec::model
 

@@ -69,8 +69,8 @@ at::Tensor RefRope(const at::Tensor& x, const std::vector<int64_t>& pos, double 
 at::Tensor RefDraft(const DFlashConfig& cfg, const W& dw, const at::Tensor& embed,
                     const at::Tensor& feats, int32_t last, int32_t b) {
   const ModelConfig& c = cfg.layers;
-  const int64_t M = feats.size(0), H = c.hidden_size, nh = c.num_attention_heads,
-                nkv = c.num_key_value_heads, d = c.head_dim;
+  const int64_t M = feats.size(0), nh = c.num_attention_heads, nkv = c.num_key_value_heads,
+                d = c.head_dim;
   at::Tensor ctx = RefRms(at::matmul(D(feats), D(dw.at("fc.weight")).t()),
                           dw.at("hidden_norm.weight"), c.rms_norm_eps);
   std::vector<int64_t> blk_tok = {last};
