@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -103,24 +104,39 @@ absl::StatusOr<at::Tensor> BlockPilot::Scores(const at::Tensor& logits) const {
 }
 
 absl::StatusOr<BlockPilotPrediction> BlockPilot::Predict(std::span<const float> logits) const {
-  if (static_cast<int64_t>(logits.size()) != config_.vocab_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("policy expects ", config_.vocab_size, " logits, got ", logits.size()));
+  std::span<const float> row = logits;
+  ASSIGN_OR_RETURN(auto preds, PredictBatch(std::span<const std::span<const float>>(&row, 1)));
+  return std::move(preds[0]);
+}
+
+absl::StatusOr<std::vector<BlockPilotPrediction>> BlockPilot::PredictBatch(
+    std::span<const std::span<const float>> rows) const {
+  const int64_t v = config_.vocab_size;
+  at::Tensor x = at::empty({static_cast<int64_t>(rows.size()), v}, at::kFloat);
+  for (size_t r = 0; r < rows.size(); ++r) {
+    if (static_cast<int64_t>(rows[r].size()) != v) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("policy expects ", v, " logits, got ", rows[r].size()));
+    }
+    for (float f : rows[r]) {
+      if (std::isnan(f)) return absl::InvalidArgumentError("policy input logits contain NaN");
+    }
+    std::memcpy(x[static_cast<int64_t>(r)].data_ptr<float>(), rows[r].data(), v * sizeof(float));
   }
-  for (float v : logits) {
-    if (std::isnan(v)) return absl::InvalidArgumentError("policy input logits contain NaN");
-  }
-  at::Tensor x = at::from_blob(const_cast<float*>(logits.data()),
-                               {1, static_cast<int64_t>(logits.size())}, at::kFloat);
   ASSIGN_OR_RETURN(at::Tensor scores, Scores(x));
-  BlockPilotPrediction p;
-  p.scores.assign(scores.data_ptr<float>(), scores.data_ptr<float>() + scores.numel());
-  size_t best = 0;
-  for (size_t i = 1; i < p.scores.size(); ++i) {
-    if (p.scores[i] > p.scores[best]) best = i;
+  scores = scores.contiguous();
+  std::vector<BlockPilotPrediction> out(rows.size());
+  const int64_t c = scores.size(1);
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const float* p = scores.data_ptr<float>() + r * c;
+    out[r].scores.assign(p, p + c);
+    size_t best = 0;
+    for (int64_t i = 1; i < c; ++i) {
+      if (p[i] > p[best]) best = i;
+    }
+    out[r].block_size = config_.block_sizes[best];
   }
-  p.block_size = config_.block_sizes[best];
-  return p;
+  return out;
 }
 
 }  // namespace specdec::model

@@ -46,6 +46,9 @@ class BlockPilot {
 
   // `logits`: the raw last-position logits of the target (vocab_size floats).
   absl::StatusOr<BlockPilotPrediction> Predict(std::span<const float> logits) const;
+  // Batched form: one prediction per row, computed in one forward pass.
+  absl::StatusOr<std::vector<BlockPilotPrediction>> PredictBatch(
+      std::span<const std::span<const float>> rows) const;
   // Batched form over rows of a float32 [n, vocab] tensor; returns [n, candidates] scores.
   absl::StatusOr<at::Tensor> Scores(const at::Tensor& logits) const;
 

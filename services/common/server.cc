@@ -1,0 +1,36 @@
+#include "services/common/server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+
+namespace specdec::services {
+
+absl::StatusOr<StartedServer> StartServer(const std::string& address,
+                                          const std::vector<grpc::Service*>& services) {
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  StartedServer out;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &out.port);
+  builder.SetMaxReceiveMessageSize(64 << 20);
+  builder.SetMaxSendMessageSize(64 << 20);
+  for (grpc::Service* s : services) builder.RegisterService(s);
+  out.server = builder.BuildAndStart();
+  if (out.server == nullptr || out.port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
+  }
+  out.server->GetHealthCheckService()->SetServingStatus(true);
+  return out;
+}
+
+void DrainAndShutdown(grpc::Server* server, int drain_ms) {
+  if (server == nullptr) return;
+  if (auto* health = server->GetHealthCheckService()) health->SetServingStatus(false);
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(drain_ms));
+}
+
+}  // namespace specdec::services

@@ -1,0 +1,33 @@
+// Starting a gRPC server the way every specdec service does: standard health checking, server
+// reflection, and a known listening port (port 0 picks a free one, for tests).
+#ifndef SPECDEC_SERVICES_COMMON_SERVER_H_
+#define SPECDEC_SERVICES_COMMON_SERVER_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace specdec::services {
+
+struct StartedServer {
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;  // the port actually bound
+};
+
+// Builds and starts a server on `address` ("host:port") with the given services, gRPC health
+// checking (every service reported SERVING) and reflection. UNAVAILABLE if the address cannot be
+// bound.
+absl::StatusOr<StartedServer> StartServer(const std::string& address,
+                                          const std::vector<grpc::Service*>& services);
+
+// Marks the server NOT_SERVING on the health service, waits up to `drain_ms` for in-flight calls,
+// then shuts down.
+void DrainAndShutdown(grpc::Server* server, int drain_ms);
+
+}  // namespace specdec::services
+
+#endif  // SPECDEC_SERVICES_COMMON_SERVER_H_
