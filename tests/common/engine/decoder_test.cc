@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "common/engine/target_session.h"
 #include "common/io/gguf_to_hf.h"
 #include "common/model/block_pilot.h"
 #include "common/model/dflash_drafter.h"
@@ -290,6 +291,33 @@ TEST_F(DecoderGreedyTest, BadRequestsAreRejected) {
   o.max_new_tokens = 5;
   o.sampling.top_p = 0.f;
   EXPECT_EQ(Decode(em, prompt, o).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(DecoderGreedyTest, TargetSessionRejectsMalformedVerifies) {
+  sampling::SamplingParams sp{1.f, 0, 1.f, 3};
+  TargetSession t(*models_->target, sp, {});
+  std::vector<int32_t> prompt = {1, 2, 3};
+  ASSERT_TRUE(t.Prefill(prompt).ok());
+  const int64_t len = t.length();
+  std::vector<int32_t> rows = {4, 5, 6};
+  VerifyRequest req;
+  req.tokens = rows;
+  req.proposal = Proposal::kSampled;  // at T=1 the q rows are required
+  SPECDEC_EXPECT_STATUS(t.Verify(req), absl::StatusCode::kInvalidArgument, "draft_probs");
+  std::vector<int32_t> parents = {-1, 1, 0};
+  req.tree_parents = parents;
+  req.proposal = Proposal::kOneHot;
+  SPECDEC_EXPECT_STATUS(t.Verify(req), absl::StatusCode::kInvalidArgument, "earlier row");
+  std::vector<int32_t> bad = {4, 500};
+  req.tokens = bad;
+  req.tree_parents = {};
+  EXPECT_EQ(t.Verify(req).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(t.length(), len);  // nothing was written
+  req.tokens = rows;
+  auto ok = t.Verify(req);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(t.length(), len + 1 + ok->result.num_accepted);
+  EXPECT_EQ(ok->committed.back(), ok->result.next_token);
 }
 
 // Real pretrained weights: stories260K as target, self-drafting and a second small model

@@ -1,0 +1,189 @@
+#include "common/engine/draft_session.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+
+#include "common/model/dflash_drafter.h"
+#include "common/model/transformer.h"
+#include "common/util/status_macros.h"
+
+namespace specdec::engine {
+namespace {
+
+std::vector<float> ToVector(const at::Tensor& t) {
+  at::Tensor c = t.to(at::kFloat).contiguous();
+  return std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
+}
+
+size_t CommonPrefix(std::span<const int32_t> a, std::span<const int32_t> b) {
+  size_t n = 0;
+  while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+  return n;
+}
+
+}  // namespace
+
+uint64_t DrafterSeed(uint64_t request_seed) {
+  return request_seed * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull;
+}
+
+ArDraftSession::ArDraftSession(const model::Transformer& draft,
+                               const sampling::SamplingParams& sampling)
+    : draft_(draft),
+      sampling_(sampling),
+      rng_(DrafterSeed(sampling.seed)),
+      cache_(draft.NewCache()) {}
+
+ArDraftSession::~ArDraftSession() = default;
+
+void ArDraftSession::Extend(std::span<const int32_t> tokens) {
+  pending_.insert(pending_.end(), tokens.begin(), tokens.end());
+}
+
+// Warped q when sampling; the plain softmax when greedy (its ranking is the draft's preference
+// and its values give DySpec its path estimates; the warped q would be one-hot).
+std::vector<float> ArDraftSession::Dist(const at::Tensor& logits_row) const {
+  std::vector<float> raw = ToVector(logits_row);
+  sampling::SamplingParams p = sampling_;
+  if (p.temperature == 0.f) p = sampling::SamplingParams{1.f, 0, 1.f, 0};
+  return sampling::WarpedProbs(raw, p);
+}
+
+absl::Status ArDraftSession::CatchUp() {
+  if (!pending_.empty()) {
+    model::SequenceInput in{cache_.get(), pending_, {}, {}, model::LogitsMode::kNone};
+    RETURN_IF_ERROR(draft_.Forward(std::span<const model::SequenceInput>(&in, 1)).status());
+    pending_.clear();
+  }
+  ctx_ = cache_->length();
+  root_cached_ = false;
+  spec_.clear();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DraftedChain> ArDraftSession::DraftChain(int32_t last, int32_t k) {
+  RETURN_IF_ERROR(CatchUp());
+  last_ = last;
+  DraftedChain out;
+  const bool greedy = sampling_.temperature == 0.f;
+  std::vector<int32_t> feed = {last};
+  for (int32_t i = 0; i < k; ++i) {
+    model::SequenceInput in{cache_.get(), feed};
+    ASSIGN_OR_RETURN(auto o, draft_.Forward(std::span<const model::SequenceInput>(&in, 1)));
+    std::vector<float> q = Dist(o[0].logits.select(0, 0));
+    const int32_t d = greedy ? sampling::Argmax(q) : sampling::SampleFromProbs(q, rng_);
+    if (!greedy) out.probs.insert(out.probs.end(), q.begin(), q.end());
+    out.tokens.push_back(d);
+    feed.assign(1, d);
+  }
+  // The cache holds last and the first k-1 drafts.
+  root_cached_ = true;
+  spec_.assign(out.tokens.begin(), out.tokens.end() - 1);
+  return out;
+}
+
+absl::StatusOr<DraftedTree> ArDraftSession::DraftTree(int32_t last, const TreeParams& params) {
+  RETURN_IF_ERROR(CatchUp());
+  last_ = last;
+  DraftDistFn dist =
+      [&](const engine::DraftTree& tree,
+          std::span<const int32_t> nodes) -> absl::StatusOr<std::vector<std::vector<float>>> {
+    std::vector<std::vector<float>> result;
+    if (nodes.size() == 1) {
+      // Path approach: keep the longest common prefix of the cached path and extend it.
+      std::vector<int32_t> path = nodes[0] < 0 ? std::vector<int32_t>() : tree.Path(nodes[0]);
+      size_t common = root_cached_ ? CommonPrefix(path, spec_) : 0;
+      std::vector<int32_t> feed;
+      if (!root_cached_ || path.empty() || (common == path.size() && common == spec_.size())) {
+        RETURN_IF_ERROR(cache_->Truncate(ctx_));
+        feed.push_back(last_);
+        feed.insert(feed.end(), path.begin(), path.end());
+      } else {
+        if (common == path.size()) --common;  // need at least one token to get logits
+        RETURN_IF_ERROR(cache_->Truncate(ctx_ + 1 + static_cast<int64_t>(common)));
+        feed.assign(path.begin() + common, path.end());
+      }
+      model::SequenceInput in{cache_.get(), feed};
+      ASSIGN_OR_RETURN(auto o, draft_.Forward(std::span<const model::SequenceInput>(&in, 1)));
+      root_cached_ = true;
+      spec_ = path;
+      result.push_back(Dist(o[0].logits.select(0, 0)));
+      return result;
+    }
+    // A whole layer at once: rerun the tree so far under a tree mask.
+    RETURN_IF_ERROR(cache_->Truncate(ctx_));
+    root_cached_ = false;
+    spec_.clear();
+    std::vector<int32_t> toks = {last_}, parents = {-1};
+    std::vector<int32_t> pos = {static_cast<int32_t>(ctx_)};
+    for (int32_t i = 0; i < tree.size(); ++i) {
+      toks.push_back(tree.tokens[i]);
+      parents.push_back(tree.parents[i] + 1);
+      pos.push_back(static_cast<int32_t>(ctx_ + tree.depths[i]));
+    }
+    model::SequenceInput in{cache_.get(), toks, pos, parents, model::LogitsMode::kAll};
+    ASSIGN_OR_RETURN(auto o, draft_.Forward(std::span<const model::SequenceInput>(&in, 1)));
+    for (int32_t n : nodes) result.push_back(Dist(o[0].logits.select(0, n + 1)));
+    return result;
+  };
+  TreeParams p = params;
+  p.greedy = sampling_.temperature == 0.f;
+  DraftedTree out;
+  ASSIGN_OR_RETURN(out.tree, BuildDyspecTree(p, dist, rng_));
+  if (!p.greedy) {
+    const size_t vocab = static_cast<size_t>(draft_.config().vocab_size);
+    out.probs.assign((out.tree.size() + 1) * vocab, 0.f);
+    for (int32_t r = 0; r <= out.tree.size(); ++r) {
+      if (!out.tree.dists[r].empty()) {
+        std::copy(out.tree.dists[r].begin(), out.tree.dists[r].end(),
+                  out.probs.begin() + r * vocab);
+      }
+    }
+  }
+  if (!root_cached_) {
+    // The threshold variant left the whole tree in the cache: drop it, recompute last_ later.
+    RETURN_IF_ERROR(cache_->Truncate(ctx_));
+  }
+  return out;
+}
+
+absl::Status ArDraftSession::Commit(std::span<const int32_t> accepted) {
+  if (!root_cached_) {
+    RETURN_IF_ERROR(cache_->Truncate(ctx_));
+    pending_.push_back(last_);
+    pending_.insert(pending_.end(), accepted.begin(), accepted.end());
+    return absl::OkStatus();
+  }
+  const size_t common = CommonPrefix(accepted, spec_);
+  RETURN_IF_ERROR(cache_->Truncate(ctx_ + 1 + static_cast<int64_t>(common)));
+  pending_.insert(pending_.end(), accepted.begin() + common, accepted.end());
+  root_cached_ = false;
+  spec_.clear();
+  return absl::OkStatus();
+}
+
+DFlashDraftSession::DFlashDraftSession(const model::DFlashDrafter& drafter)
+    : drafter_(drafter), cache_(drafter.NewCache()) {}
+
+DFlashDraftSession::~DFlashDraftSession() = default;
+
+void DFlashDraftSession::Extend(const at::Tensor& features) {
+  if (features.defined() && features.size(0) > 0) pending_.push_back(features);
+}
+
+absl::StatusOr<std::vector<int32_t>> DFlashDraftSession::DraftBlock(int32_t last,
+                                                                    int32_t block_size) {
+  model::DraftInput di;
+  di.cache = cache_.get();
+  if (!pending_.empty())
+    di.new_features = pending_.size() == 1 ? pending_[0] : at::cat(pending_, 0);
+  di.last_token = last;
+  di.block_size = block_size;
+  ASSIGN_OR_RETURN(auto logits, drafter_.Draft(std::span<const model::DraftInput>(&di, 1)));
+  pending_.clear();
+  at::Tensor ids = logits[0].argmax(1).to(at::kInt).contiguous();
+  return std::vector<int32_t>(ids.data_ptr<int32_t>(), ids.data_ptr<int32_t>() + ids.numel());
+}
+
+}  // namespace specdec::engine

@@ -1,0 +1,138 @@
+#include "common/engine/target_session.h"
+
+#include <ATen/ATen.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/model/transformer.h"
+#include "common/util/status_macros.h"
+
+namespace specdec::engine {
+namespace {
+
+std::vector<float> ToVector(const at::Tensor& t) {
+  at::Tensor c = t.to(at::kFloat).contiguous();
+  return std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
+}
+
+}  // namespace
+
+TargetSession::TargetSession(const model::Transformer& target,
+                             const sampling::SamplingParams& sampling,
+                             std::vector<int64_t> capture_layers)
+    : target_(target),
+      sampling_(sampling),
+      capture_(std::move(capture_layers)),
+      cache_(target.NewCache()),
+      rng_(sampling.seed) {}
+
+TargetSession::~TargetSession() = default;
+
+std::vector<float> TargetSession::Rows(const at::Tensor& logits) const {
+  std::vector<float> raw = ToVector(logits);
+  if (sampling_.temperature == 0.f) return raw;  // greedy: only the argmax matters
+  const int64_t v = logits.size(1);
+  std::vector<float> probs(raw.size());
+  for (int64_t r = 0; r < logits.size(0); ++r) {
+    sampling::WarpedProbsInto(std::span<const float>(raw).subspan(r * v, v), sampling_,
+                              std::span<float>(probs).subspan(r * v, v));
+  }
+  return probs;
+}
+
+absl::StatusOr<PrefillOutcome> TargetSession::Prefill(std::span<const int32_t> prompt) {
+  if (cache_->length() != 0) return absl::FailedPreconditionError("session already prefilled");
+  model::SequenceInput in{cache_.get(), prompt, {}, {}, model::LogitsMode::kLast};
+  model::ForwardOptions fo;
+  fo.capture_layers = capture_;
+  ASSIGN_OR_RETURN(auto out, target_.Forward(std::span<const model::SequenceInput>(&in, 1), fo));
+  PrefillOutcome r;
+  r.last_logits = out[0].logits.select(0, 0);
+  r.features = out[0].features;
+  std::vector<float> row = ToVector(r.last_logits);
+  r.first_token = sampling::SampleToken(row, sampling_, rng_);
+  return r;
+}
+
+absl::StatusOr<int32_t> TargetSession::Step(int32_t last) {
+  model::SequenceInput in{cache_.get(), std::span<const int32_t>(&last, 1)};
+  ASSIGN_OR_RETURN(auto out, target_.Forward(std::span<const model::SequenceInput>(&in, 1)));
+  std::vector<float> row = ToVector(out[0].logits.select(0, 0));
+  return sampling::SampleToken(row, sampling_, rng_);
+}
+
+absl::StatusOr<VerifyOutcome> TargetSession::Verify(const VerifyRequest& req) {
+  const int64_t rows = static_cast<int64_t>(req.tokens.size());
+  const int64_t vocab = target_.config().vocab_size;
+  const bool tree = !req.tree_parents.empty();
+  const bool greedy = sampling_.temperature == 0.f;
+  if (rows < 1) return absl::InvalidArgumentError("verify needs at least the last token");
+  if (tree &&
+      (static_cast<int64_t>(req.tree_parents.size()) != rows || req.tree_parents[0] != -1)) {
+    return absl::InvalidArgumentError(
+        "tree_parents must have one entry per row and row 0's parent must be -1");
+  }
+  if (!greedy && req.proposal == Proposal::kSampled) {
+    const int64_t want = (tree ? rows : rows - 1) * vocab;
+    if (static_cast<int64_t>(req.draft_probs.size()) != want) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("draft_probs must hold ", want / vocab, " rows of ", vocab,
+                       " probabilities for sampled proposals at temperature > 0, got ",
+                       req.draft_probs.size(), " values"));
+    }
+  }
+  const int64_t base = cache_->length();
+  std::vector<int32_t> positions;
+  if (tree) {
+    std::vector<int32_t> depth(rows, 0);
+    positions.resize(rows);
+    for (int64_t i = 0; i < rows; ++i) {
+      const int32_t p = req.tree_parents[i];
+      if (i > 0 && (p < 0 || p >= i)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("tree parent of row ", i, " is ", p, "; it must be an earlier row"));
+      }
+      depth[i] = i == 0 ? 0 : depth[p] + 1;
+      positions[i] = static_cast<int32_t>(base + depth[i]);
+    }
+  }
+  model::SequenceInput in{cache_.get(), req.tokens, positions, req.tree_parents,
+                          model::LogitsMode::kAll};
+  model::ForwardOptions fo;
+  if (req.want_features) fo.capture_layers = capture_;
+  ASSIGN_OR_RETURN(auto out, target_.Forward(std::span<const model::SequenceInput>(&in, 1), fo));
+  std::vector<float> p_rows = Rows(out[0].logits);
+  VerifyOutcome o;
+  std::vector<int64_t> kept_rows = {0};
+  if (tree) {
+    // Verification works on nodes = rows 1..n, parents shifted to node indices.
+    std::vector<int32_t> nodes(req.tokens.begin() + 1, req.tokens.end());
+    std::vector<int32_t> parents(rows - 1);
+    for (int64_t i = 1; i < rows; ++i) parents[i - 1] = req.tree_parents[i] - 1;
+    o.result = VerifyTree(nodes, parents, ProbRows{p_rows, vocab}, ProbRows{req.draft_probs, vocab},
+                          req.proposal, greedy, rng_);
+    for (int32_t& n : o.result.accepted_nodes) {
+      n += 1;  // back to rows
+      kept_rows.push_back(n);
+      o.committed.push_back(req.tokens[n]);
+    }
+    std::vector<int64_t> keep;
+    for (int64_t r : kept_rows) keep.push_back(base + r);
+    RETURN_IF_ERROR(cache_->KeepRows(base, keep));
+  } else {
+    o.result = VerifyChain(req.tokens.subspan(1), ProbRows{p_rows, vocab},
+                           ProbRows{req.draft_probs, vocab}, req.proposal, greedy, rng_);
+    for (int32_t i = 1; i <= o.result.num_accepted; ++i) {
+      kept_rows.push_back(i);
+      o.committed.push_back(req.tokens[i]);
+    }
+    RETURN_IF_ERROR(cache_->Truncate(base + o.result.num_accepted + 1));
+  }
+  o.committed.push_back(o.result.next_token);
+  if (req.want_features && out[0].features.defined()) {
+    o.features = tree ? out[0].features.index_select(0, at::tensor(kept_rows, at::kLong))
+                      : out[0].features.narrow(0, 0, o.result.num_accepted + 1);
+  }
+  return o;
+}
+
+}  // namespace specdec::engine

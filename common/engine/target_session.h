@@ -1,0 +1,81 @@
+// The target side of one request: its KV cache, sampling parameters and random stream, and the
+// operations a target replica performs for it (prefill, verify a chain or tree, plain AR step).
+// Used in-process by the decoder and, behind KV-cache handles, by the target service.
+#ifndef SPECDEC_COMMON_ENGINE_TARGET_SESSION_H_
+#define SPECDEC_COMMON_ENGINE_TARGET_SESSION_H_
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/engine/verify.h"
+#include "common/model/kv_cache.h"
+#include "common/sampling/sampler.h"
+
+namespace specdec::model {
+class Transformer;
+}
+
+namespace specdec::engine {
+
+struct PrefillOutcome {
+  int32_t first_token = -1;  // sampled from the last position: the first committed token
+  at::Tensor last_logits;    // raw float32 [vocab] of the last prompt position
+  at::Tensor features;       // [prompt_len, F] of the capture layers (undefined if none)
+};
+
+struct VerifyRequest {
+  // Row 0 is the last committed token (emitted but not yet run through the target); rows 1.. are
+  // the draft chain, or tree nodes when tree_parents is set.
+  std::span<const int32_t> tokens;
+  // Tree: parent row of every row (row 0's is -1, every other parent an earlier row). Empty for
+  // a chain.
+  std::span<const int32_t> tree_parents;
+  Proposal proposal = Proposal::kSampled;
+  // kSampled at temperature > 0: draft distributions, row-major [*, vocab]. Chain: one row per
+  // draft token (rows 1..K). Tree: one row per row of `tokens` (the q its children were drawn
+  // from). Unused otherwise.
+  std::span<const float> draft_probs;
+  bool want_features = false;  // return the capture-layer features of the committed rows
+};
+
+struct VerifyOutcome {
+  VerifyResult result;             // for a tree, accepted_nodes are row indices (>= 1)
+  std::vector<int32_t> committed;  // accepted draft tokens then result.next_token
+  at::Tensor features;             // features of row 0 and the accepted rows, in path order
+};
+
+// Not thread-safe: one scheduler thread drives a session at a time.
+class TargetSession {
+ public:
+  TargetSession(const model::Transformer& target, const sampling::SamplingParams& sampling,
+                std::vector<int64_t> capture_layers);
+  ~TargetSession();
+
+  absl::StatusOr<PrefillOutcome> Prefill(std::span<const int32_t> prompt);
+  // Runs `last` through the target and samples the next token.
+  absl::StatusOr<int32_t> Step(int32_t last);
+  // Verifies drafts in one forward pass, keeps only row 0 and the accepted rows in the cache.
+  absl::StatusOr<VerifyOutcome> Verify(const VerifyRequest& request);
+
+  int64_t length() const { return cache_->length(); }
+  int64_t kv_bytes() const { return cache_->allocated_bytes(); }
+  const sampling::SamplingParams& sampling() const { return sampling_; }
+
+ private:
+  std::vector<float> Rows(const at::Tensor& logits) const;
+
+  const model::Transformer& target_;
+  sampling::SamplingParams sampling_;
+  std::vector<int64_t> capture_;
+  std::unique_ptr<model::KvCache> cache_;
+  sampling::Rng rng_;
+};
+
+}  // namespace specdec::engine
+
+#endif  // SPECDEC_COMMON_ENGINE_TARGET_SESSION_H_
