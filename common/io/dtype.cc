@@ -9,7 +9,7 @@ namespace {
 
 struct Info {
   DType dtype;
-  const char* name;
+  std::string_view name;
   size_t size;
 };
 constexpr Info kInfos[] = {
@@ -28,7 +28,7 @@ size_t DTypeSize(DType d) {
   return 0;
 }
 
-const char* DTypeName(DType d) {
+std::string_view DTypeName(DType d) {
   for (const Info& i : kInfos) {
     if (i.dtype == d) return i.name;
   }

@@ -1,4 +1,4 @@
-// Element types of tensors in checkpoint files.
+// Element types of tensors in checkpoint files, with safetensors' spelling of each.
 #ifndef SPECDEC_COMMON_IO_DTYPE_H_
 #define SPECDEC_COMMON_IO_DTYPE_H_
 
@@ -11,8 +11,11 @@ namespace specdec::io {
 
 enum class DType { kF64, kF32, kF16, kBF16, kI64, kI32, kI16, kI8, kU8, kBool };
 
-size_t DTypeSize(DType d);
-const char* DTypeName(DType d);  // safetensors spelling: "F32", "BF16", ...
+// Bytes per element (1 for kBool).
+size_t DTypeSize(DType dtype);
+// safetensors spelling: "F64", "F32", "F16", "BF16", "I64", "I32", "I16", "I8", "U8", "BOOL".
+std::string_view DTypeName(DType dtype);
+// Inverse of DTypeName (case-sensitive); INVALID_ARGUMENT "unknown dtype '<name>'" otherwise.
 absl::StatusOr<DType> ParseSafetensorsDType(std::string_view name);
 
 }  // namespace specdec::io

@@ -1,5 +1,9 @@
 #include "common/io/gguf_to_hf.h"
 
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -44,7 +48,9 @@ std::vector<std::byte> UnpermuteRows(const GgufTensor& t, int64_t n_head, size_t
   return out;
 }
 
-std::string HfName(const std::string& g) {
+// The HF name of GGUF tensor `g`, or "" if it has none. Sets *layer to N for "blk.N.*" (else -1).
+std::string HfName(const std::string& g, int64_t* layer) {
+  *layer = -1;
   static const std::map<std::string, std::string> kTop = {
       {"token_embd.weight", "model.embed_tokens.weight"},
       {"output_norm.weight", "model.norm.weight"},
@@ -60,15 +66,41 @@ std::string HfName(const std::string& g) {
       {"ffn_gate.weight", "mlp.gate_proj.weight"},
       {"ffn_up.weight", "mlp.up_proj.weight"},
       {"ffn_down.weight", "mlp.down_proj.weight"}};
-  if (absl::StartsWith(g, "blk.")) {
-    const size_t dot = g.find('.', 4);
-    if (dot == std::string::npos) return "";
-    const std::string layer = g.substr(4, dot - 4), rest = g.substr(dot + 1);
-    if (auto it = kBlock.find(rest); it != kBlock.end()) {
-      return absl::StrCat("model.layers.", layer, ".", it->second);
-    }
+  if (!absl::StartsWith(g, "blk.")) return "";
+  const size_t dot = g.find('.', 4);
+  if (dot == std::string::npos) return "";
+  const std::string digits = g.substr(4, dot - 4), rest = g.substr(dot + 1);
+  if (digits.empty() || digits.size() > 6 ||
+      !std::all_of(digits.begin(), digits.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
+    return "";
   }
-  return "";
+  auto it = kBlock.find(rest);
+  if (it == kBlock.end()) return "";
+  *layer = std::stoll(digits);
+  return absl::StrCat("model.layers.", *layer, ".", it->second);
+}
+
+// GGUF stores float32 metadata; print it as the shortest decimal that round-trips through float
+// (1e-05, not 9.999999747378752e-06) when the value is exactly a float, so config.json reads like
+// the original HF file.
+double TidyFloat(double x) {
+  const float f = static_cast<float>(x);
+  if (static_cast<double>(f) != x || !std::isfinite(f)) return x;
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), f);
+  if (ec != std::errc()) return x;
+  return std::strtod(std::string(buf, end).c_str(), nullptr);
+}
+
+std::string TorchDtype(int ggml_type) {
+  switch (ggml_type) {
+    case kGgmlTypeF16:
+      return "float16";
+    case kGgmlTypeBF16:
+      return "bfloat16";
+    default:
+      return "float32";
+  }
 }
 
 }  // namespace
@@ -77,8 +109,9 @@ absl::Status ConvertGgufToHf(const std::string& gguf_path, const std::string& ou
   ASSIGN_OR_RETURN(auto g, GgufFile::Open(gguf_path));
   ASSIGN_OR_RETURN(std::string arch, g->GetString("general.architecture"));
   if (arch != "llama") {
-    return absl::UnimplementedError(absl::StrCat(gguf_path, ": architecture '", arch,
-                                                 "' is not supported by convert (llama only)"));
+    return absl::UnimplementedError(
+        absl::StrCat(gguf_path, ": architecture '", arch,
+                     "' is not supported by convert (only 'llama' GGUF files convert to HF)"));
   }
   ASSIGN_OR_RETURN(int64_t hidden, g->GetInt("llama.embedding_length"));
   ASSIGN_OR_RETURN(int64_t ffn, g->GetInt("llama.feed_forward_length"));
@@ -88,8 +121,22 @@ absl::Status ConvertGgufToHf(const std::string& gguf_path, const std::string& ou
   if (g->Has("llama.attention.head_count_kv")) {
     ASSIGN_OR_RETURN(kv_heads, g->GetInt("llama.attention.head_count_kv"));
   }
-  if (hidden <= 0 || heads <= 0 || kv_heads <= 0 || hidden % heads != 0 || heads % kv_heads != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(gguf_path, ": inconsistent head counts"));
+  if (hidden <= 0 || ffn <= 0 || layers <= 0 || heads <= 0 || kv_heads <= 0 ||
+      hidden % heads != 0 || heads % kv_heads != 0 || (hidden / heads) % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        gguf_path, ": inconsistent llama hyperparameters: embedding_length ", hidden,
+        ", feed_forward_length ", ffn, ", block_count ", layers, ", head_count ", heads,
+        ", head_count_kv ", kv_heads, " (need positive values, heads dividing the embedding into ",
+        "an even head_dim, kv heads dividing heads)"));
+  }
+  const int64_t head_dim = hidden / heads;
+  if (g->Has("llama.rope.dimension_count")) {
+    ASSIGN_OR_RETURN(int64_t rope_dims, g->GetInt("llama.rope.dimension_count"));
+    if (rope_dims != head_dim) {
+      return absl::UnimplementedError(absl::StrCat(
+          gguf_path, ": llama.rope.dimension_count ", rope_dims, " differs from head_dim ",
+          head_dim, "; partial rotary embeddings are not supported by convert"));
+    }
   }
   double eps = 1e-5, theta = 10000.0;
   int64_t ctx = 2048;
@@ -102,50 +149,13 @@ absl::Status ConvertGgufToHf(const std::string& gguf_path, const std::string& ou
   if (g->Has("llama.context_length")) {
     ASSIGN_OR_RETURN(ctx, g->GetInt("llama.context_length"));
   }
-  const int64_t head_dim = hidden / heads;
 
-  // Weights.
-  std::vector<std::vector<std::byte>> owned;
-  std::vector<TensorToWrite> out;
-  bool tied = true;
-  std::string dtype_name = "float32";
-  for (const std::string& name : g->tensor_names()) {
-    const std::string hf = HfName(name);
-    if (hf.empty()) {
-      if (name == "rope_freqs.weight") continue;  // recomputed from rope_theta
-      return absl::UnimplementedError(
-          absl::StrCat(gguf_path, ": tensor '", name, "' has no Hugging Face equivalent"));
-    }
-    ASSIGN_OR_RETURN(GgufTensor t, g->Tensor(name));
-    DType dt = t.ggml_type == 0 ? DType::kF32 : t.ggml_type == 1 ? DType::kF16 : DType::kBF16;
-    if (dt == DType::kF16) dtype_name = "float16";
-    if (dt == DType::kBF16) dtype_name = "bfloat16";
-    std::vector<int64_t> shape(t.ne.rbegin(), t.ne.rend());
-    std::span<const std::byte> data(t.data, t.nbytes);
-    const bool is_q = absl::EndsWith(name, "attn_q.weight");
-    const bool is_k = absl::EndsWith(name, "attn_k.weight");
-    if (is_q || is_k) {
-      const int64_t n = is_q ? heads : kv_heads;
-      if (t.ne.size() != 2 || t.ne[1] != n * head_dim) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(gguf_path, ": tensor '", name, "' does not have ", n * head_dim, " rows"));
-      }
-      owned.push_back(UnpermuteRows(t, n, DTypeSize(dt)));
-      data = std::span<const std::byte>(owned.back());
-    }
-    if (name == "output.weight") {
-      ASSIGN_OR_RETURN(GgufTensor e, g->Tensor("token_embd.weight"));
-      if (e.nbytes == t.nbytes && std::memcmp(e.data, t.data, t.nbytes) == 0) continue;
-      tied = false;
-    }
-    out.push_back({hf, dt, std::move(shape), data});
-  }
-
-  // Tokenizer.
+  // Tokenizer vocabulary (needed first: the embedding must have a row per token).
   ASSIGN_OR_RETURN(std::string tok_model, g->GetString("tokenizer.ggml.model"));
   if (tok_model != "llama") {
-    return absl::UnimplementedError(absl::StrCat(gguf_path, ": tokenizer model '", tok_model,
-                                                 "' is not supported (llama/SentencePiece)"));
+    return absl::UnimplementedError(
+        absl::StrCat(gguf_path, ": tokenizer model '", tok_model,
+                     "' is not supported by convert (only 'llama', i.e. SentencePiece BPE)"));
   }
   ASSIGN_OR_RETURN(auto pieces, g->GetStringArray("tokenizer.ggml.tokens"));
   ASSIGN_OR_RETURN(auto scores, g->GetFloatArray("tokenizer.ggml.scores"));
@@ -153,14 +163,12 @@ absl::Status ConvertGgufToHf(const std::string& gguf_path, const std::string& ou
   if (g->Has("tokenizer.ggml.token_type")) {
     ASSIGN_OR_RETURN(types, g->GetIntArray("tokenizer.ggml.token_type"));
   }
-  if (scores.size() != pieces.size() || types.size() != pieces.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(gguf_path, ": tokenizer tokens, scores and types differ in length"));
+  if (pieces.empty() || scores.size() != pieces.size() || types.size() != pieces.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        gguf_path, ": tokenizer.ggml.tokens (", pieces.size(), "), scores (", scores.size(),
+        ") and token_type (", types.size(), ") must be non-empty and of equal length"));
   }
-  std::vector<tokenizer::SpmVocabEntry> vocab;
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    vocab.push_back({pieces[i], static_cast<float>(scores[i]), static_cast<int32_t>(types[i])});
-  }
+  const int64_t n_tokens = static_cast<int64_t>(pieces.size());
   int64_t bos = 1, eos = 2, unk = 0;
   if (g->Has("tokenizer.ggml.bos_token_id")) {
     ASSIGN_OR_RETURN(bos, g->GetInt("tokenizer.ggml.bos_token_id"));
@@ -171,12 +179,72 @@ absl::Status ConvertGgufToHf(const std::string& gguf_path, const std::string& ou
   if (g->Has("tokenizer.ggml.unknown_token_id")) {
     ASSIGN_OR_RETURN(unk, g->GetInt("tokenizer.ggml.unknown_token_id"));
   }
-  const int64_t nv = static_cast<int64_t>(pieces.size());
-  if (bos < 0 || bos >= nv || eos < 0 || eos >= nv || unk < 0 || unk >= nv) {
-    return absl::InvalidArgumentError(absl::StrCat(gguf_path, ": special token ids out of range"));
+  for (int64_t id : {bos, eos, unk}) {
+    if (id < 0 || id >= n_tokens) {
+      return absl::InvalidArgumentError(absl::StrCat(gguf_path, ": special token id ", id,
+                                                     " is outside the vocabulary of ", n_tokens));
+    }
   }
-  ASSIGN_OR_RETURN(std::string tok_json,
-                   tokenizer::SentencePieceVocabToTokenizerJson(vocab, bos, eos, unk));
+
+  // Weights. The embedding fixes the vocabulary size and the model dtype.
+  ASSIGN_OR_RETURN(GgufTensor embed, g->Tensor("token_embd.weight"));
+  if (embed.ne.size() != 2 || embed.ne[0] != hidden || embed.ne[1] < n_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(gguf_path, ": token_embd.weight must be ne=[",
+                                                   hidden, ", >= ", n_tokens,
+                                                   "] (embedding_length, tokens)"));
+  }
+  const int64_t vocab_size = embed.ne[1];
+  std::vector<std::vector<std::byte>> owned;  // permuted Q/K data, alive until written
+  owned.reserve(g->tensor_names().size());
+  std::vector<TensorToWrite> out;
+  bool tied = true;
+  for (const std::string& name : g->tensor_names()) {
+    int64_t layer = -1;
+    const std::string hf = HfName(name, &layer);
+    if (hf.empty()) {
+      if (name == "rope_freqs.weight") continue;  // recomputed from rope_theta
+      return absl::UnimplementedError(
+          absl::StrCat(gguf_path, ": tensor '", name, "' has no Hugging Face llama equivalent"));
+    }
+    if (layer >= layers) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          gguf_path, ": tensor '", name, "' names a layer beyond block_count ", layers));
+    }
+    ASSIGN_OR_RETURN(GgufTensor t, g->Tensor(name));
+    const DType dt = t.ggml_type == kGgmlTypeF32   ? DType::kF32
+                     : t.ggml_type == kGgmlTypeF16 ? DType::kF16
+                                                   : DType::kBF16;
+    std::vector<int64_t> shape(t.ne.rbegin(), t.ne.rend());
+    std::span<const std::byte> data(t.data, t.nbytes);
+    const bool is_q = absl::EndsWith(name, ".attn_q.weight");
+    const bool is_k = absl::EndsWith(name, ".attn_k.weight");
+    if (is_q || is_k) {
+      const int64_t n = is_q ? heads : kv_heads;
+      if (t.ne.size() != 2 || t.ne[0] != hidden || t.ne[1] != n * head_dim) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            gguf_path, ": tensor '", name, "' must be ne=[", hidden, ", ", n * head_dim, "]"));
+      }
+      owned.push_back(UnpermuteRows(t, n, DTypeSize(dt)));
+      data = std::span<const std::byte>(owned.back());
+    }
+    if (name == "output.weight") {
+      if (t.ggml_type == embed.ggml_type && t.nbytes == embed.nbytes &&
+          std::memcmp(embed.data, t.data, t.nbytes) == 0) {
+        continue;  // a tied head stored twice
+      }
+      tied = false;
+    }
+    out.push_back({hf, dt, std::move(shape), data});
+  }
+
+  std::vector<tokenizer::SpmVocabEntry> vocab;
+  vocab.reserve(pieces.size());
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    vocab.push_back({pieces[i], static_cast<float>(scores[i]), static_cast<int32_t>(types[i])});
+  }
+  ASSIGN_OR_RETURN(std::string tok_json, tokenizer::SentencePieceVocabToTokenizerJson(
+                                             vocab, static_cast<int32_t>(bos),
+                                             static_cast<int32_t>(eos), static_cast<int32_t>(unk)));
 
   Json config = {{"architectures", {"LlamaForCausalLM"}},
                  {"model_type", "llama"},
@@ -186,26 +254,32 @@ absl::Status ConvertGgufToHf(const std::string& gguf_path, const std::string& ou
                  {"num_attention_heads", heads},
                  {"num_key_value_heads", kv_heads},
                  {"head_dim", head_dim},
-                 {"rms_norm_eps", eps},
-                 {"rope_theta", theta},
+                 {"rms_norm_eps", TidyFloat(eps)},
+                 {"rope_theta", TidyFloat(theta)},
                  {"max_position_embeddings", ctx},
-                 {"vocab_size", nv},
+                 {"vocab_size", vocab_size},
                  {"tie_word_embeddings", tied},
                  {"bos_token_id", bos},
                  {"eos_token_id", eos},
                  {"hidden_act", "silu"},
                  {"attention_bias", false},
-                 {"torch_dtype", dtype_name}};
-  Json tok_config = {{"bos_token", pieces[bos]},
+                 {"mlp_bias", false},
+                 {"torch_dtype", TorchDtype(embed.ggml_type)}};
+  Json tok_config = {{"tokenizer_class", "LlamaTokenizerFast"},
+                     {"bos_token", pieces[bos]},
                      {"eos_token", pieces[eos]},
                      {"unk_token", pieces[unk]},
                      {"add_bos_token", true},
-                     {"add_eos_token", false}};
+                     {"add_eos_token", false},
+                     {"model_max_length", ctx}};
   Json gen_config = {{"bos_token_id", bos}, {"eos_token_id", eos}};
 
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
-  if (ec) return absl::PermissionDeniedError(absl::StrCat(out_dir, ": ", ec.message()));
+  if (ec) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(out_dir, ": cannot create the output directory: ", ec.message()));
+  }
   RETURN_IF_ERROR(WriteSafetensors(out_dir + "/model.safetensors", out,
                                    {{"format", "pt"}, {"source", "gguf"}}));
   RETURN_IF_ERROR(WriteText(out_dir + "/config.json", config.dump(2) + "\n"));

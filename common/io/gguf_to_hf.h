@@ -9,11 +9,20 @@
 
 namespace specdec::io {
 
-// Writes config.json, model.safetensors, tokenizer.json, tokenizer_config.json and
-// generation_config.json into `out_dir` (created if missing). Q and K projection rows are
-// permuted from GGUF's interleaved RoPE order to HF's rotate-half order; a missing `output`
-// tensor (or one equal to the embedding) yields tie_word_embeddings. UNIMPLEMENTED for other
-// architectures, tokenizer models or quantized tensors.
+// Converts a llama-architecture GGUF file with F32/F16/BF16 weights into a Hugging Face checkpoint
+// directory: writes model.safetensors, config.json, tokenizer.json, tokenizer_config.json and
+// generation_config.json into `out_dir` (created if missing; existing files are replaced).
+//  - Tensors keep their dtype; HF shape = reversed GGUF ne. Q and K projection rows are permuted
+//    from GGUF's interleaved RoPE order to HF's rotate-half order (per head: HF row j < hd/2 is
+//    GGUF row 2j, HF row j >= hd/2 is GGUF row 2(j - hd/2) + 1).
+//  - A missing `output.weight`, or one byte-identical to `token_embd.weight`, gives
+//    tie_word_embeddings = true and no lm_head.weight.
+//  - config.json vocab_size is the embedding's row count (>= the number of tokenizer tokens;
+//    equal for every file llama.cpp writes unpadded); torch_dtype follows the embedding's type.
+// NOT_FOUND if the file or a required key/tensor is missing; INVALID_ARGUMENT for a malformed file
+// or inconsistent hyperparameters; UNIMPLEMENTED for other architectures, tokenizer models other
+// than "llama" (SentencePiece), quantized tensors, partial rotary dimensions, or tensors without an
+// HF llama equivalent.
 absl::Status ConvertGgufToHf(const std::string& gguf_path, const std::string& out_dir);
 
 }  // namespace specdec::io

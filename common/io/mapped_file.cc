@@ -15,7 +15,10 @@ namespace specdec::io {
 absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
+    const int err = errno;
+    const std::string msg = absl::StrCat(path, ": cannot open: ", std::strerror(err));
+    if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(msg);
+    return absl::NotFoundError(msg);
   }
   struct stat st;
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {

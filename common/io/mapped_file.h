@@ -5,16 +5,22 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
 
 namespace specdec::io {
 
-// Owns a read-only mapping; the bytes stay valid for the object's lifetime. Immutable, so safe to
-// share between threads.
+// A read-only, private mapping of a whole regular file whose bytes stay valid for the object's
+// lifetime; immutable after Open, so thread-safe.
+//
+// Contract: the file must not be truncated by another process while mapped (reading a page past
+// the new end raises SIGBUS, which no check here can prevent).
 class MappedFile {
  public:
-  // NOT_FOUND if the file cannot be opened; an empty file maps to size 0.
+  // NOT_FOUND if the file cannot be opened (PERMISSION_DENIED if unreadable), INVALID_ARGUMENT if
+  // it is not a regular file, INTERNAL if mmap fails. An empty file is fine: size() == 0 and data()
+  // == nullptr.
   static absl::StatusOr<std::unique_ptr<MappedFile>> Open(const std::string& path);
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;

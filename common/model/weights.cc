@@ -41,9 +41,9 @@ absl::StatusOr<std::map<std::string, at::Tensor>> LoadTensors(const std::string&
           st = at::kBFloat16;
           break;
         default:
-          return absl::InvalidArgumentError(absl::StrCat(dir, ": tensor '", spec.name,
-                                                         "' has dtype ", io::DTypeName(view->dtype),
-                                                         "; expected F32, F16 or BF16"));
+          return absl::InvalidArgumentError(
+              absl::StrCat(dir, ": tensor '", spec.name, "' has dtype ",
+                           std::string(io::DTypeName(view->dtype)), "; expected F32, F16 or BF16"));
       }
       if (view->shape != spec.shape) {
         return absl::InvalidArgumentError(
