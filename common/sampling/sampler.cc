@@ -1,14 +1,17 @@
 #include "common/sampling/sampler.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
-#include <numeric>
 
 #include "absl/strings/str_cat.h"
 
 namespace specdec::sampling {
 namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr float kPosInf = std::numeric_limits<float>::infinity();
 
 uint64_t SplitMix64(uint64_t& x) {
   uint64_t z = (x += 0x9e3779b97f4a7c15ull);
@@ -18,6 +21,61 @@ uint64_t SplitMix64(uint64_t& x) {
 }
 
 uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+// The ordering key of a logit: NaN ranks with -inf.
+inline float Key(float x) { return std::isnan(x) ? kNegInf : x; }
+
+// A candidate token: its (sanitized) logit and id.
+struct Cand {
+  float key;
+  int32_t id;
+};
+
+// Larger logit first, lower id first among equal logits: the tie rule of top-k and top-p.
+inline bool Better(const Cand& a, const Cand& b) {
+  return a.key > b.key || (a.key == b.key && a.id < b.id);
+}
+
+// Per-thread buffers so that warping and sampling do not allocate in steady state.
+constexpr int kBuckets = 4096;         // top-p histogram buckets over -log(weight)
+constexpr double kBucketRange = 64.0;  // -log(weight) beyond this shares the last bucket
+constexpr size_t kSortDirectly = 512;  // top-p over fewer candidates just sorts them
+
+struct Scratch {
+  std::vector<Cand> cands;
+  std::vector<float> probs;
+  std::array<double, kBuckets> bucket_mass;
+};
+
+Scratch& ThreadScratch() {
+  thread_local Scratch scratch;
+  return scratch;
+}
+
+// Unnormalized weight of a candidate given the maximum key `max_key` (finite or +inf).
+inline double Weight(float key, float max_key, double inv_temperature) {
+  if (max_key == kPosInf) return key == kPosInf ? 1.0 : 0.0;
+  if (key == kNegInf) return 0.0;
+  return std::exp((static_cast<double>(key) - max_key) * inv_temperature);
+}
+
+// Softmax over the whole vocabulary (no top-k, no top-p), written into `out`.
+void DenseSoftmax(std::span<const float> logits, double inv_temperature, std::span<float> out) {
+  float max_key = kNegInf;
+  for (float x : logits) max_key = std::max(max_key, Key(x));
+  if (max_key == kNegInf) {
+    out[Argmax(logits)] = 1.f;
+    return;
+  }
+  double total = 0;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const double w = Weight(Key(logits[i]), max_key, inv_temperature);
+    out[i] = static_cast<float>(w);
+    total += w;
+  }
+  const double scale = 1.0 / total;
+  for (float& v : out) v = static_cast<float>(v * scale);
+}
 
 }  // namespace
 
@@ -41,6 +99,13 @@ Rng::Rng(uint64_t seed) {
   for (uint64_t& s : s_) s = SplitMix64(x);
 }
 
+Rng Rng::ForStream(uint64_t seed, uint64_t stream) {
+  Rng rng(seed);
+  uint64_t y = stream ^ 0x6a09e667f3bcc909ull;
+  for (uint64_t& s : rng.s_) s ^= SplitMix64(y);
+  return rng;
+}
+
 uint64_t Rng::Next() {
   const uint64_t result = Rotl(s_[1] * 5, 7) * 9;
   const uint64_t t = s_[1] << 17;
@@ -55,63 +120,126 @@ uint64_t Rng::Next() {
 
 double Rng::Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
 
-int32_t Argmax(std::span<const float> v) {
+int32_t Argmax(std::span<const float> values) {
+  if (values.empty()) return -1;
   int32_t best = 0;
-  for (size_t i = 1; i < v.size(); ++i) {
-    if (v[i] > v[best]) best = static_cast<int32_t>(i);
+  float best_key = Key(values[0]);
+  for (size_t i = 1; i < values.size(); ++i) {
+    const float k = Key(values[i]);
+    if (k > best_key) {
+      best = static_cast<int32_t>(i);
+      best_key = k;
+    }
   }
   return best;
 }
 
 void WarpedProbsInto(std::span<const float> logits, const SamplingParams& p, std::span<float> out) {
-  const size_t n = logits.size();
+  const size_t n = std::min(logits.size(), out.size());
+  logits = logits.first(n);
+  out = out.first(n);
   std::fill(out.begin(), out.end(), 0.f);
   if (n == 0) return;
-  if (p.temperature == 0.f) {
+  if (IsGreedy(p)) {
     out[Argmax(logits)] = 1.f;
     return;
   }
-  // Candidate set: all ids, or the top-k (ties by lower id).
-  std::vector<int32_t> idx(n);
-  std::iota(idx.begin(), idx.end(), 0);
-  auto better = [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  };
-  size_t k = n;
-  if (p.top_k > 0 && static_cast<size_t>(p.top_k) < n) {
-    k = static_cast<size_t>(p.top_k);
-    std::nth_element(idx.begin(), idx.begin() + (k - 1), idx.end(), better);
-    idx.resize(k);
-  }
-  const float max_logit = logits[*std::min_element(idx.begin(), idx.end(), better)];
-  if (max_logit == -std::numeric_limits<float>::infinity()) {
-    out[Argmax(logits)] = 1.f;  // every logit is -inf: fall back to the first id
+  const double inv_temperature = 1.0 / static_cast<double>(p.temperature);
+  const bool use_top_k = p.top_k > 0 && static_cast<size_t>(p.top_k) < n;
+  const bool use_top_p = p.top_p < 1.f;
+  if (!use_top_k && !use_top_p) {
+    DenseSoftmax(logits, inv_temperature, out);
     return;
   }
-  // Softmax over the candidates in double precision.
-  std::vector<double> e(k);
-  double total = 0;
-  for (size_t i = 0; i < k; ++i) {
-    e[i] = std::exp((static_cast<double>(logits[idx[i]]) - max_logit) / p.temperature);
-    total += e[i];
-  }
-  if (p.top_p < 1.f) {
-    std::vector<size_t> order(k);
-    std::iota(order.begin(), order.end(), 0);
-    std::sort(order.begin(), order.end(),
-              [&](size_t a, size_t b) { return e[a] > e[b] || (e[a] == e[b] && idx[a] < idx[b]); });
-    double mass = 0;
-    size_t keep = 0;
-    const double target = static_cast<double>(p.top_p) * total;
-    while (keep < k) {
-      mass += e[order[keep]];
-      ++keep;
-      if (mass >= target) break;
+
+  // Candidates: the top-k (by key, ties by lower id), or every token with a chance.
+  std::vector<Cand>& cands = ThreadScratch().cands;
+  cands.clear();
+  if (use_top_k) {
+    cands.resize(n);
+    for (size_t i = 0; i < n; ++i) cands[i] = {Key(logits[i]), static_cast<int32_t>(i)};
+    const size_t k = static_cast<size_t>(p.top_k);
+    std::nth_element(cands.begin(), cands.begin() + (k - 1), cands.end(), Better);
+    cands.resize(k);
+  } else {
+    for (size_t i = 0; i < n; ++i) {
+      const float k = Key(logits[i]);
+      if (k > kNegInf) cands.push_back({k, static_cast<int32_t>(i)});
     }
-    for (size_t i = keep; i < k; ++i) e[order[i]] = 0;
-    total = mass;
   }
-  for (size_t i = 0; i < k; ++i) out[idx[i]] = static_cast<float>(e[i] / total);
+  float max_key = kNegInf;
+  for (const Cand& c : cands) max_key = std::max(max_key, c.key);
+  if (max_key == kNegInf) {  // nothing has a chance: fall back to the greedy token
+    out[Argmax(logits)] = 1.f;
+    return;
+  }
+  if (!use_top_p) {
+    double total = 0;
+    for (const Cand& c : cands) {
+      const double w = Weight(c.key, max_key, inv_temperature);
+      out[c.id] = static_cast<float>(w);
+      total += w;
+    }
+    const double scale = 1.0 / total;
+    for (const Cand& c : cands) out[c.id] = static_cast<float>(out[c.id] * scale);
+    return;
+  }
+
+  // Top-p. One pass computes the total mass and a histogram of the mass over buckets of
+  // -log(weight); the bucket where the cumulative mass reaches top_p bounds the nucleus, so only
+  // the candidates up to that bucket are sorted (O(m) plus O(s log s) for a nucleus of s).
+  auto bucket_of = [&](float key) -> int {
+    if (max_key == kPosInf) return key == kPosInf ? 0 : kBuckets - 1;
+    const double neg_log_w = (static_cast<double>(max_key) - key) * inv_temperature;
+    return neg_log_w < kBucketRange ? static_cast<int>(neg_log_w * (kBuckets / kBucketRange))
+                                    : kBuckets - 1;
+  };
+  double total = 0;
+  auto front_end = cands.end();
+  if (cands.size() <= kSortDirectly) {
+    for (const Cand& c : cands) total += Weight(c.key, max_key, inv_temperature);
+  } else {
+    std::array<double, kBuckets>& bucket_mass = ThreadScratch().bucket_mass;
+    bucket_mass.fill(0.0);
+    for (const Cand& c : cands) {
+      const double w = Weight(c.key, max_key, inv_temperature);
+      total += w;
+      bucket_mass[bucket_of(c.key)] += w;
+    }
+    const double bucket_target = static_cast<double>(p.top_p) * total;
+    int last_bucket = kBuckets - 1;
+    double cumulative = 0;
+    for (int b = 0; b < kBuckets; ++b) {
+      cumulative += bucket_mass[b];
+      if (cumulative >= bucket_target) {
+        last_bucket = b;
+        break;
+      }
+    }
+    front_end = std::partition(cands.begin(), cands.end(),
+                               [&](const Cand& c) { return bucket_of(c.key) <= last_bucket; });
+  }
+  const double target = static_cast<double>(p.top_p) * total;
+  std::sort(cands.begin(), front_end, Better);
+  size_t keep = 0;
+  double mass = 0;
+  bool reached = false;
+  for (size_t i = 0; i < cands.size() && !reached; ++i) {
+    if (cands.begin() + i == front_end) {
+      // Summation order left the bucketed front just short of the target: order the rest too.
+      std::sort(front_end, cands.end(), Better);
+    }
+    mass += Weight(cands[i].key, max_key, inv_temperature);
+    keep = i + 1;
+    reached = mass >= target;
+  }
+  const double kept_mass = reached ? mass : total;
+  if (!reached) keep = cands.size();
+  const double scale = 1.0 / kept_mass;
+  for (size_t i = 0; i < keep; ++i) {
+    const Cand& c = cands[i];
+    out[c.id] = static_cast<float>(Weight(c.key, max_key, inv_temperature) * scale);
+  }
 }
 
 std::vector<float> WarpedProbs(std::span<const float> logits, const SamplingParams& p) {
@@ -122,23 +250,27 @@ std::vector<float> WarpedProbs(std::span<const float> logits, const SamplingPara
 
 int32_t SampleFromProbs(std::span<const float> probs, Rng& rng) {
   double total = 0;
-  for (float v : probs) total += v;
+  for (float v : probs) {
+    if (v > 0) total += v;
+  }
   const double u = rng.Uniform() * total;
   double acc = 0;
-  int32_t last_nonzero = -1;
+  int32_t last_positive = -1;
   for (size_t i = 0; i < probs.size(); ++i) {
-    if (probs[i] <= 0) continue;
+    if (!(probs[i] > 0)) continue;  // zero, negative or NaN: never sampled
     acc += probs[i];
-    last_nonzero = static_cast<int32_t>(i);
-    if (u < acc) return last_nonzero;
+    last_positive = static_cast<int32_t>(i);
+    if (u < acc) return last_positive;
   }
-  // Rounding left u just above the accumulated mass: the last id with mass.
-  return last_nonzero >= 0 ? last_nonzero : 0;
+  // Rounding left u at or just above the accumulated mass: the last id with mass.
+  return last_positive >= 0 ? last_positive : 0;
 }
 
 int32_t SampleToken(std::span<const float> logits, const SamplingParams& p, Rng& rng) {
-  if (p.temperature == 0.f) return Argmax(logits);
-  std::vector<float> probs = WarpedProbs(logits, p);
+  if (IsGreedy(p)) return Argmax(logits);
+  std::vector<float>& probs = ThreadScratch().probs;
+  probs.resize(logits.size());
+  WarpedProbsInto(logits, p, probs);
   return SampleFromProbs(probs, rng);
 }
 
