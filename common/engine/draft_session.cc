@@ -24,15 +24,11 @@ size_t CommonPrefix(std::span<const int32_t> a, std::span<const int32_t> b) {
 
 }  // namespace
 
-uint64_t DrafterSeed(uint64_t request_seed) {
-  return request_seed * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull;
-}
-
 ArDraftSession::ArDraftSession(const model::Transformer& draft,
                                const sampling::SamplingParams& sampling)
     : draft_(draft),
       sampling_(sampling),
-      rng_(DrafterSeed(sampling.seed)),
+      rng_(sampling::Rng::ForStream(sampling.seed, kDrafterRngStream)),
       cache_(draft.NewCache()) {}
 
 ArDraftSession::~ArDraftSession() = default;

@@ -23,9 +23,9 @@ class DFlashDrafter;
 
 namespace specdec::engine {
 
-// The seed of a request's drafter-side random stream, derived from the request seed so that the
-// target and the drafter draw independent numbers (they may live in different processes).
-uint64_t DrafterSeed(uint64_t request_seed);
+// The drafter side draws from its own stream of the request's seed (the target and the drafter
+// may live in different processes).
+inline constexpr uint64_t kDrafterRngStream = 1;
 
 struct DraftedChain {
   std::vector<int32_t> tokens;

@@ -100,10 +100,14 @@ Rng::Rng(uint64_t seed) {
 }
 
 Rng Rng::ForStream(uint64_t seed, uint64_t stream) {
-  Rng rng(seed);
+  // The stream's seed must depend non-linearly on `seed`: xoshiro is linear over GF(2), so
+  // XOR-ing a fixed pattern into the state of Rng(seed) would give streams whose outputs are
+  // correlated with Rng(seed)'s in the same way for every seed (the engine's distribution tests
+  // catch exactly that).
+  uint64_t x = seed;
+  const uint64_t mixed_seed = SplitMix64(x);
   uint64_t y = stream ^ 0x6a09e667f3bcc909ull;
-  for (uint64_t& s : rng.s_) s ^= SplitMix64(y);
-  return rng;
+  return Rng(mixed_seed ^ SplitMix64(y));
 }
 
 uint64_t Rng::Next() {
