@@ -1,0 +1,28 @@
+// specdec-target: the target LLM behind KV-cache handles over gRPC.
+#include <CLI/CLI.hpp>
+
+#include "services/target/target_service.h"
+
+int main(int argc, char** argv) {
+  specdec::services::TargetServerOptions o;
+  CLI::App app{"specdec-target: target model service (prefill, verify, KV-cache handles)"};
+  app.add_option("--address", o.address, "gRPC listen address")->envname("SPECDEC_TARGET_ADDRESS");
+  app.add_option("--metrics-address", o.metrics_address, "/metrics listen address (empty: off)")
+      ->envname("SPECDEC_TARGET_METRICS_ADDRESS");
+  app.add_option("--model", o.model_dir, "target checkpoint directory (HF layout)")
+      ->required()
+      ->envname("SPECDEC_TARGET_MODEL");
+  app.add_option("--dtype", o.dtype, "compute dtype")
+      ->check(CLI::IsMember({"auto", "f32", "bf16"}))
+      ->envname("SPECDEC_TARGET_DTYPE");
+  app.add_option("--replica", o.replica, "replica name (prefix of handles)")
+      ->envname("SPECDEC_REPLICA");
+  app.add_option("--kv-budget-bytes", o.kv_budget_bytes, "KV-cache memory budget")
+      ->envname("SPECDEC_KV_BUDGET_BYTES");
+  app.add_option("--lease-ms", o.lease_ms, "idle timeout of a handle")->envname("SPECDEC_LEASE_MS");
+  app.add_option("--threads", o.threads, "compute threads (0 = all cores)")
+      ->envname("SPECDEC_THREADS");
+  app.add_option("--drain-ms", o.drain_ms, "graceful shutdown budget")->envname("SPECDEC_DRAIN_MS");
+  CLI11_PARSE(app, argc, argv);
+  return specdec::services::RunTargetServer(o);
+}

@@ -1,0 +1,51 @@
+// specdec-target: hosts the target LLM and per-request KV caches behind handles, and serves
+// prefill / verify / release / attach over a bidirectional Session stream.
+#ifndef SPECDEC_SERVICES_TARGET_TARGET_SERVICE_H_
+#define SPECDEC_SERVICES_TARGET_TARGET_SERVICE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "services/common/metrics_server.h"
+
+namespace specdec::services {
+
+struct TargetServerOptions {
+  std::string address = "127.0.0.1:50051";         // gRPC; port 0 picks a free port
+  std::string metrics_address = "127.0.0.1:9091";  // /metrics; empty = do not serve
+  std::string model_dir;                           // HF checkpoint of the target
+  std::string dtype = "auto";                      // auto | f32 | bf16
+  std::string replica = "target-0";                // prefix of every handle minted here
+  int64_t kv_budget_bytes = int64_t{4} << 30;      // KV-cache memory budget
+  int64_t lease_ms = 60000;                        // idle timeout of a handle
+  int threads = 0;                                 // compute threads, 0 = all cores
+  int drain_ms = 2000;                             // graceful shutdown budget
+};
+
+// A running target server. Start/Shutdown from one thread; the service is thread-safe.
+class TargetServer {
+ public:
+  static absl::StatusOr<std::unique_ptr<TargetServer>> Start(const TargetServerOptions& options);
+  ~TargetServer();
+  int port() const;
+  int metrics_port() const;
+  prometheus::Registry& registry();
+  size_t handles_in_use() const;
+  int64_t kv_bytes_in_use() const;
+  void Shutdown();
+
+  struct Impl;
+
+ private:
+  explicit TargetServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Runs a target server until SIGINT/SIGTERM, then drains and stops.
+int RunTargetServer(const TargetServerOptions& options);
+
+}  // namespace specdec::services
+
+#endif  // SPECDEC_SERVICES_TARGET_TARGET_SERVICE_H_

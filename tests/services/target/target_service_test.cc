@@ -1,0 +1,270 @@
+// The target service over real loopback gRPC: results equal the in-process engine, errors are
+// per-operation with the documented codes, handles follow their streams, leases and budget.
+#include "services/target/target_service.h"
+
+#include <ATen/ATen.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "common/engine/target_session.h"
+#include "common/io/safetensors.h"
+#include "common/model/transformer.h"
+#include "specdec/v1/target.grpc.pb.h"
+
+namespace specdec::services {
+namespace {
+
+namespace fs = std::filesystem;
+using Stream = grpc::ClientReaderWriter<v1::TargetRequest, v1::TargetResponse>;
+
+model::ModelConfig SmallConfig() {
+  model::ModelConfig c;
+  c.architecture = model::Architecture::kQwen3;
+  c.qk_norm = true;
+  c.vocab_size = 61;
+  c.hidden_size = 32;
+  c.intermediate_size = 64;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 8;
+  c.max_position_embeddings = 128;
+  c.tie_word_embeddings = true;
+  return c;
+}
+
+// Writes a random checkpoint once per process.
+const std::string& ModelDir() {
+  static const std::string* dir = [] {
+    auto* d = new std::string(fs::temp_directory_path() /
+                              ("specdec_target_svc_" + std::to_string(::getpid())));
+    fs::create_directories(*d);
+    auto c = SmallConfig();
+    auto w = model::Transformer::RandomWeights(c, 5, 0.3);
+    std::vector<io::TensorToWrite> tw;
+    for (auto& [name, t] : w) {
+      t = t.contiguous();
+      tw.push_back({name, io::DType::kF32, std::vector<int64_t>(t.sizes().begin(), t.sizes().end()),
+                    std::span<const std::byte>(reinterpret_cast<const std::byte*>(t.data_ptr()),
+                                               t.nbytes())});
+    }
+    EXPECT_TRUE(io::WriteSafetensors(*d + "/model.safetensors", tw).ok());
+    std::ofstream(*d + "/config.json") << model::ModelConfigToJson(c);
+    return d;
+  }();
+  return *dir;
+}
+
+class TargetServiceTest : public ::testing::Test {
+ protected:
+  void StartServer(int64_t budget = int64_t{1} << 30, int64_t lease_ms = 60000) {
+    TargetServerOptions o;
+    o.address = "127.0.0.1:0";
+    o.metrics_address = "";
+    o.model_dir = ModelDir();
+    o.replica = "t0";
+    o.kv_budget_bytes = budget;
+    o.lease_ms = lease_ms;
+    o.threads = 1;
+    auto s = TargetServer::Start(o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    server_ = *std::move(s);
+    stub_ = v1::Target::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
+                                                    grpc::InsecureChannelCredentials()));
+  }
+
+  struct Open {
+    std::unique_ptr<grpc::ClientContext> ctx = std::make_unique<grpc::ClientContext>();
+    std::unique_ptr<Stream> stream;
+  };
+  Open OpenStream() {
+    Open o;
+    o.stream = stub_->Session(o.ctx.get());
+    return o;
+  }
+
+  static v1::TargetResponse Call(Stream* s, const v1::TargetRequest& req) {
+    EXPECT_TRUE(s->Write(req));
+    v1::TargetResponse resp;
+    EXPECT_TRUE(s->Read(&resp));
+    EXPECT_EQ(resp.seq(), req.seq());
+    return resp;
+  }
+
+  static v1::TargetRequest Prefill(uint64_t seq, std::vector<int32_t> tokens, float t = 0.f) {
+    v1::TargetRequest r;
+    r.set_seq(seq);
+    for (int32_t x : tokens) r.mutable_prefill()->add_tokens(x);
+    r.mutable_prefill()->mutable_sampling()->set_temperature(t);
+    r.mutable_prefill()->mutable_sampling()->set_seed(11);
+    return r;
+  }
+  static v1::TargetRequest Verify(uint64_t seq, const std::string& h, std::vector<int32_t> rows) {
+    v1::TargetRequest r;
+    r.set_seq(seq);
+    r.mutable_verify()->set_handle(h);
+    for (int32_t x : rows) r.mutable_verify()->add_tokens(x);
+    r.mutable_verify()->set_proposal(v1::TargetVerify::ONE_HOT);
+    return r;
+  }
+
+  bool WaitForHandles(size_t n) {
+    for (int i = 0; i < 300 && server_->handles_in_use() != n; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return server_->handles_in_use() == n;
+  }
+
+  std::unique_ptr<TargetServer> server_;
+  std::unique_ptr<v1::Target::Stub> stub_;
+};
+
+TEST_F(TargetServiceTest, PrefillAndVerifyEqualTheInProcessSession) {
+  StartServer();
+  auto model = model::Transformer::Load(ModelDir());
+  ASSERT_TRUE(model.ok());
+  engine::TargetSession local(**model, sampling::SamplingParams{0.f, 0, 1.f, 11}, {});
+  std::vector<int32_t> prompt = {3, 9, 27, 20, 1};
+  auto lp = local.Prefill(prompt);
+  ASSERT_TRUE(lp.ok());
+
+  Open o = OpenStream();
+  v1::TargetResponse r = Call(o.stream.get(), Prefill(1, prompt));
+  ASSERT_TRUE(r.has_prefill()) << r.error().message();
+  EXPECT_EQ(r.prefill().first_token(), lp->first_token);
+  EXPECT_EQ(r.prefill().handle().length(), 5);
+  const std::string h = r.prefill().handle().id();
+  EXPECT_EQ(h.rfind("t0/", 0), 0u);
+
+  // Three greedy verify steps with arbitrary drafts.
+  int32_t last = lp->first_token;
+  for (int step = 0; step < 3; ++step) {
+    std::vector<int32_t> rows = {last, (last + 7) % 61, (last * 3) % 61, 4};
+    engine::VerifyRequest vr;
+    vr.tokens = rows;
+    vr.proposal = engine::Proposal::kOneHot;
+    auto lv = local.Verify(vr);
+    ASSERT_TRUE(lv.ok());
+    v1::TargetResponse resp = Call(o.stream.get(), Verify(2 + step, h, rows));
+    ASSERT_TRUE(resp.has_verify()) << resp.error().message();
+    EXPECT_EQ(
+        std::vector<int32_t>(resp.verify().committed().begin(), resp.verify().committed().end()),
+        lv->committed);
+    EXPECT_EQ(resp.verify().length(), local.length());
+    last = resp.verify().next_token();
+  }
+  o.stream->WritesDone();
+  EXPECT_TRUE(o.stream->Finish().ok());
+}
+
+TEST_F(TargetServiceTest, ErrorsArePerOperationAndTheStreamKeepsServing) {
+  StartServer();
+  Open o = OpenStream();
+  auto r = Call(o.stream.get(), Verify(1, "t0/999-1", {1, 2}));
+  ASSERT_TRUE(r.has_error());
+  EXPECT_EQ(r.error().code(), grpc::StatusCode::NOT_FOUND);
+  r = Call(o.stream.get(), Verify(2, "t7/1-1", {1, 2}));
+  EXPECT_EQ(r.error().code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(r.error().message().find("not minted by replica 't0'"), std::string::npos);
+  r = Call(o.stream.get(), Prefill(3, {1, 99}));
+  EXPECT_EQ(r.error().code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(r.error().message().find("99"), std::string::npos) << r.error().message();
+  r = Call(o.stream.get(), Prefill(4, {}));
+  EXPECT_EQ(r.error().code(), grpc::StatusCode::INVALID_ARGUMENT);
+  v1::TargetRequest bad_t = Prefill(5, {1, 2});
+  bad_t.mutable_prefill()->mutable_sampling()->set_temperature(-1);
+  EXPECT_EQ(Call(o.stream.get(), bad_t).error().code(), grpc::StatusCode::INVALID_ARGUMENT);
+  // Sampled proposals at T>0 need the draft distribution.
+  r = Call(o.stream.get(), Prefill(6, {1, 2, 3}, 1.0f));
+  ASSERT_TRUE(r.has_prefill());
+  v1::TargetRequest v = Verify(7, r.prefill().handle().id(), {r.prefill().first_token(), 5});
+  v.mutable_verify()->set_proposal(v1::TargetVerify::SAMPLED);
+  auto e = Call(o.stream.get(), v);
+  EXPECT_EQ(e.error().code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(e.error().message().find("draft_probs"), std::string::npos);
+  // Still serving: a good prefill works and the failed ones left no handles behind.
+  EXPECT_TRUE(Call(o.stream.get(), Prefill(8, {4, 5})).has_prefill());
+  EXPECT_EQ(server_->handles_in_use(), 2u);
+  o.stream->WritesDone();
+  EXPECT_TRUE(o.stream->Finish().ok());
+}
+
+TEST_F(TargetServiceTest, StreamEndAndCancelReleaseHandles) {
+  StartServer();
+  {
+    Open o = OpenStream();
+    ASSERT_TRUE(Call(o.stream.get(), Prefill(1, {1, 2, 3})).has_prefill());
+    ASSERT_TRUE(Call(o.stream.get(), Prefill(2, {4, 5})).has_prefill());
+    EXPECT_EQ(server_->handles_in_use(), 2u);
+    EXPECT_GT(server_->kv_bytes_in_use(), 0);
+    o.stream->WritesDone();
+    EXPECT_TRUE(o.stream->Finish().ok());
+  }
+  EXPECT_TRUE(WaitForHandles(0));
+  EXPECT_EQ(server_->kv_bytes_in_use(), 0);
+  {
+    Open o = OpenStream();
+    ASSERT_TRUE(Call(o.stream.get(), Prefill(1, {1, 2, 3})).has_prefill());
+    o.ctx->TryCancel();  // a client that disappears
+    o.stream->Finish();
+  }
+  EXPECT_TRUE(WaitForHandles(0));
+}
+
+TEST_F(TargetServiceTest, AttachMovesAHandleToANewStream) {
+  StartServer();
+  Open a = OpenStream();
+  auto r = Call(a.stream.get(), Prefill(1, {1, 2, 3}));
+  ASSERT_TRUE(r.has_prefill());
+  const std::string h = r.prefill().handle().id();
+  Open b = OpenStream();
+  v1::TargetRequest att;
+  att.set_seq(1);
+  att.mutable_attach()->set_handle(h);
+  auto ar = Call(b.stream.get(), att);
+  ASSERT_TRUE(ar.has_attached()) << ar.error().message();
+  EXPECT_EQ(ar.attached().length(), 3);
+  EXPECT_TRUE(Call(b.stream.get(), Verify(2, h, {r.prefill().first_token(), 1})).has_verify());
+  EXPECT_EQ(Call(a.stream.get(), Verify(2, h, {1, 1})).error().code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  v1::TargetRequest rel;
+  rel.set_seq(3);
+  rel.mutable_release()->set_handle(h);
+  EXPECT_TRUE(Call(b.stream.get(), rel).has_released());
+  EXPECT_EQ(server_->handles_in_use(), 0u);
+  a.stream->WritesDone();
+  a.stream->Finish();
+  b.stream->WritesDone();
+  b.stream->Finish();
+}
+
+TEST_F(TargetServiceTest, BudgetAndLeases) {
+  auto c = SmallConfig();
+  const int64_t per_token = 2 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * 4;
+  StartServer(/*budget=*/per_token * 40, /*lease_ms=*/300);
+  Open o = OpenStream();
+  v1::TargetRequest big = Prefill(1, {1, 2, 3});
+  big.mutable_prefill()->set_reserve_tokens(30);  // 33 tokens reserved
+  auto r = Call(o.stream.get(), big);
+  ASSERT_TRUE(r.has_prefill()) << r.error().message();
+  v1::TargetRequest second = Prefill(2, {1, 2, 3});
+  second.mutable_prefill()->set_reserve_tokens(10);
+  auto e = Call(o.stream.get(), second);
+  EXPECT_EQ(e.error().code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_GT(e.error().retry_after_ms(), 0);
+  // The lease (300 ms) runs out while idle; the scheduler's sweep frees the cache.
+  EXPECT_TRUE(WaitForHandles(0));
+  EXPECT_EQ(Call(o.stream.get(), Verify(3, r.prefill().handle().id(), {1, 2})).error().code(),
+            grpc::StatusCode::NOT_FOUND);
+  EXPECT_TRUE(Call(o.stream.get(), second).has_prefill());  // memory is available again
+  o.stream->WritesDone();
+  o.stream->Finish();
+}
+
+}  // namespace
+}  // namespace specdec::services
