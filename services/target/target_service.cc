@@ -20,6 +20,7 @@
 #include "common/util/status_macros.h"
 #include "services/common/handle_table.h"
 #include "services/common/server.h"
+#include "services/common/session_loop.h"
 #include "services/common/shutdown.h"
 #include "services/common/tensor_proto.h"
 #include "specdec/v1/target.grpc.pb.h"
@@ -93,74 +94,38 @@ struct TargetMetrics {
   prometheus::Gauge& sessions;
 };
 
-// What the scheduler needs to answer a stream; outlives the reactor (a cancelled stream's queued
-// work still finds it, and then drops its answer).
-struct StreamState {
-  std::mutex mu;
-  class SessionReactor* reactor = nullptr;  // null once the RPC is done
-};
-
-struct Work {
-  std::shared_ptr<StreamState> stream;
-  uint64_t owner = 0;
-  v1::TargetRequest request;
-  Clock::time_point enqueued;
-};
-
-class TargetCore;
-
-class SessionReactor final : public grpc::ServerBidiReactor<v1::TargetRequest, v1::TargetResponse> {
- public:
-  SessionReactor(TargetCore* core, uint64_t id);
-  void OnReadDone(bool ok) override;
-  void OnWriteDone(bool ok) override;
-  void OnCancel() override;
-  void OnDone() override;
-  // Queues a response (called by the scheduler thread).
-  void Send(v1::TargetResponse response);
-
- private:
-  void MaybeFinishLocked();
-  TargetCore* core_;
-  uint64_t id_;
-  std::shared_ptr<StreamState> state_;
-  v1::TargetRequest request_;
-  std::mutex mu_;
-  std::deque<v1::TargetResponse> outbox_;
-  bool writing_ = false, reads_done_ = false, finished_ = false;
-  int pending_ = 0;
-};
-
-// Owns the model, the handles and the scheduler loop thread that runs every operation.
+// Owns the model and the handles; runs every operation on the session loop's thread.
 class TargetCore {
  public:
   TargetCore(std::unique_ptr<model::Transformer> model,
              HandleTable<engine::TargetSession>::Options table_options, TargetMetrics* metrics)
-      : model_(std::move(model)),
-        table_(std::move(table_options)),
-        metrics_(metrics),
-        loop_([this] { Loop(); }) {}
-
-  ~TargetCore() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stopping_ = true;
-    }
-    cv_.notify_all();
-    loop_.join();
+      : model_(std::move(model)), table_(std::move(table_options)), metrics_(metrics) {
+    SessionLoop<v1::TargetRequest, v1::TargetResponse>::Hooks h;
+    h.execute = [this](uint64_t owner, const v1::TargetRequest& r, v1::TargetResponse* resp) {
+      absl::Status s = Execute(owner, r, resp);
+      UpdateGauges();
+      return s;
+    };
+    h.observe = [this](const v1::TargetRequest& r, const absl::Status& s, double queued,
+                       double compute) {
+      const char* op = OpName(r.op_case());
+      metrics_->queue.Observe(queued);
+      metrics_->compute.Add({{"op", op}}, TargetMetrics::Buckets()).Observe(compute);
+      metrics_->Op(op, s.code());
+    };
+    h.periodic = [this] {
+      if (table_.ExpireIdle() > 0) UpdateGauges();
+    };
+    h.stream_done = [this](uint64_t owner) {
+      table_.ReleaseOwner(owner);
+      UpdateGauges();
+    };
+    h.sessions = [this](int d) { metrics_->sessions.Increment(d); };
+    loop_ = std::make_unique<SessionLoop<v1::TargetRequest, v1::TargetResponse>>(std::move(h));
   }
 
-  void Enqueue(Work w) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      queue_.push_back(std::move(w));
-    }
-    cv_.notify_one();
-  }
-
-  void StreamDone(uint64_t owner) {
-    table_.ReleaseOwner(owner);
-    UpdateGauges();
+  grpc::ServerBidiReactor<v1::TargetRequest, v1::TargetResponse>* NewReactor() {
+    return loop_->NewReactor();
   }
 
   const model::Transformer& model() const { return *model_; }
@@ -173,39 +138,6 @@ class TargetCore {
     metrics_->handles.Set(static_cast<double>(table_.size()));
   }
 
-  void Loop() {
-    while (true) {
-      std::deque<Work> items;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait_for(lock, std::chrono::seconds(1), [&] { return stopping_ || !queue_.empty(); });
-        if (stopping_ && queue_.empty()) return;
-        items.swap(queue_);
-      }
-      if (table_.ExpireIdle() > 0) UpdateGauges();
-      for (Work& w : items) {
-        v1::TargetResponse resp;
-        resp.set_seq(w.request.seq());
-        const char* op = OpName(w.request.op_case());
-        metrics_->queue.Observe(MsSince(w.enqueued) / 1000.0);
-        auto t0 = Clock::now();
-        absl::Status s = Execute(w, &resp);
-        metrics_->compute.Add({{"op", op}}, TargetMetrics::Buckets()).Observe(MsSince(t0) / 1000.0);
-        metrics_->Op(op, s.code());
-        if (!s.ok()) {
-          resp.clear_result();
-          auto* e = resp.mutable_error();
-          e->set_code(static_cast<int>(s.code()));
-          e->set_message(std::string(s.message()));
-          if (s.code() == absl::StatusCode::kResourceExhausted) e->set_retry_after_ms(100);
-        }
-        UpdateGauges();
-        std::lock_guard<std::mutex> lock(w.stream->mu);
-        if (w.stream->reactor != nullptr) w.stream->reactor->Send(std::move(resp));
-      }
-    }
-  }
-
   void FillHandle(const std::string& id, const engine::TargetSession& s, v1::KvHandle* h) {
     h->set_id(id);
     h->set_replica(table_.replica());
@@ -213,21 +145,20 @@ class TargetCore {
     h->set_cache_bytes(s.kv_bytes());
   }
 
-  absl::Status Execute(const Work& w, v1::TargetResponse* resp) {
-    const v1::TargetRequest& r = w.request;
+  absl::Status Execute(uint64_t owner, const v1::TargetRequest& r, v1::TargetResponse* resp) {
     switch (r.op_case()) {
       case v1::TargetRequest::kPrefill:
-        return Prefill(w, r.prefill(), resp);
+        return Prefill(owner, r.prefill(), resp);
       case v1::TargetRequest::kVerify:
-        return Verify(w, r.verify(), resp);
+        return Verify(owner, r.verify(), resp);
       case v1::TargetRequest::kRelease: {
         RETURN_IF_ERROR(table_.Release(r.release().handle()));
         resp->mutable_released()->set_id(r.release().handle());
         return absl::OkStatus();
       }
       case v1::TargetRequest::kAttach: {
-        RETURN_IF_ERROR(table_.Attach(r.attach().handle(), w.owner));
-        ASSIGN_OR_RETURN(auto* s, table_.Acquire(r.attach().handle(), w.owner));
+        RETURN_IF_ERROR(table_.Attach(r.attach().handle(), owner));
+        ASSIGN_OR_RETURN(auto* s, table_.Acquire(r.attach().handle(), owner));
         FillHandle(r.attach().handle(), *s, resp->mutable_attached());
         return absl::OkStatus();
       }
@@ -237,7 +168,7 @@ class TargetCore {
     }
   }
 
-  absl::Status Prefill(const Work& w, const v1::TargetPrefill& p, v1::TargetResponse* resp) {
+  absl::Status Prefill(uint64_t owner, const v1::TargetPrefill& p, v1::TargetResponse* resp) {
     if (!p.handle().empty() || p.features_tail() != 0) {
       return absl::UnimplementedError(
           "prefill.handle (extending a cache) and prefill.features_tail are not supported yet");
@@ -260,7 +191,7 @@ class TargetCore {
     // Admission: reserve the whole request's KV memory up front.
     ASSIGN_OR_RETURN(
         std::string id,
-        table_.Create(std::move(session), want_tokens * model_->kv_bytes_per_token(), w.owner));
+        table_.Create(std::move(session), want_tokens * model_->kv_bytes_per_token(), owner));
     std::vector<int32_t> tokens(p.tokens().begin(), p.tokens().end());
     auto out = s->Prefill(tokens);
     if (!out.ok()) {
@@ -287,14 +218,14 @@ class TargetCore {
     return FloatsToTensor(std::span<const float>(c.data_ptr<float>(), c.numel()), shape, v1::BF16);
   }
 
-  absl::Status Verify(const Work& w, const v1::TargetVerify& v, v1::TargetResponse* resp) {
+  absl::Status Verify(uint64_t owner, const v1::TargetVerify& v, v1::TargetResponse* resp) {
     if (!v.draft_probs_sparse().empty() || v.return_logits() || v.return_top2_gaps() ||
         v.sibling_sampling() > 1) {
       return absl::UnimplementedError(
           "verify: sparse draft_probs, return_logits, return_top2_gaps and sibling sampling "
           "without replacement are not supported yet");
     }
-    ASSIGN_OR_RETURN(engine::TargetSession * s, table_.Acquire(v.handle(), w.owner));
+    ASSIGN_OR_RETURN(engine::TargetSession * s, table_.Acquire(v.handle(), owner));
     if (v.expected_length() != 0 && v.expected_length() != s->length()) {
       return absl::FailedPreconditionError(absl::StrCat("verify: handle holds ", s->length(),
                                                         " tokens, the client expected ",
@@ -332,87 +263,8 @@ class TargetCore {
   std::unique_ptr<model::Transformer> model_;
   HandleTable<engine::TargetSession> table_;
   TargetMetrics* metrics_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Work> queue_;
-  bool stopping_ = false;
-  std::thread loop_;
+  std::unique_ptr<SessionLoop<v1::TargetRequest, v1::TargetResponse>> loop_;  // last: stops first
 };
-
-SessionReactor::SessionReactor(TargetCore* core, uint64_t id)
-    : core_(core), id_(id), state_(std::make_shared<StreamState>()) {
-  state_->reactor = this;
-  core_->metrics().sessions.Increment();
-  StartRead(&request_);
-}
-
-void SessionReactor::OnReadDone(bool ok) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!ok) {
-    reads_done_ = true;
-    MaybeFinishLocked();
-    return;
-  }
-  ++pending_;
-  core_->Enqueue(Work{state_, id_, std::move(request_), Clock::now()});
-  request_.Clear();
-  StartRead(&request_);
-}
-
-void SessionReactor::Send(v1::TargetResponse response) {
-  std::lock_guard<std::mutex> lock(mu_);
-  --pending_;
-  if (finished_) return;
-  outbox_.push_back(std::move(response));
-  if (!writing_) {
-    writing_ = true;
-    StartWrite(&outbox_.front());
-  }
-}
-
-void SessionReactor::OnWriteDone(bool ok) {
-  std::lock_guard<std::mutex> lock(mu_);
-  outbox_.pop_front();
-  if (!ok) {
-    writing_ = false;
-    if (!finished_) {
-      finished_ = true;
-      Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "client stream closed"));
-    }
-    return;
-  }
-  if (!outbox_.empty() && !finished_) {
-    StartWrite(&outbox_.front());
-  } else {
-    writing_ = false;
-    MaybeFinishLocked();
-  }
-}
-
-void SessionReactor::MaybeFinishLocked() {
-  if (reads_done_ && pending_ == 0 && !writing_ && !finished_) {
-    finished_ = true;
-    Finish(grpc::Status::OK);
-  }
-}
-
-void SessionReactor::OnCancel() {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!finished_) {
-    finished_ = true;
-    Finish(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client"));
-  }
-}
-
-void SessionReactor::OnDone() {
-  {
-    std::lock_guard<std::mutex> lock(state_->mu);
-    state_->reactor = nullptr;
-  }
-  core_->StreamDone(id_);  // closing the stream releases every handle it owns
-  core_->metrics().sessions.Decrement();
-  delete this;
-}
 
 class TargetServiceImpl final : public v1::Target::CallbackService {
  public:
@@ -420,7 +272,7 @@ class TargetServiceImpl final : public v1::Target::CallbackService {
 
   grpc::ServerBidiReactor<v1::TargetRequest, v1::TargetResponse>* Session(
       grpc::CallbackServerContext*) override {
-    return new SessionReactor(core_, next_stream_.fetch_add(1));
+    return core_->NewReactor();
   }
 
   grpc::ServerUnaryReactor* GetInfo(grpc::CallbackServerContext* ctx, const v1::GetInfoRequest*,
@@ -443,7 +295,6 @@ class TargetServiceImpl final : public v1::Target::CallbackService {
 
  private:
   TargetCore* core_;
-  std::atomic<uint64_t> next_stream_{1};
 };
 
 }  // namespace

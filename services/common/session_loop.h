@@ -1,0 +1,205 @@
+// The serving skeleton shared by the model-owning services (DESIGN §1): bidirectional Session
+// streams whose operations are queued to one scheduler thread that owns the models. gRPC reactors
+// only enqueue and write; they never compute.
+#ifndef SPECDEC_SERVICES_COMMON_SESSION_LOOP_H_
+#define SPECDEC_SERVICES_COMMON_SESSION_LOOP_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+
+namespace specdec::services {
+
+// Req/Resp are a service's stream messages: both have `seq`; Resp has a `result` oneof with an
+// `error` (ErrorDetail) member. Thread-safe.
+template <typename Req, typename Resp>
+class SessionLoop {
+ public:
+  using Clock = std::chrono::steady_clock;
+  struct Hooks {
+    // Runs one operation for stream `owner` on the scheduler thread; a non-OK status becomes an
+    // ErrorDetail response and the stream goes on.
+    std::function<absl::Status(uint64_t owner, const Req&, Resp*)> execute;
+    // After every operation: (request, status, queue seconds, compute seconds).
+    std::function<void(const Req&, const absl::Status&, double, double)> observe;
+    std::function<void()> periodic;                   // about once a second (lease sweeps)
+    std::function<void(uint64_t owner)> stream_done;  // the stream ended: free what it owns
+    std::function<void(int delta)> sessions;          // +1 / -1 as streams open and close
+  };
+
+  explicit SessionLoop(Hooks hooks) : hooks_(std::move(hooks)), loop_([this] { Loop(); }) {}
+  ~SessionLoop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    loop_.join();
+  }
+
+  // For the service's Session method.
+  grpc::ServerBidiReactor<Req, Resp>* NewReactor() {
+    return new Reactor(this, next_stream_.fetch_add(1));
+  }
+
+ private:
+  class Reactor;
+  struct StreamState {
+    std::mutex mu;
+    Reactor* reactor = nullptr;  // null once the RPC is done
+  };
+  struct Work {
+    std::shared_ptr<StreamState> stream;
+    uint64_t owner;
+    Req request;
+    Clock::time_point enqueued;
+  };
+
+  class Reactor final : public grpc::ServerBidiReactor<Req, Resp> {
+   public:
+    Reactor(SessionLoop* loop, uint64_t id)
+        : loop_(loop), id_(id), state_(std::make_shared<StreamState>()) {
+      state_->reactor = this;
+      if (loop_->hooks_.sessions) loop_->hooks_.sessions(+1);
+      this->StartRead(&request_);
+    }
+    void OnReadDone(bool ok) override {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!ok) {
+        reads_done_ = true;
+        MaybeFinishLocked();
+        return;
+      }
+      ++pending_;
+      loop_->Enqueue(Work{state_, id_, std::move(request_), Clock::now()});
+      request_.Clear();
+      this->StartRead(&request_);
+    }
+    void Send(Resp response) {
+      std::lock_guard<std::mutex> lock(mu_);
+      --pending_;
+      if (finished_) return;
+      outbox_.push_back(std::move(response));
+      if (!writing_) {
+        writing_ = true;
+        this->StartWrite(&outbox_.front());
+      }
+    }
+    void OnWriteDone(bool ok) override {
+      std::lock_guard<std::mutex> lock(mu_);
+      outbox_.pop_front();
+      if (!ok) {
+        writing_ = false;
+        if (!finished_) {
+          finished_ = true;
+          this->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "client stream closed"));
+        }
+        return;
+      }
+      if (!outbox_.empty() && !finished_) {
+        this->StartWrite(&outbox_.front());
+      } else {
+        writing_ = false;
+        MaybeFinishLocked();
+      }
+    }
+    void OnCancel() override {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!finished_) {
+        finished_ = true;
+        this->Finish(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client"));
+      }
+    }
+    void OnDone() override {
+      {
+        std::lock_guard<std::mutex> lock(state_->mu);
+        state_->reactor = nullptr;
+      }
+      if (loop_->hooks_.stream_done) loop_->hooks_.stream_done(id_);
+      if (loop_->hooks_.sessions) loop_->hooks_.sessions(-1);
+      delete this;
+    }
+
+   private:
+    void MaybeFinishLocked() {
+      if (reads_done_ && pending_ == 0 && !writing_ && !finished_) {
+        finished_ = true;
+        this->Finish(grpc::Status::OK);
+      }
+    }
+    SessionLoop* loop_;
+    uint64_t id_;
+    std::shared_ptr<StreamState> state_;
+    Req request_;
+    std::mutex mu_;
+    std::deque<Resp> outbox_;
+    bool writing_ = false, reads_done_ = false, finished_ = false;
+    int pending_ = 0;
+  };
+
+  void Enqueue(Work w) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(std::move(w));
+    }
+    cv_.notify_one();
+  }
+
+  void Loop() {
+    auto last_periodic = Clock::now();
+    while (true) {
+      std::deque<Work> items;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait_for(lock, std::chrono::milliseconds(200),
+                     [&] { return stopping_ || !queue_.empty(); });
+        if (stopping_ && queue_.empty()) return;
+        items.swap(queue_);
+      }
+      if (hooks_.periodic && Clock::now() - last_periodic > std::chrono::milliseconds(200)) {
+        hooks_.periodic();
+        last_periodic = Clock::now();
+      }
+      for (Work& w : items) {
+        Resp resp;
+        resp.set_seq(w.request.seq());
+        const auto t0 = Clock::now();
+        absl::Status s = hooks_.execute(w.owner, w.request, &resp);
+        const double compute = std::chrono::duration<double>(Clock::now() - t0).count();
+        const double queued = std::chrono::duration<double>(t0 - w.enqueued).count();
+        if (hooks_.observe) hooks_.observe(w.request, s, queued, compute);
+        if (!s.ok()) {
+          resp.clear_result();
+          auto* e = resp.mutable_error();
+          e->set_code(static_cast<int>(s.code()));
+          e->set_message(std::string(s.message()));
+          if (s.code() == absl::StatusCode::kResourceExhausted) e->set_retry_after_ms(100);
+        }
+        std::lock_guard<std::mutex> lock(w.stream->mu);
+        if (w.stream->reactor != nullptr) w.stream->reactor->Send(std::move(resp));
+      }
+    }
+  }
+
+  Hooks hooks_;
+  std::atomic<uint64_t> next_stream_{1};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Work> queue_;
+  bool stopping_ = false;
+  std::thread loop_;  // last: starts after every other member is ready
+};
+
+}  // namespace specdec::services
+
+#endif  // SPECDEC_SERVICES_COMMON_SESSION_LOOP_H_
