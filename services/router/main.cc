@@ -1,0 +1,28 @@
+// specdec-router: the client-facing Generate API over the target, drafter and policy services.
+#include <CLI/CLI.hpp>
+
+#include "services/router/router_service.h"
+
+int main(int argc, char** argv) {
+  specdec::services::RouterServerOptions o;
+  CLI::App app{"specdec-router: request orchestration, token streaming and metrics"};
+  app.add_option("--address", o.address, "gRPC listen address")->envname("SPECDEC_ROUTER_ADDRESS");
+  app.add_option("--metrics-address", o.metrics_address, "/metrics listen address (empty: off)")
+      ->envname("SPECDEC_ROUTER_METRICS_ADDRESS");
+  app.add_option("--target", o.target_address, "target service address")
+      ->required()
+      ->envname("SPECDEC_TARGET_ENDPOINT");
+  app.add_option("--drafter", o.drafter_address, "drafter service address")
+      ->envname("SPECDEC_DRAFTER_ENDPOINT");
+  app.add_option("--policy", o.policy_address, "policy service address")
+      ->envname("SPECDEC_POLICY_ENDPOINT");
+  app.add_option("--tokenizer", o.tokenizer_dir, "directory with tokenizer.json (text prompts)")
+      ->envname("SPECDEC_TOKENIZER");
+  app.add_option("--model-name", o.model_name, "model label of the metrics")
+      ->envname("SPECDEC_MODEL_NAME");
+  app.add_option("--default-max-new-tokens", o.default_max_new_tokens, "when a request sets 0");
+  app.add_option("--connect-timeout-ms", o.connect_timeout_ms, "wait for the target at startup");
+  app.add_option("--drain-ms", o.drain_ms, "graceful shutdown budget")->envname("SPECDEC_DRAIN_MS");
+  CLI11_PARSE(app, argc, argv);
+  return specdec::services::RunRouterServer(o);
+}

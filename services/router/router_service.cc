@@ -1,0 +1,746 @@
+#include "services/router/router_service.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <iostream>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/tokenizer/stream_decoder.h"
+#include "common/tokenizer/tokenizer.h"
+#include "common/util/status_macros.h"
+#include "services/common/server.h"
+#include "services/common/shutdown.h"
+#include "services/router/stream_clients.h"
+#include "specdec/v1/policy.grpc.pb.h"
+#include "specdec/v1/router.grpc.pb.h"
+
+namespace specdec::services {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double MsSince(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+prometheus::Histogram::BucketBoundaries LatencyBuckets() {
+  return {0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30};
+}
+
+// Router metrics (DESIGN §6): vLLM's spec-decode counters under our prefix plus acceptance,
+// block size, speedup, latency and outcome metrics. Children are created per label set on first
+// use; the families are resolved once.
+struct RouterMetrics {
+  explicit RouterMetrics(prometheus::Registry& r)
+      : drafts(prometheus::BuildCounter()
+                   .Name("specdec_spec_decode_num_drafts_total")
+                   .Help("Speculative steps (target verify passes with drafts)")
+                   .Register(r)),
+        draft_tokens(prometheus::BuildCounter()
+                         .Name("specdec_spec_decode_num_draft_tokens_total")
+                         .Help("Draft tokens proposed")
+                         .Register(r)),
+        accepted(prometheus::BuildCounter()
+                     .Name("specdec_spec_decode_num_accepted_tokens_total")
+                     .Help("Draft tokens accepted")
+                     .Register(r)),
+        accepted_pos(prometheus::BuildCounter()
+                         .Name("specdec_spec_decode_num_accepted_tokens_per_pos_total")
+                         .Help("Accepted draft tokens by draft position")
+                         .Register(r)),
+        step_tau(prometheus::BuildHistogram()
+                     .Name("specdec_acceptance_length_step")
+                     .Help("Tokens committed per target verify pass")
+                     .Register(r)),
+        request_tau(prometheus::BuildHistogram()
+                        .Name("specdec_acceptance_length_request")
+                        .Help("Mean acceptance length (tau) per request")
+                        .Register(r)),
+        block_size(prometheus::BuildCounter()
+                       .Name("specdec_block_size_chosen_total")
+                       .Help("DFlash block sizes used, per request")
+                       .Register(r)),
+        speedup(prometheus::BuildHistogram()
+                    .Name("specdec_estimated_speedup")
+                    .Help("Per request: generated tokens x measured AR step time / decode time")
+                    .Register(r)),
+        stage(prometheus::BuildHistogram()
+                  .Name("specdec_stage_latency_seconds")
+                  .Help("Per-request time in each stage")
+                  .Register(r)),
+        ttft(prometheus::BuildHistogram()
+                 .Name("specdec_time_to_first_token_seconds")
+                 .Help("Time to first token")
+                 .Register(r)
+                 .Add({}, LatencyBuckets())),
+        itl(prometheus::BuildHistogram()
+                .Name("specdec_inter_token_latency_seconds")
+                .Help("Mean time between streamed tokens, per request")
+                .Register(r)
+                .Add({}, LatencyBuckets())),
+        e2e(prometheus::BuildHistogram()
+                .Name("specdec_request_latency_seconds")
+                .Help("End-to-end request latency")
+                .Register(r)
+                .Add({}, LatencyBuckets())),
+        outcomes(prometheus::BuildCounter()
+                     .Name("specdec_requests_total")
+                     .Help("Finished requests by gRPC status code")
+                     .Register(r)),
+        fallbacks(prometheus::BuildCounter()
+                      .Name("specdec_fallbacks_total")
+                      .Help("Requests that degraded (drafter -> AR, policy -> default size)")
+                      .Register(r)),
+        active(prometheus::BuildGauge()
+                   .Name("specdec_active_requests")
+                   .Help("Requests in flight")
+                   .Register(r)
+                   .Add({})) {}
+  prometheus::Family<prometheus::Counter>& drafts;
+  prometheus::Family<prometheus::Counter>& draft_tokens;
+  prometheus::Family<prometheus::Counter>& accepted;
+  prometheus::Family<prometheus::Counter>& accepted_pos;
+  prometheus::Family<prometheus::Histogram>& step_tau;
+  prometheus::Family<prometheus::Histogram>& request_tau;
+  prometheus::Family<prometheus::Counter>& block_size;
+  prometheus::Family<prometheus::Histogram>& speedup;
+  prometheus::Family<prometheus::Histogram>& stage;
+  prometheus::Histogram& ttft;
+  prometheus::Histogram& itl;
+  prometheus::Histogram& e2e;
+  prometheus::Family<prometheus::Counter>& outcomes;
+  prometheus::Family<prometheus::Counter>& fallbacks;
+  prometheus::Gauge& active;
+};
+
+// Responses a worker produced, written one at a time by the reactor. Outlives the reactor.
+struct Outbox {
+  std::mutex mu;
+  std::deque<v1::GenerateResponse> queue;
+  bool writing = false, finish_requested = false, finished = false;
+  grpc::Status status;
+  std::atomic<bool> cancelled{false};
+  class GenerateReactor* reactor = nullptr;  // null once the RPC is done
+};
+
+class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
+ public:
+  explicit GenerateReactor(std::shared_ptr<Outbox> box) : box_(std::move(box)) {
+    box_->reactor = this;
+  }
+  // Called with box_->mu held.
+  void Pump() {
+    if (box_->finished || box_->writing) return;
+    if (!box_->queue.empty()) {
+      box_->writing = true;
+      StartWrite(&box_->queue.front());
+    } else if (box_->finish_requested) {
+      box_->finished = true;
+      Finish(box_->status);
+    }
+  }
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(box_->mu);
+    box_->queue.pop_front();
+    box_->writing = false;
+    if (!ok) {
+      box_->cancelled = true;
+      if (!box_->finished) {
+        box_->finished = true;
+        Finish(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
+      }
+      return;
+    }
+    Pump();
+  }
+  void OnCancel() override { box_->cancelled = true; }
+  void OnDone() override {
+    {
+      std::lock_guard<std::mutex> lock(box_->mu);
+      box_->reactor = nullptr;
+      box_->cancelled = true;
+    }
+    delete this;
+  }
+
+ private:
+  std::shared_ptr<Outbox> box_;
+};
+
+void Push(Outbox& box, v1::GenerateResponse r) {
+  std::lock_guard<std::mutex> lock(box.mu);
+  if (box.reactor == nullptr || box.finished) return;
+  box.queue.push_back(std::move(r));
+  box.reactor->Pump();
+}
+
+void FinishBox(Outbox& box, grpc::Status s) {
+  std::lock_guard<std::mutex> lock(box.mu);
+  if (box.reactor == nullptr || box.finished) return;
+  box.finish_requested = true;
+  box.status = std::move(s);
+  box.reactor->Pump();
+}
+
+}  // namespace
+
+struct RouterServer::Impl {
+  RouterServerOptions options;
+  MetricsServer metrics_server;
+  std::unique_ptr<RouterMetrics> metrics;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer;
+  std::unique_ptr<v1::Target::Stub> target;
+  std::unique_ptr<v1::Drafter::Stub> drafter;
+  std::unique_ptr<v1::Policy::Stub> policy;
+  v1::ModelInfo target_info;
+  std::unique_ptr<grpc::Service> service;
+  StartedServer server;
+  std::mutex workers_mu;
+  std::condition_variable workers_cv;
+  int workers = 0;
+  std::atomic<double> ar_step_ms{0};  // running mean of single-token target steps
+
+  void Spawn(std::shared_ptr<Outbox> box, v1::GenerateRequest req,
+             std::chrono::system_clock::time_point deadline) {
+    {
+      std::lock_guard<std::mutex> lock(workers_mu);
+      ++workers;
+    }
+    std::thread([this, box, req = std::move(req), deadline] {
+      metrics->active.Increment();
+      const auto t0 = Clock::now();
+      absl::Status s = Serve(req, deadline, *box);
+      metrics->active.Decrement();
+      metrics->outcomes.Add({{"code", absl::StatusCodeToString(s.code())}}).Increment();
+      metrics->e2e.Observe(MsSince(t0) / 1000.0);
+      FinishBox(*box, ToGrpc(s));
+      std::lock_guard<std::mutex> lock(workers_mu);
+      --workers;
+      workers_cv.notify_all();
+    }).detach();
+  }
+
+  absl::Status Serve(const v1::GenerateRequest& req, std::chrono::system_clock::time_point deadline,
+                     Outbox& box);
+};
+
+namespace {
+
+class RouterServiceImpl final : public v1::Router::CallbackService {
+ public:
+  explicit RouterServiceImpl(RouterServer::Impl* impl) : impl_(impl) {}
+  grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
+      grpc::CallbackServerContext* ctx, const v1::GenerateRequest* req) override {
+    auto box = std::make_shared<Outbox>();
+    auto* reactor = new GenerateReactor(box);
+    impl_->Spawn(box, *req, ctx->deadline());
+    return reactor;
+  }
+  grpc::ServerUnaryReactor* GetInfo(grpc::CallbackServerContext* ctx, const v1::GetInfoRequest*,
+                                    v1::RouterInfo* info) override {
+    *info->mutable_target() = impl_->target_info;
+    info->add_methods(v1::AR);
+    if (impl_->drafter) {
+      for (auto m : {v1::DRAFT_CHAIN, v1::DYSPEC_TREE, v1::DFLASH, v1::DFLASH_ADAPTIVE}) {
+        info->add_methods(m);
+      }
+    }
+    info->set_default_method(impl_->drafter ? v1::DFLASH_ADAPTIVE : v1::AR);
+    info->set_default_max_new_tokens(impl_->options.default_max_new_tokens);
+    auto* reactor = ctx->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+
+ private:
+  RouterServer::Impl* impl_;
+};
+
+}  // namespace
+
+// One request, start to finish, on its worker thread.
+absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
+                                       std::chrono::system_clock::time_point deadline,
+                                       Outbox& box) {
+  const auto t_start = Clock::now();
+  const int64_t vocab = target_info.vocab_size();
+  // ---- validate every field before touching a backend.
+  std::vector<int32_t> prompt;
+  if (req.has_token_ids()) {
+    prompt.assign(req.token_ids().ids().begin(), req.token_ids().ids().end());
+    for (size_t i = 0; i < prompt.size(); ++i) {
+      if (prompt[i] < 0 || prompt[i] >= vocab) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "token_ids.ids[", i, "] = ", prompt[i], " is outside the vocabulary [0, ", vocab, ")"));
+      }
+    }
+  } else if (req.has_text()) {
+    if (!tokenizer) {
+      return absl::FailedPreconditionError(
+          "text prompts need the router's tokenizer (--tokenizer); send token_ids instead");
+    }
+    ASSIGN_OR_RETURN(prompt, tokenizer->Encode(req.text(), tokenizer->add_bos_by_default()));
+  }
+  if (prompt.empty()) {
+    return absl::InvalidArgumentError("the prompt is empty: set text or token_ids");
+  }
+  const int32_t max_new =
+      req.max_new_tokens() == 0 ? options.default_max_new_tokens : req.max_new_tokens();
+  if (max_new < 1 || static_cast<int64_t>(prompt.size()) + max_new > target_info.max_context()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_new_tokens ", max_new, " with a ", prompt.size(),
+        "-token prompt must be >= 1 and fit the maximum context of ", target_info.max_context()));
+  }
+  v1::SamplingParams sampling = req.sampling();
+  if (std::isnan(sampling.temperature()) || sampling.temperature() < 0 ||
+      sampling.temperature() > 100) {
+    return absl::InvalidArgumentError("sampling.temperature must be in [0, 100]");
+  }
+  if (sampling.top_k() < 0) return absl::InvalidArgumentError("sampling.top_k must be >= 0");
+  if (std::isnan(sampling.top_p()) || sampling.top_p() < 0 || sampling.top_p() > 1) {
+    return absl::InvalidArgumentError("sampling.top_p must be in (0, 1] (0 = unset)");
+  }
+  if (req.draft_length() < 0 || req.draft_length() > 64) {
+    return absl::InvalidArgumentError("draft_length must be in [1, 64] (0 = default 4)");
+  }
+  if (req.tree_budget() < 0 || req.tree_budget() > 512 || req.tree_max_depth() < 0 ||
+      req.tree_max_depth() > 64 || req.tree_threshold() < 0 || req.tree_threshold() >= 1) {
+    return absl::InvalidArgumentError(
+        "tree_budget must be in [1, 512], tree_max_depth in [1, 64], tree_threshold in [0, 1)");
+  }
+  if (req.block_size() != 0 && (req.block_size() < 2 || req.block_size() > 256)) {
+    return absl::InvalidArgumentError("block_size must be 0 (default) or in [2, 256]");
+  }
+  if (!v1::Method_IsValid(req.method())) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown method ", req.method()));
+  }
+  for (int32_t t : req.stop_token_ids()) {
+    if (t < 0 || t >= vocab) {
+      return absl::InvalidArgumentError(absl::StrCat("stop_token_ids: ", t, " outside vocabulary"));
+    }
+  }
+  v1::Method method = req.method();
+  if (method == v1::METHOD_UNSPECIFIED) method = drafter ? v1::DFLASH_ADAPTIVE : v1::AR;
+  std::vector<int32_t> stops(req.stop_token_ids().begin(), req.stop_token_ids().end());
+  if (!req.ignore_eos())
+    stops.insert(stops.end(), target_info.eos_token_ids().begin(),
+                 target_info.eos_token_ids().end());
+  const std::string method_name = v1::Method_Name(method);
+  const std::string& model = options.model_name;
+
+  // ---- state of the request.
+  v1::RequestStats stats;
+  stats.set_method(method);
+  std::vector<int32_t> out;
+  bool stopped = false;
+  int32_t stop_token = -1;
+  std::unique_ptr<tokenizer::StreamDecoder> text;
+  if (req.return_text() && tokenizer) text = std::make_unique<tokenizer::StreamDecoder>(*tokenizer);
+  double ttft_ms = 0;
+  auto last_chunk = Clock::now();
+  double itl_sum = 0;
+  int itl_n = 0;
+  auto commit = [&](const std::vector<int32_t>& toks, const v1::StepStats* step) {
+    v1::GenerateResponse r;
+    auto* c = r.mutable_chunk();
+    c->set_index(static_cast<int32_t>(out.size()));
+    for (int32_t t : toks) {
+      if (static_cast<int32_t>(out.size()) >= max_new || stopped) break;
+      if (std::find(stops.begin(), stops.end(), t) != stops.end()) {
+        stopped = true;
+        stop_token = t;
+        break;  // the stop token is not part of the output
+      }
+      out.push_back(t);
+      c->add_token_ids(t);
+      if (text) c->mutable_text()->append(text->Push(t));
+    }
+    if (step) *c->mutable_step() = *step;
+    if (c->token_ids_size() > 0) {
+      if (out.size() == static_cast<size_t>(c->token_ids_size())) {
+        ttft_ms = MsSince(t_start);
+      } else {
+        itl_sum += MsSince(last_chunk) / c->token_ids_size();
+        ++itl_n;
+      }
+      last_chunk = Clock::now();
+      Push(box, std::move(r));
+    }
+    return stopped || static_cast<int32_t>(out.size()) >= max_new;
+  };
+  auto cancelled = [&] { return box.cancelled.load(); };
+
+  // ---- prefill on the target.
+  ASSIGN_OR_RETURN(auto target_client, TargetClient::Open(target.get(), deadline));
+  const bool dflash = method == v1::DFLASH || method == v1::DFLASH_ADAPTIVE;
+  v1::ModelInfo dinfo;
+  if (dflash && drafter) {
+    grpc::ClientContext ictx;
+    ictx.set_deadline(deadline);
+    if (!drafter->GetInfo(&ictx, v1::GetInfoRequest(), &dinfo).ok()) dinfo.Clear();
+  }
+  v1::TargetRequest preq;
+  auto* pf = preq.mutable_prefill();
+  for (int32_t t : prompt) pf->add_tokens(t);
+  *pf->mutable_sampling() = sampling;
+  pf->set_reserve_tokens(max_new);
+  if (dflash) {
+    for (int64_t id : dinfo.target_layer_ids()) pf->add_capture_layers(id);
+    pf->set_return_logits(method == v1::DFLASH_ADAPTIVE);
+  }
+  auto t0 = Clock::now();
+  auto presp = target_client->Call(preq, "target prefill");
+  if (!presp.ok()) {
+    if (presp.status().code() == absl::StatusCode::kDeadlineExceeded ||
+        presp.status().code() == absl::StatusCode::kCancelled) {
+      return presp.status();
+    }
+    if (presp.status().code() == absl::StatusCode::kUnavailable) {
+      return absl::UnavailableError(absl::StrCat("target unreachable: ", presp.status().message()));
+    }
+    return presp.status();
+  }
+  const std::string handle = presp->prefill().handle().id();
+  stats.mutable_timings()->set_prefill_ms(MsSince(t0));
+  int32_t last = presp->prefill().first_token();
+  bool finished = commit({last}, nullptr);
+  v1::Tensor features = presp->prefill().features();
+  double decode_ms = 0;
+
+  auto record = [&](int32_t drafted, int32_t accepted, int32_t positions, v1::StepStats* step) {
+    stats.set_verify_steps(stats.verify_steps() + 1);
+    stats.set_drafted_tokens(stats.drafted_tokens() + drafted);
+    stats.set_accepted_tokens(stats.accepted_tokens() + accepted);
+    step->set_drafted(drafted);
+    step->set_accepted(accepted);
+    step->set_committed(accepted + 1);
+    metrics->step_tau
+        .Add({{"method", method_name}, {"model", model}},
+             prometheus::Histogram::BucketBoundaries{1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32})
+        .Observe(accepted + 1);
+    if (drafted > 0) {
+      metrics->drafts.Add({{"method", method_name}, {"model", model}}).Increment();
+      metrics->draft_tokens.Add({{"method", method_name}, {"model", model}}).Increment(drafted);
+      metrics->accepted.Add({{"method", method_name}, {"model", model}}).Increment(accepted);
+    }
+    while (stats.drafted_per_position_size() < positions) {
+      stats.add_drafted_per_position(0);
+      stats.add_accepted_per_position(0);
+    }
+    for (int32_t i = 0; i < positions; ++i) {
+      stats.set_drafted_per_position(i, stats.drafted_per_position(i) + 1);
+      if (i < accepted) {
+        stats.set_accepted_per_position(i, stats.accepted_per_position(i) + 1);
+        metrics->accepted_pos
+            .Add({{"method", method_name}, {"model", model}, {"position", std::to_string(i)}})
+            .Increment();
+      }
+    }
+  };
+  std::vector<int32_t> last_committed;  // what the last verify committed
+  // Verifies `rows` (row 0 = last) on the target and commits the result.
+  auto verify = [&](const std::vector<int32_t>& rows, const std::vector<int32_t>& parents,
+                    v1::TargetVerify::Proposal proposal, const v1::Tensor* q, bool want_features,
+                    int32_t positions, double draft_ms) -> absl::Status {
+    v1::TargetRequest vr;
+    auto* v = vr.mutable_verify();
+    v->set_handle(handle);
+    for (int32_t t : rows) v->add_tokens(t);
+    for (int32_t p : parents) v->add_tree_parents(p);
+    v->set_proposal(proposal);
+    if (q && q->data().size() > 0) *v->mutable_draft_probs() = *q;
+    v->set_return_features(want_features);
+    const auto tv = Clock::now();
+    ASSIGN_OR_RETURN(auto vresp, target_client->Call(vr, "target verify"));
+    const double ms = MsSince(tv);
+    decode_ms += ms + draft_ms;
+    stats.mutable_timings()->set_verify_ms(stats.timings().verify_ms() + ms);
+    if (rows.size() == 1) {
+      const double prev = ar_step_ms.load();
+      ar_step_ms.store(prev == 0 ? ms : 0.95 * prev + 0.05 * ms);
+    }
+    v1::StepStats step;
+    step.set_verify_ms(ms);
+    step.set_draft_ms(draft_ms);
+    step.set_block_size(stats.block_size());
+    record(static_cast<int32_t>(rows.size()) - 1, vresp.verify().num_accepted(), positions, &step);
+    last = vresp.verify().next_token();
+    features = vresp.verify().features();
+    std::vector<int32_t> committed(vresp.verify().committed().begin(),
+                                   vresp.verify().committed().end());
+    stats.set_committed_tokens(stats.committed_tokens() + static_cast<int64_t>(committed.size()));
+    finished = commit(committed, &step);
+    last_committed = std::move(committed);
+    return absl::OkStatus();
+  };
+  auto ar_step = [&]() {
+    return verify({last}, {}, v1::TargetVerify::ONE_HOT, nullptr, false, 0, 0);
+  };
+
+  // ---- the drafter side; any drafter failure degrades the rest of the request to AR.
+  std::unique_ptr<DrafterClient> dclient;
+  std::string dhandle;
+  auto fallback = [&](const absl::Status& why) {
+    stats.set_drafter_fallback(true);
+    stats.set_note(absl::StrCat("drafter failed (", why.message(), "); finished as AR"));
+    metrics->fallbacks.Add({{"kind", "drafter"}}).Increment();
+    dclient.reset();
+  };
+  if (method != v1::AR && !finished) {
+    if (!drafter) {
+      fallback(absl::UnavailableError("no drafter configured"));
+    } else {
+      auto c = DrafterClient::Open(drafter.get(), deadline);
+      if (!c.ok()) {
+        fallback(c.status());
+      } else {
+        dclient = *std::move(c);
+        v1::DrafterRequest o;
+        o.mutable_open()->set_kind(dflash ? v1::DFLASH_DRAFTER : v1::AR_DRAFT_LM);
+        *o.mutable_open()->mutable_sampling() = sampling;
+        auto opened = dclient->Call(o, "drafter open");
+        if (!opened.ok()) {
+          fallback(opened.status());
+        } else {
+          dhandle = opened->opened().id();
+          if (!dflash) {
+            v1::DrafterRequest e;
+            e.mutable_extend()->set_handle(dhandle);
+            for (int32_t t : prompt) e.mutable_extend()->add_tokens(t);
+            auto ext = dclient->Call(e, "drafter extend");
+            if (!ext.ok()) fallback(ext.status());
+          }
+        }
+      }
+    }
+  }
+  int32_t b = 0;
+  if (dflash && dclient) {
+    b = req.block_size() > 0 ? req.block_size() : dinfo.block_size();
+    if (method == v1::DFLASH_ADAPTIVE && req.block_size() == 0) {
+      const auto tp = Clock::now();
+      absl::Status why = absl::UnavailableError("no policy configured");
+      if (policy) {
+        grpc::ClientContext pctx;
+        pctx.set_deadline(
+            std::min(deadline, std::chrono::system_clock::now() + std::chrono::milliseconds(500)));
+        v1::PredictBlockSizeRequest preq2;
+        *preq2.mutable_logits() = presp->prefill().last_logits();
+        v1::PredictBlockSizeResponse pres;
+        grpc::Status ps = policy->PredictBlockSize(&pctx, preq2, &pres);
+        if (ps.ok()) {
+          b = pres.block_size();
+          stats.set_block_size_from_policy(true);
+          why = absl::OkStatus();
+        } else {
+          why = absl::Status(static_cast<absl::StatusCode>(ps.error_code()), ps.error_message());
+        }
+      }
+      if (!why.ok()) {
+        stats.set_policy_fallback(true);
+        stats.set_note(absl::StrCat("policy unavailable (", why.message(),
+                                    "); using the drafter's training block size ", b));
+        metrics->fallbacks.Add({{"kind", "policy"}}).Increment();
+      }
+      stats.mutable_timings()->set_policy_ms(MsSince(tp));
+    }
+    if (b < 2) b = 2;
+    stats.set_block_size(b);
+    metrics->block_size.Add({{"block_size", std::to_string(b)}}).Increment();
+  }
+
+  // ---- decode loop.
+  const int32_t k = req.draft_length() > 0 ? req.draft_length() : 4;
+  const int32_t budget = req.tree_budget() > 0 ? req.tree_budget() : 16;
+  const int32_t depth = req.tree_max_depth() > 0 ? req.tree_max_depth() : 8;
+  while (!finished) {
+    if (cancelled()) return absl::CancelledError("cancelled by the client");
+    const int32_t remaining = max_new - static_cast<int32_t>(out.size());
+    if (!dclient || remaining <= 1) {
+      RETURN_IF_ERROR(ar_step());
+      continue;
+    }
+    const auto td = Clock::now();
+    v1::DrafterRequest dr;
+    std::vector<int32_t> rows = {last}, parents;
+    int32_t positions = 0;
+    v1::TargetVerify::Proposal proposal = v1::TargetVerify::SAMPLED;
+    if (dflash) {
+      auto* blk = dr.mutable_draft_block();
+      blk->set_handle(dhandle);
+      blk->set_last_token(last);
+      blk->set_block_size(std::min(b, remaining));
+      if (features.data().size() > 0) *blk->mutable_new_features() = features;
+      proposal = v1::TargetVerify::ONE_HOT;
+    } else if (method == v1::DYSPEC_TREE) {
+      auto* t = dr.mutable_draft_tree();
+      t->set_handle(dhandle);
+      t->set_last_token(last);
+      t->set_budget(budget);
+      t->set_max_depth(std::min(depth, remaining - 1));
+      t->set_threshold(req.tree_threshold());
+    } else {
+      auto* c = dr.mutable_draft_chain();
+      c->set_handle(dhandle);
+      c->set_last_token(last);
+      c->set_length(std::min(k, remaining - 1));
+    }
+    auto drafted = dclient->Call(dr, "drafter draft");
+    if (!drafted.ok()) {
+      fallback(drafted.status());
+      continue;
+    }
+    const v1::Drafted& d = drafted->drafted();
+    const double draft_ms = MsSince(td);
+    stats.mutable_timings()->set_draft_ms(stats.timings().draft_ms() + draft_ms);
+    rows.insert(rows.end(), d.tokens().begin(), d.tokens().end());
+    if (d.tree_parents_size() > 0) {
+      parents.push_back(-1);
+      std::vector<int32_t> dep(d.tokens_size());
+      for (int i = 0; i < d.tree_parents_size(); ++i) {
+        const int32_t p = d.tree_parents(i);
+        parents.push_back(p + 1);
+        dep[i] = p < 0 ? 1 : dep[p] + 1;
+        positions = std::max(positions, dep[i]);
+      }
+    } else {
+      positions = d.tokens_size();
+    }
+    RETURN_IF_ERROR(verify(rows, parents, proposal, &d.probs(), dflash, positions, draft_ms));
+    if (!dflash && dclient && !finished) {
+      v1::DrafterRequest cm;
+      cm.mutable_commit()->set_handle(dhandle);
+      for (size_t i = 0; i + 1 < last_committed.size(); ++i) {
+        cm.mutable_commit()->add_accepted(last_committed[i]);
+      }
+      auto ok = dclient->Call(cm, "drafter commit");
+      if (!ok.ok()) fallback(ok.status());
+    }
+  }
+
+  // ---- summary.
+  v1::GenerateResponse s;
+  auto* sum = s.mutable_summary();
+  sum->set_finish_reason(stopped ? v1::STOP : v1::LENGTH);
+  sum->set_stop_token_id(stop_token);
+  sum->set_request_id(req.request_id());
+  stats.set_tau(stats.verify_steps()
+                    ? static_cast<double>(stats.committed_tokens()) / stats.verify_steps()
+                    : 0);
+  stats.set_ttft_ms(ttft_ms);
+  stats.set_mean_itl_ms(itl_n ? itl_sum / itl_n : 0);
+  stats.mutable_timings()->set_total_ms(MsSince(t_start));
+  const double ar = ar_step_ms.load();
+  if (ar > 0 && decode_ms > 0) {
+    stats.set_estimated_speedup(static_cast<double>(stats.committed_tokens()) * ar / decode_ms);
+    metrics->speedup
+        .Add({{"method", method_name}},
+             prometheus::Histogram::BucketBoundaries{0.5, 0.75, 1, 1.25, 1.5, 2, 2.5, 3, 4, 5, 6})
+        .Observe(stats.estimated_speedup());
+  }
+  *sum->mutable_stats() = stats;
+  sum->mutable_usage()->set_prompt_tokens(static_cast<int32_t>(prompt.size()));
+  sum->mutable_usage()->set_completion_tokens(static_cast<int32_t>(out.size()));
+  sum->mutable_usage()->set_draft_tokens(static_cast<int32_t>(stats.drafted_tokens()));
+  sum->mutable_usage()->set_target_passes(static_cast<int32_t>(stats.verify_steps() + 1));
+  metrics->request_tau
+      .Add({{"method", method_name}, {"model", model}},
+           prometheus::Histogram::BucketBoundaries{1, 1.5, 2, 3, 4, 5, 6, 8, 10, 12, 16})
+      .Observe(stats.tau());
+  metrics->ttft.Observe(ttft_ms / 1000.0);
+  if (itl_n) metrics->itl.Observe(itl_sum / itl_n / 1000.0);
+  for (auto [name, ms] : {std::pair{"prefill", stats.timings().prefill_ms()},
+                          std::pair{"policy", stats.timings().policy_ms()},
+                          std::pair{"draft", stats.timings().draft_ms()},
+                          std::pair{"verify", stats.timings().verify_ms()}}) {
+    metrics->stage.Add({{"stage", name}}, LatencyBuckets()).Observe(ms / 1000.0);
+  }
+  Push(box, std::move(s));
+  return absl::OkStatus();
+}
+
+RouterServer::RouterServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+RouterServer::~RouterServer() { Shutdown(); }
+
+absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
+    const RouterServerOptions& options) {
+  if (options.target_address.empty()) {
+    return absl::InvalidArgumentError("--target is required: the target service's address");
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  impl->metrics = std::make_unique<RouterMetrics>(impl->metrics_server.registry());
+  if (!options.tokenizer_dir.empty()) {
+    ASSIGN_OR_RETURN(impl->tokenizer,
+                     tokenizer::Tokenizer::FromFile(options.tokenizer_dir + "/tokenizer.json"));
+  }
+  auto channel = [](const std::string& a) {
+    return grpc::CreateChannel(a, grpc::InsecureChannelCredentials());
+  };
+  impl->target = v1::Target::NewStub(channel(options.target_address));
+  if (!options.drafter_address.empty()) {
+    impl->drafter = v1::Drafter::NewStub(channel(options.drafter_address));
+  }
+  if (!options.policy_address.empty()) {
+    impl->policy = v1::Policy::NewStub(channel(options.policy_address));
+  }
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::milliseconds(options.connect_timeout_ms));
+    ctx.set_wait_for_ready(true);
+    grpc::Status s = impl->target->GetInfo(&ctx, v1::GetInfoRequest(), &impl->target_info);
+    if (!s.ok()) {
+      return absl::UnavailableError(absl::StrCat("target at ", options.target_address,
+                                                 " did not answer GetInfo: ", s.error_message()));
+    }
+  }
+  impl->service = std::make_unique<RouterServiceImpl>(impl.get());
+  if (!options.metrics_address.empty()) {
+    RETURN_IF_ERROR(impl->metrics_server.Listen(options.metrics_address));
+  }
+  ASSIGN_OR_RETURN(impl->server, StartServer(options.address, {impl->service.get()}));
+  return std::unique_ptr<RouterServer>(new RouterServer(std::move(impl)));
+}
+
+int RouterServer::port() const { return impl_->server.port; }
+int RouterServer::metrics_port() const { return impl_->metrics_server.port(); }
+prometheus::Registry& RouterServer::registry() { return impl_->metrics_server.registry(); }
+
+void RouterServer::Shutdown() {
+  if (!impl_ || !impl_->server.server) return;
+  DrainAndShutdown(impl_->server.server.get(), impl_->options.drain_ms);
+  impl_->server.server->Wait();
+  std::unique_lock<std::mutex> lock(impl_->workers_mu);
+  impl_->workers_cv.wait(lock, [&] { return impl_->workers == 0; });
+  impl_->server.server.reset();
+}
+
+int RunRouterServer(const RouterServerOptions& options) {
+  auto server = RouterServer::Start(options);
+  if (!server.ok()) {
+    std::cerr << "specdec-router: " << server.status() << "\n";
+    return 1;
+  }
+  std::cerr << "specdec-router: serving on port " << (*server)->port() << ", /metrics on port "
+            << (*server)->metrics_port() << "\n";
+  WaitForShutdownSignal();
+  std::cerr << "specdec-router: draining\n";
+  (*server)->Shutdown();
+  return 0;
+}
+
+}  // namespace specdec::services

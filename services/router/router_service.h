@@ -1,0 +1,48 @@
+// specdec-router: the client-facing Generate API. Orchestrates a request over the target,
+// drafter and policy services, streams committed tokens and exports spec-decode metrics.
+#ifndef SPECDEC_SERVICES_ROUTER_ROUTER_SERVICE_H_
+#define SPECDEC_SERVICES_ROUTER_ROUTER_SERVICE_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "services/common/metrics_server.h"
+
+namespace specdec::services {
+
+struct RouterServerOptions {
+  std::string address = "127.0.0.1:50050";         // gRPC; port 0 picks a free port
+  std::string metrics_address = "127.0.0.1:9090";  // /metrics; empty = do not serve
+  std::string target_address;                      // required
+  std::string drafter_address;                     // optional: speculative methods need it
+  std::string policy_address;                      // optional: DFLASH_ADAPTIVE's block size
+  std::string tokenizer_dir;                       // tokenizer.json for text prompts (optional)
+  std::string model_name = "target";               // label of the spec-decode metrics
+  int default_max_new_tokens = 128;
+  int connect_timeout_ms = 5000;  // waiting for the target at startup
+  int drain_ms = 2000;
+};
+
+// A running router. Start/Shutdown from one thread; the service is thread-safe.
+class RouterServer {
+ public:
+  static absl::StatusOr<std::unique_ptr<RouterServer>> Start(const RouterServerOptions& options);
+  ~RouterServer();
+  int port() const;
+  int metrics_port() const;
+  prometheus::Registry& registry();
+  void Shutdown();
+
+  struct Impl;
+
+ private:
+  explicit RouterServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+int RunRouterServer(const RouterServerOptions& options);
+
+}  // namespace specdec::services
+
+#endif  // SPECDEC_SERVICES_ROUTER_ROUTER_SERVICE_H_

@@ -1,0 +1,69 @@
+// Blocking clients for the target and drafter Session streams, used by the router's request
+// workers: each call writes one operation and waits for its answer.
+#ifndef SPECDEC_SERVICES_ROUTER_STREAM_CLIENTS_H_
+#define SPECDEC_SERVICES_ROUTER_STREAM_CLIENTS_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "specdec/v1/drafter.grpc.pb.h"
+#include "specdec/v1/target.grpc.pb.h"
+
+namespace specdec::services {
+
+// One open Session stream. Not thread-safe: one request worker uses it. Destroying it cancels
+// the stream, which releases every handle the stream owns on the server.
+template <typename Stub, typename Req, typename Resp>
+class SessionClient {
+ public:
+  static absl::StatusOr<std::unique_ptr<SessionClient>> Open(
+      Stub* stub, std::chrono::system_clock::time_point deadline) {
+    auto c = std::unique_ptr<SessionClient>(new SessionClient());
+    c->ctx_.set_deadline(deadline);
+    c->stream_ = stub->Session(&c->ctx_);
+    if (!c->stream_) return absl::UnavailableError("cannot open a Session stream");
+    return c;
+  }
+  ~SessionClient() {
+    ctx_.TryCancel();
+    if (stream_) stream_->Finish();
+  }
+
+  // Sends `req` and returns the matching response, or the error it carries.
+  absl::StatusOr<Resp> Call(Req req, const char* what) {
+    req.set_seq(++seq_);
+    if (!stream_->Write(req)) return StreamError(what);
+    Resp resp;
+    if (!stream_->Read(&resp)) return StreamError(what);
+    if (resp.has_error()) {
+      return absl::Status(static_cast<absl::StatusCode>(resp.error().code()),
+                          std::string(what) + ": " + resp.error().message());
+    }
+    return resp;
+  }
+
+ private:
+  SessionClient() = default;
+  absl::Status StreamError(const char* what) {
+    stream_->WritesDone();
+    grpc::Status s = stream_->Finish();
+    stream_.reset();
+    if (s.ok()) return absl::UnavailableError(std::string(what) + ": stream closed");
+    return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                        std::string(what) + ": " + s.error_message());
+  }
+  grpc::ClientContext ctx_;
+  std::unique_ptr<grpc::ClientReaderWriter<Req, Resp>> stream_;
+  uint64_t seq_ = 0;
+};
+
+using TargetClient = SessionClient<v1::Target::Stub, v1::TargetRequest, v1::TargetResponse>;
+using DrafterClient = SessionClient<v1::Drafter::Stub, v1::DrafterRequest, v1::DrafterResponse>;
+
+}  // namespace specdec::services
+
+#endif  // SPECDEC_SERVICES_ROUTER_STREAM_CLIENTS_H_

@@ -1,0 +1,316 @@
+// The cluster over real loopback gRPC: four in-process servers on port 0 (target, drafter,
+// policy, router). Every method's greedy output equals in-process AR; sampling is reproducible;
+// failures degrade as documented; bad requests get the right codes; cancellation frees handles.
+#include <ATen/ATen.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <prometheus/registry.h>
+
+#include <thread>
+
+#include "common/engine/decoder.h"
+#include "common/model/block_pilot.h"
+#include "common/model/dflash_drafter.h"
+#include "common/model/transformer.h"
+#include "services/drafter/drafter_service.h"
+#include "services/policy/policy_service.h"
+#include "services/router/router_service.h"
+#include "services/target/target_service.h"
+#include "specdec/v1/router.grpc.pb.h"
+#include "tests/services/test_checkpoints.h"
+
+namespace specdec::services {
+namespace {
+
+model::ModelConfig Config(int64_t hidden, int64_t layers) {
+  model::ModelConfig c;
+  c.architecture = model::Architecture::kQwen3;
+  c.qk_norm = true;
+  c.vocab_size = 67;
+  c.hidden_size = hidden;
+  c.intermediate_size = 2 * hidden;
+  c.num_hidden_layers = layers;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = hidden / 4;
+  c.max_position_embeddings = 512;
+  c.tie_word_embeddings = true;
+  c.eos_token_ids = {66};
+  return c;
+}
+
+struct Dirs {
+  std::string target, draft, dflash, policy;
+};
+
+const Dirs& Checkpoints() {
+  static const Dirs* d = [] {
+    auto* d = new Dirs;
+    auto tc = Config(32, 3);
+    d->target = testing_util::WriteCheckpoint("cluster_target",
+                                              model::Transformer::RandomWeights(tc, 1, 0.3),
+                                              model::ModelConfigToJson(tc));
+    auto dc = Config(16, 1);
+    d->draft = testing_util::WriteCheckpoint("cluster_draft",
+                                             model::Transformer::RandomWeights(dc, 2, 0.3),
+                                             model::ModelConfigToJson(dc));
+    model::DFlashConfig fc;
+    fc.layers = Config(32, 1);
+    fc.block_size = 5;
+    fc.mask_token_id = 65;
+    fc.target_layer_ids = {0, 2};
+    d->dflash = testing_util::WriteCheckpoint("cluster_dflash",
+                                              model::DFlashDrafter::RandomWeights(fc, 32, 3, 0.3),
+                                              model::DFlashConfigToJson(fc));
+    model::BlockPilotConfig pc;
+    pc.vocab_size = 67;
+    pc.hidden_size = 8;
+    pc.training_block_size = 5;
+    pc.block_sizes = {3, 4, 5, 6, 7};
+    std::map<std::string, at::Tensor> pw;
+    at::manual_seed(9);
+    for (const auto& s : model::BlockPilot::WeightShapes(pc)) pw[s.name] = at::randn(s.shape);
+    d->policy =
+        testing_util::WriteCheckpoint("cluster_policy", pw, model::BlockPilotConfigToJson(pc));
+    return d;
+  }();
+  return *d;
+}
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override { StartAll(true, true); }
+
+  void StartAll(bool with_drafter, bool with_policy) {
+    const Dirs& d = Checkpoints();
+    TargetServerOptions to;
+    to.address = "127.0.0.1:0";
+    to.metrics_address = "";
+    to.model_dir = d.target;
+    to.threads = 1;
+    target_ = *TargetServer::Start(to);
+    if (with_drafter) {
+      DrafterServerOptions dopt;
+      dopt.address = "127.0.0.1:0";
+      dopt.metrics_address = "";
+      dopt.target_dir = d.target;
+      dopt.dflash_dir = d.dflash;
+      dopt.draft_lm_dir = d.draft;
+      dopt.threads = 1;
+      drafter_ = *DrafterServer::Start(dopt);
+    }
+    if (with_policy) {
+      PolicyServerOptions po;
+      po.address = "127.0.0.1:0";
+      po.metrics_address = "";
+      po.policy_dir = d.policy;
+      policy_ = *PolicyServer::Start(po);
+    }
+    RouterServerOptions ro;
+    ro.address = "127.0.0.1:0";
+    ro.metrics_address = "";
+    ro.target_address = Addr(target_->port());
+    // A drafter/policy address nobody listens on is how "configured but down" looks.
+    ro.drafter_address = drafter_ ? Addr(drafter_->port()) : "127.0.0.1:1";
+    ro.policy_address = policy_ ? Addr(policy_->port()) : "127.0.0.1:1";
+    auto r = RouterServer::Start(ro);
+    ASSERT_TRUE(r.ok()) << r.status();
+    router_ = *std::move(r);
+    stub_ = v1::Router::NewStub(
+        grpc::CreateChannel(Addr(router_->port()), grpc::InsecureChannelCredentials()));
+  }
+  static std::string Addr(int port) { return "127.0.0.1:" + std::to_string(port); }
+
+  struct Result {
+    grpc::Status status;
+    std::vector<int32_t> tokens;
+    v1::Summary summary;
+  };
+  Result Generate(const v1::GenerateRequest& req, int timeout_ms = 30000) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
+    auto reader = stub_->Generate(&ctx, req);
+    Result r;
+    v1::GenerateResponse resp;
+    while (reader->Read(&resp)) {
+      if (resp.has_chunk()) {
+        r.tokens.insert(r.tokens.end(), resp.chunk().token_ids().begin(),
+                        resp.chunk().token_ids().end());
+      } else {
+        r.summary = resp.summary();
+      }
+    }
+    r.status = reader->Finish();
+    return r;
+  }
+  static v1::GenerateRequest Request(const std::vector<int32_t>& prompt, v1::Method m, int n) {
+    v1::GenerateRequest req;
+    for (int32_t t : prompt) req.mutable_token_ids()->add_ids(t);
+    req.set_method(m);
+    req.set_max_new_tokens(n);
+    req.set_ignore_eos(true);
+    return req;
+  }
+
+  std::unique_ptr<TargetServer> target_;
+  std::unique_ptr<DrafterServer> drafter_;
+  std::unique_ptr<PolicyServer> policy_;
+  std::unique_ptr<RouterServer> router_;
+  std::unique_ptr<v1::Router::Stub> stub_;
+};
+
+TEST_F(ClusterTest, EveryMethodEqualsInProcessArGreedy) {
+  auto target = model::Transformer::Load(Checkpoints().target);
+  ASSERT_TRUE(target.ok());
+  engine::EngineModels em{target->get()};
+  for (int p = 0; p < 4; ++p) {
+    std::vector<int32_t> prompt;
+    for (int j = 0; j < 3 + 4 * p; ++j) prompt.push_back((p * 13 + j * 7) % 60);
+    engine::DecodeOptions ar;
+    ar.max_new_tokens = 30;
+    auto want = engine::Decode(em, prompt, ar);
+    ASSERT_TRUE(want.ok());
+    for (v1::Method m :
+         {v1::AR, v1::DRAFT_CHAIN, v1::DYSPEC_TREE, v1::DFLASH, v1::DFLASH_ADAPTIVE}) {
+      Result r = Generate(Request(prompt, m, 30));
+      ASSERT_TRUE(r.status.ok()) << v1::Method_Name(m) << ": " << r.status.error_message();
+      EXPECT_EQ(r.tokens, want->tokens) << v1::Method_Name(m) << " prompt " << p;
+      const auto& s = r.summary.stats();
+      EXPECT_EQ(s.method(), m);
+      EXPECT_LE(s.accepted_tokens(), s.drafted_tokens());
+      EXPECT_FALSE(s.drafter_fallback()) << s.note();
+      EXPECT_EQ(r.summary.usage().completion_tokens(), 30);
+      if (m == v1::DFLASH_ADAPTIVE) EXPECT_TRUE(s.block_size_from_policy());
+    }
+  }
+  // Finished requests close their streams, which frees the handles (asynchronously).
+  for (int i = 0; i < 300 && target_->handles_in_use() > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(target_->handles_in_use(), 0u);
+}
+
+TEST_F(ClusterTest, SampledOutputIsReproducibleWithASeed) {
+  for (v1::Method m : {v1::AR, v1::DRAFT_CHAIN, v1::DFLASH}) {
+    v1::GenerateRequest req = Request({1, 2, 3, 4}, m, 25);
+    req.mutable_sampling()->set_temperature(1.0f);
+    req.mutable_sampling()->set_seed(77);
+    Result a = Generate(req), b = Generate(req);
+    ASSERT_TRUE(a.status.ok() && b.status.ok()) << a.status.error_message();
+    EXPECT_EQ(a.tokens, b.tokens) << v1::Method_Name(m);
+    req.mutable_sampling()->set_seed(78);
+    EXPECT_NE(Generate(req).tokens, a.tokens) << v1::Method_Name(m);
+  }
+}
+
+TEST_F(ClusterTest, BadRequestsGetInvalidArgumentAndTheClusterKeepsServing) {
+  std::vector<v1::GenerateRequest> bad;
+  bad.push_back(v1::GenerateRequest());  // no prompt
+  bad.push_back(Request({1, 999}, v1::AR, 5));
+  bad.push_back(Request({-1}, v1::AR, 5));
+  auto t = Request({1, 2}, v1::AR, 5);
+  t.mutable_sampling()->set_temperature(1e6);
+  bad.push_back(t);
+  auto tp = Request({1, 2}, v1::AR, 5);
+  tp.mutable_sampling()->set_top_p(1.5);
+  bad.push_back(tp);
+  auto m = Request({1, 2}, v1::AR, 5);
+  m.set_method(static_cast<v1::Method>(42));
+  bad.push_back(m);
+  bad.push_back(Request({1, 2}, v1::AR, 100000));
+  auto bs = Request({1, 2}, v1::DFLASH, 5);
+  bs.set_block_size(1);
+  bad.push_back(bs);
+  for (size_t i = 0; i < bad.size(); ++i) {
+    Result r = Generate(bad[i]);
+    EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << "case " << i;
+    EXPECT_FALSE(r.status.error_message().empty());
+  }
+  EXPECT_TRUE(Generate(Request({1, 2, 3}, v1::DFLASH, 10)).status.ok());
+}
+
+TEST_F(ClusterTest, DrafterDownDegradesToArAndPolicyDownToDefaultBlockSize) {
+  auto target = model::Transformer::Load(Checkpoints().target);
+  engine::EngineModels em{target->get()};
+  std::vector<int32_t> prompt = {5, 6, 7, 8};
+  engine::DecodeOptions ar;
+  ar.max_new_tokens = 20;
+  auto want = engine::Decode(em, prompt, ar);
+  policy_.reset();  // policy down
+  Result r = Generate(Request(prompt, v1::DFLASH_ADAPTIVE, 20));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.tokens, want->tokens);
+  EXPECT_TRUE(r.summary.stats().policy_fallback());
+  EXPECT_EQ(r.summary.stats().block_size(), 5);  // the drafter's training block size
+  drafter_.reset();                              // drafter down
+  for (v1::Method m : {v1::DFLASH, v1::DRAFT_CHAIN}) {
+    r = Generate(Request(prompt, m, 20));
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    EXPECT_EQ(r.tokens, want->tokens) << v1::Method_Name(m);
+    EXPECT_TRUE(r.summary.stats().drafter_fallback()) << v1::Method_Name(m);
+  }
+}
+
+TEST_F(ClusterTest, TargetDownIsUnavailableWithinTheDeadline) {
+  target_.reset();
+  const auto t0 = std::chrono::steady_clock::now();
+  Result r = Generate(Request({1, 2, 3}, v1::AR, 5), 3000);
+  EXPECT_TRUE(r.status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+              r.status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED)
+      << r.status.error_code() << " " << r.status.error_message();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  // The router itself stays up.
+  grpc::ClientContext ctx;
+  v1::RouterInfo info;
+  EXPECT_TRUE(stub_->GetInfo(&ctx, v1::GetInfoRequest(), &info).ok());
+}
+
+TEST_F(ClusterTest, ClientCancelReleasesTargetAndDrafterHandles) {
+  for (v1::Method m : {v1::AR, v1::DRAFT_CHAIN, v1::DFLASH}) {
+    grpc::ClientContext ctx;
+    auto reader = stub_->Generate(&ctx, Request({1, 2, 3}, m, 400));
+    v1::GenerateResponse resp;
+    ASSERT_TRUE(reader->Read(&resp));
+    ctx.TryCancel();
+    while (reader->Read(&resp)) {
+    }
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  for (int i = 0; i < 300 && (target_->handles_in_use() + drafter_->handles_in_use()) > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(target_->handles_in_use(), 0u);
+  EXPECT_EQ(drafter_->handles_in_use(), 0u);
+}
+
+double Sum(prometheus::Registry& r, const std::string& name) {
+  double total = 0;
+  for (const auto& f : r.Collect()) {
+    if (f.name != name) continue;
+    for (const auto& m : f.metric) total += m.counter.value;
+  }
+  return total;
+}
+
+TEST_F(ClusterTest, MetricsAgreeWithWhatClientsSaw) {
+  int64_t committed = 0, steps = 0;
+  for (int i = 0; i < 3; ++i) {
+    Result r = Generate(Request({3, 1, 4, 1, 5}, v1::DRAFT_CHAIN, 20));
+    ASSERT_TRUE(r.status.ok());
+    committed += r.summary.stats().accepted_tokens();
+    steps += r.summary.stats().verify_steps();
+  }
+  auto& reg = router_->registry();
+  const double drafted = Sum(reg, "specdec_spec_decode_num_draft_tokens_total");
+  const double accepted = Sum(reg, "specdec_spec_decode_num_accepted_tokens_total");
+  EXPECT_GT(drafted, 0);
+  EXPECT_LE(accepted, drafted);
+  EXPECT_EQ(accepted, committed);
+  double per_pos = Sum(reg, "specdec_spec_decode_num_accepted_tokens_per_pos_total");
+  EXPECT_EQ(per_pos, accepted);
+  EXPECT_GT(Sum(reg, "specdec_spec_decode_num_drafts_total"), 0);
+  EXPECT_LE(Sum(reg, "specdec_spec_decode_num_drafts_total"), steps);
+}
+
+}  // namespace
+}  // namespace specdec::services
