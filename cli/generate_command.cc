@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "cli/commands.h"
+#include "clients/cpp/client.h"
 #include "common/engine/decoder.h"
 #include "common/model/runtime.h"
 #include "common/model/transformer.h"
@@ -30,9 +31,81 @@ struct GenerateArgs {
   std::string dtype = "auto";
   bool ignore_eos = false;
   bool print_ids = false;
+  std::string router;         // generate through a running cluster instead of a local model
+  std::string method = "AR";  // with --router
+  int block_size = 0;
+  int draft_length = 0;
 };
 
+// Generation through the router's Generate API with the C++ SDK.
+int RunRouterGenerate(const GenerateArgs& a) {
+  auto client = Client::Connect(a.router);
+  v1::GenerateRequest req;
+  v1::Method method;
+  if (!v1::Method_Parse(a.method, &method)) {
+    std::cerr << "specdec generate: unknown --method '" << a.method
+              << "' (AR, DRAFT_CHAIN, DYSPEC_TREE, DFLASH, DFLASH_ADAPTIVE)\n";
+    return 2;
+  }
+  req.set_method(method);
+  if (!a.prompt_ids.empty()) {
+    for (absl::string_view part : absl::StrSplit(a.prompt_ids, ',', absl::SkipWhitespace())) {
+      int32_t id;
+      if (!absl::SimpleAtoi(part, &id)) {
+        std::cerr << "specdec generate: --prompt-ids: '" << part << "' is not an integer\n";
+        return 2;
+      }
+      req.mutable_token_ids()->add_ids(id);
+    }
+  } else if (!a.prompt.empty()) {
+    req.set_text(a.prompt);
+  } else {
+    auto info = client->Info();
+    if (!info.ok() || info->target().bos_token_id() < 0) {
+      std::cerr << "specdec generate: cannot start from BOS (" << info.status()
+                << "); give --prompt or --prompt-ids\n";
+      return 2;
+    }
+    req.mutable_token_ids()->add_ids(info->target().bos_token_id());
+  }
+  req.set_max_new_tokens(a.max_new_tokens);
+  req.mutable_sampling()->set_temperature(a.temperature);
+  req.mutable_sampling()->set_top_k(a.top_k);
+  req.mutable_sampling()->set_top_p(a.top_p);
+  req.mutable_sampling()->set_seed(a.seed);
+  req.set_ignore_eos(a.ignore_eos);
+  req.set_return_text(true);
+  req.set_block_size(a.block_size);
+  req.set_draft_length(a.draft_length);
+  const auto t0 = std::chrono::steady_clock::now();
+  size_t n = 0;
+  auto summary = client->GenerateStream(req, [&](const v1::TokenChunk& c) {
+    n += c.token_ids_size();
+    std::fwrite(c.text().data(), 1, c.text().size(), stdout);
+    std::fflush(stdout);
+  });
+  std::fputc('\n', stdout);
+  if (!summary.ok()) {
+    std::cerr << "specdec generate: " << summary.status() << "\n";
+    return 1;
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const auto& st = summary->stats();
+  std::fprintf(stderr,
+               "[specdec] %s via %s: %zu tokens in %.3f s (%.1f tokens/s), tau %.2f, %lld target "
+               "steps, block size %d%s%s\n",
+               v1::Method_Name(st.method()).c_str(), a.router.c_str(), n, s, n / s, st.tau(),
+               static_cast<long long>(st.verify_steps()), st.block_size(),
+               st.note().empty() ? "" : "; ", st.note().c_str());
+  return 0;
+}
+
 int RunGenerate(const GenerateArgs& a) {
+  if (!a.router.empty()) return RunRouterGenerate(a);
+  if (a.model_dir.empty()) {
+    std::cerr << "specdec generate: give --model DIR (local) or --router ADDR (cluster)\n";
+    return 2;
+  }
   model::ConfigureComputeThreads(a.threads);
   model::LoadOptions load;
   if (a.dtype == "f32") load.dtype = at::kFloat;
@@ -138,12 +211,17 @@ int RunGenerate(const GenerateArgs& a) {
 void RegisterGenerateCommand(CLI::App& app, int* exit_code) {
   auto a = std::make_shared<GenerateArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "generate", "Generate text autoregressively with a local model directory (HF layout)");
+      "generate",
+      "Generate text: AR with a local model directory (HF layout), or any method through a "
+      "running cluster (--router)");
   cmd->add_option("-m,--model", a->model_dir,
-                  "model directory (config.json, *.safetensors, "
-                  "tokenizer.json)")
-      ->required()
+                  "model directory (config.json, *.safetensors, tokenizer.json)")
       ->check(CLI::ExistingDirectory);
+  cmd->add_option("--router", a->router, "generate through a running cluster's router (host:port)");
+  cmd->add_option("--method", a->method,
+                  "with --router: AR, DRAFT_CHAIN, DYSPEC_TREE, DFLASH or DFLASH_ADAPTIVE");
+  cmd->add_option("--block-size", a->block_size, "with --router: DFLASH block size (0 = default)");
+  cmd->add_option("--draft-length", a->draft_length, "with --router: DRAFT_CHAIN K (0 = default)");
   auto* p = cmd->add_option("-p,--prompt", a->prompt, "prompt text (default: start from BOS)");
   cmd->add_option("--prompt-ids", a->prompt_ids, "prompt as comma-separated token ids")
       ->excludes(p);

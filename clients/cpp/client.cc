@@ -1,0 +1,70 @@
+#include "clients/cpp/client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+
+namespace specdec {
+namespace {
+
+absl::Status FromGrpc(const grpc::Status& s) {
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+}
+
+}  // namespace
+
+std::unique_ptr<Client> Client::Connect(const std::string& address) {
+  return std::unique_ptr<Client>(new Client(
+      v1::Router::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))));
+}
+
+absl::StatusOr<v1::Summary> Client::GenerateStream(
+    const v1::GenerateRequest& request, const std::function<void(const v1::TokenChunk&)>& on_chunk,
+    int timeout_ms) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
+  auto reader = stub_->Generate(&ctx, request);
+  v1::GenerateResponse resp;
+  v1::Summary summary;
+  bool have_summary = false;
+  while (reader->Read(&resp)) {
+    if (resp.has_chunk()) {
+      if (on_chunk) on_chunk(resp.chunk());
+    } else if (resp.has_summary()) {
+      summary = resp.summary();
+      have_summary = true;
+    }
+  }
+  grpc::Status s = reader->Finish();
+  if (!s.ok()) return FromGrpc(s);
+  if (!have_summary) return absl::InternalError("the router closed the stream without a summary");
+  return summary;
+}
+
+absl::StatusOr<GenerateResult> Client::Generate(const v1::GenerateRequest& request,
+                                                int timeout_ms) {
+  GenerateResult r;
+  auto summary = GenerateStream(
+      request,
+      [&](const v1::TokenChunk& c) {
+        if (c.prompt()) return;
+        r.tokens.insert(r.tokens.end(), c.token_ids().begin(), c.token_ids().end());
+        r.text += c.text();
+      },
+      timeout_ms);
+  if (!summary.ok()) return summary.status();
+  r.summary = *std::move(summary);
+  return r;
+}
+
+absl::StatusOr<v1::RouterInfo> Client::Info(int timeout_ms) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
+  ctx.set_wait_for_ready(true);
+  v1::RouterInfo info;
+  grpc::Status s = stub_->GetInfo(&ctx, v1::GetInfoRequest(), &info);
+  if (!s.ok()) return FromGrpc(s);
+  return info;
+}
+
+}  // namespace specdec
