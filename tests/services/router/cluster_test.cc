@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <prometheus/registry.h>
 
+#include <random>
 #include <thread>
 
 #include "common/engine/decoder.h"
@@ -97,6 +98,7 @@ class ClusterTest : public ::testing::Test {
       dopt.dflash_dir = d.dflash;
       dopt.draft_lm_dir = d.draft;
       dopt.threads = 1;
+      dopt.drain_ms = 50;  // stopping it mid-request cuts its streams almost at once
       drafter_ = *DrafterServer::Start(dopt);
     }
     if (with_policy) {
@@ -249,6 +251,86 @@ TEST_F(ClusterTest, DrafterDownDegradesToArAndPolicyDownToDefaultBlockSize) {
     EXPECT_EQ(r.tokens, want->tokens) << v1::Method_Name(m);
     EXPECT_TRUE(r.summary.stats().drafter_fallback()) << v1::Method_Name(m);
   }
+}
+
+TEST_F(ClusterTest, DrafterDyingMidRequestFinishesAsArWithTheSameOutput) {
+  auto target = model::Transformer::Load(Checkpoints().target);
+  engine::EngineModels em{target->get()};
+  std::vector<int32_t> prompt = {9, 8, 7};
+  engine::DecodeOptions ar;
+  ar.max_new_tokens = 300;
+  auto want = engine::Decode(em, prompt, ar);
+  ASSERT_TRUE(want.ok());
+  for (v1::Method m : {v1::DRAFT_CHAIN, v1::DFLASH}) {
+    StartAll(true, true);  // a fresh drafter for each method
+    grpc::ClientContext ctx;
+    auto reader = stub_->Generate(&ctx, Request(prompt, m, 300));
+    std::vector<int32_t> got;
+    v1::GenerateResponse resp;
+    v1::Summary summary;
+    bool killed = false;
+    while (reader->Read(&resp)) {
+      if (resp.has_chunk()) {
+        got.insert(got.end(), resp.chunk().token_ids().begin(), resp.chunk().token_ids().end());
+        if (!killed && got.size() > 20) {
+          drafter_.reset();  // the drafter goes away mid-stream
+          killed = true;
+        }
+      } else {
+        summary = resp.summary();
+      }
+    }
+    ASSERT_TRUE(reader->Finish().ok()) << v1::Method_Name(m);
+    EXPECT_TRUE(killed);
+    EXPECT_EQ(got, want->tokens) << v1::Method_Name(m);
+    EXPECT_TRUE(summary.stats().drafter_fallback()) << v1::Method_Name(m);
+  }
+}
+
+TEST_F(ClusterTest, ThousandRandomizedBadRequestsGetTheRightCodes) {
+  std::mt19937 rng(123);
+  int bad = 0;
+  for (int i = 0; i < 1000; ++i) {
+    v1::GenerateRequest req = Request({1, 2, 3}, v1::DRAFT_CHAIN, 4);
+    switch (rng() % 9) {
+      case 0:
+        req.clear_token_ids();
+        break;  // no prompt
+      case 1:
+        req.mutable_token_ids()->set_ids(1, 67 + rng() % 1000);
+        break;  // id >= vocab
+      case 2:
+        req.mutable_token_ids()->set_ids(0, -1 - rng() % 100);
+        break;  // negative id
+      case 3:
+        req.mutable_sampling()->set_temperature(101 + rng() % 1000);
+        break;
+      case 4:
+        req.mutable_sampling()->set_top_p(1.0f + (rng() % 100 + 1) / 10.0f);
+        break;
+      case 5:
+        req.mutable_sampling()->set_top_k(-1 - static_cast<int>(rng() % 10));
+        break;
+      case 6:
+        req.set_method(static_cast<v1::Method>(6 + rng() % 100));
+        break;
+      case 7:
+        req.set_max_new_tokens(600 + rng() % 10000);
+        break;
+      case 8:
+        req.set_draft_length(65 + rng() % 100);
+        break;
+    }
+    Result r = Generate(req);
+    bad += r.status.error_code() == grpc::StatusCode::INVALID_ARGUMENT &&
+           !r.status.error_message().empty();
+    if (i % 100 == 0) {  // good requests keep being served meanwhile
+      Result good = Generate(Request({4, 5, 6}, v1::DRAFT_CHAIN, 6));
+      ASSERT_TRUE(good.status.ok()) << good.status.error_message();
+      EXPECT_EQ(good.tokens.size(), 6u);
+    }
+  }
+  EXPECT_EQ(bad, 1000);
 }
 
 TEST_F(ClusterTest, TargetDownIsUnavailableWithinTheDeadline) {
