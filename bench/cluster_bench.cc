@@ -1,0 +1,138 @@
+// Measures what the cluster costs over the in-process engine: the same prompts and methods run
+// through a live router and through engine::Decode in this process, interleaved, and the ratio
+// of their throughputs plus the per-step RPC overhead are printed (and written as JSON).
+//
+//   specdec-cluster-bench --router 127.0.0.1:50050 --target DIR [--draft DIR] [--dflash DIR]
+//       [--policy DIR] --prompts FILE [--methods AR,DRAFT_CHAIN] [-n 64] [--max-prompts 8]
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_split.h"
+#include "cli/datasets.h"
+#include "clients/cpp/client.h"
+#include "common/engine/decoder.h"
+#include "common/model/block_pilot.h"
+#include "common/model/dflash_drafter.h"
+#include "common/model/runtime.h"
+#include "common/model/transformer.h"
+#include "common/tokenizer/tokenizer.h"
+
+using Clock = std::chrono::steady_clock;
+
+int main(int argc, char** argv) {
+  std::string router, target_dir, draft_dir, dflash_dir, policy_dir, prompts_file, json_path;
+  std::string methods = "AR,DRAFT_CHAIN";
+  int n = 64, max_prompts = 8, threads = 0;
+  CLI::App app{"specdec cluster overhead benchmark (router vs in-process engine)"};
+  app.add_option("--router", router, "router address")->required();
+  app.add_option("--target", target_dir, "target checkpoint (same as the cluster's)")->required();
+  app.add_option("--draft", draft_dir, "AR draft model (same as the cluster's)");
+  app.add_option("--dflash", dflash_dir, "DFlash drafter (same as the cluster's)");
+  app.add_option("--policy", policy_dir, "BlockPilot policy (same as the cluster's)");
+  app.add_option("--prompts", prompts_file, "prompt file (jsonl/jsonl.gz or text)")->required();
+  app.add_option("--methods", methods, "comma-separated methods");
+  app.add_option("-n", n, "new tokens per request");
+  app.add_option("--max-prompts", max_prompts, "prompts to run");
+  app.add_option("--threads", threads, "in-process compute threads");
+  app.add_option("--json", json_path, "write results as JSON");
+  CLI11_PARSE(app, argc, argv);
+  using namespace specdec;
+  model::ConfigureComputeThreads(threads);
+  auto target = model::Transformer::Load(target_dir);
+  auto tok = tokenizer::Tokenizer::FromFile(target_dir + "/tokenizer.json");
+  if (!target.ok() || !tok.ok()) {
+    std::cerr << (target.ok() ? tok.status() : target.status()) << "\n";
+    return 1;
+  }
+  engine::EngineModels em{target->get()};
+  std::unique_ptr<model::Transformer> draft;
+  std::unique_ptr<model::DFlashDrafter> dflash;
+  std::unique_ptr<model::BlockPilot> policy;
+  if (!draft_dir.empty()) {
+    draft = *model::Transformer::Load(draft_dir);
+    em.draft_lm = draft.get();
+  }
+  if (!dflash_dir.empty()) {
+    dflash = *model::DFlashDrafter::Load(dflash_dir, **target);
+    em.dflash = dflash.get();
+  }
+  if (!policy_dir.empty()) {
+    policy = *model::BlockPilot::Load(policy_dir);
+    em.policy = policy.get();
+  }
+  auto prompts = cli::LoadPrompts(prompts_file, max_prompts);
+  if (!prompts.ok()) {
+    std::cerr << prompts.status() << "\n";
+    return 1;
+  }
+  auto client = Client::Connect(router);
+  struct Agg {
+    double local_ms = 0, cluster_ms = 0;
+    int64_t tokens = 0, steps = 0;
+    int equal = 0, n = 0;
+  };
+  std::map<std::string, Agg> aggs;
+  for (const auto& p : *prompts) {
+    auto ids = (*tok)->Encode(p.text, (*tok)->add_bos_by_default());
+    if (!ids.ok()) continue;
+    for (const std::string m : std::vector<std::string>(absl::StrSplit(methods, ','))) {
+      auto method = engine::ParseMethod(m);
+      v1::Method wm;
+      if (!method.ok() || !v1::Method_Parse(m, &wm)) {
+        std::cerr << "unknown method " << m << "\n";
+        return 1;
+      }
+      engine::DecodeOptions o;
+      o.method = *method;
+      o.max_new_tokens = n;
+      auto t0 = Clock::now();
+      auto local = engine::Decode(em, *ids, o);
+      const double local_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      v1::GenerateRequest req;
+      for (int32_t t : *ids) req.mutable_token_ids()->add_ids(t);
+      req.set_method(wm);
+      req.set_max_new_tokens(n);
+      req.set_ignore_eos(true);
+      t0 = Clock::now();
+      auto remote = client->Generate(req);
+      const double cluster_ms =
+          std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      if (!local.ok() || !remote.ok()) {
+        std::cerr << m << ": " << (local.ok() ? remote.status() : local.status()) << "\n";
+        return 1;
+      }
+      Agg& a = aggs[m];
+      a.local_ms += local_ms;
+      a.cluster_ms += cluster_ms;
+      a.tokens += static_cast<int64_t>(remote->tokens.size());
+      a.steps += remote->summary.stats().verify_steps() + 1;
+      // Greedy outputs agree unless the local run stopped at EOS earlier (the cluster ignores it).
+      const size_t k = std::min(local->tokens.size(), remote->tokens.size());
+      a.equal +=
+          std::equal(local->tokens.begin(), local->tokens.begin() + k, remote->tokens.begin());
+      ++a.n;
+    }
+  }
+  std::printf("%-16s %4s %12s %12s %14s %16s %6s\n", "method", "n", "local tok/s", "cluster tok/s",
+              "cluster/local", "RPC ms per step", "=");
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& [m, a] : aggs) {
+    const double lt = 1000.0 * a.tokens / a.local_ms, ct = 1000.0 * a.tokens / a.cluster_ms;
+    const double per_step = (a.cluster_ms - a.local_ms) / std::max<int64_t>(1, a.steps);
+    std::printf("%-16s %4d %12.1f %12.1f %14.2f %16.3f %3d/%d\n", m.c_str(), a.n, lt, ct, ct / lt,
+                per_step, a.equal, a.n);
+    rows.push_back({{"method", m},
+                    {"prompts", a.n},
+                    {"local_tokens_per_s", lt},
+                    {"cluster_tokens_per_s", ct},
+                    {"ratio", ct / lt},
+                    {"rpc_ms_per_step", per_step}});
+  }
+  if (!json_path.empty()) std::ofstream(json_path) << rows.dump(2) << "\n";
+  return 0;
+}
