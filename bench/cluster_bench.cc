@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
   for (const auto& p : *prompts) {
     auto ids = (*tok)->Encode(p.text, (*tok)->add_bos_by_default());
     if (!ids.ok()) continue;
-    for (const std::string m : std::vector<std::string>(absl::StrSplit(methods, ','))) {
+    for (const std::string& m : std::vector<std::string>(absl::StrSplit(methods, ','))) {
       auto method = engine::ParseMethod(m);
       v1::Method wm;
       if (!method.ok() || !v1::Method_Parse(m, &wm)) {

@@ -10,7 +10,7 @@ PACKAGES=(
   libabsl-dev prometheus-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libpcre2-dev
-  python3 gnuplot-nox
+  python3 python3-grpcio python3-grpc-tools python3-protobuf gnuplot-nox
 )
 
 missing=()

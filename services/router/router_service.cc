@@ -206,6 +206,10 @@ struct RouterServer::Impl {
   std::unique_ptr<v1::Drafter::Stub> drafter;
   std::unique_ptr<v1::Policy::Stub> policy;
   v1::ModelInfo target_info;
+  bool drafter_has_dflash = false;  // from the drafter's GetInfo at startup
+  v1::Method DefaultMethod() const {
+    return drafter && drafter_has_dflash ? v1::DFLASH_ADAPTIVE : v1::AR;
+  }
   std::unique_ptr<grpc::Service> service;
   StartedServer server;
   std::mutex workers_mu;
@@ -254,11 +258,14 @@ class RouterServiceImpl final : public v1::Router::CallbackService {
     *info->mutable_target() = impl_->target_info;
     info->add_methods(v1::AR);
     if (impl_->drafter) {
-      for (auto m : {v1::DRAFT_CHAIN, v1::DYSPEC_TREE, v1::DFLASH, v1::DFLASH_ADAPTIVE}) {
-        info->add_methods(m);
+      info->add_methods(v1::DRAFT_CHAIN);
+      info->add_methods(v1::DYSPEC_TREE);
+      if (impl_->drafter_has_dflash) {
+        info->add_methods(v1::DFLASH);
+        info->add_methods(v1::DFLASH_ADAPTIVE);
       }
     }
-    info->set_default_method(impl_->drafter ? v1::DFLASH_ADAPTIVE : v1::AR);
+    info->set_default_method(impl_->DefaultMethod());
     info->set_default_max_new_tokens(impl_->options.default_max_new_tokens);
     auto* reactor = ctx->DefaultReactor();
     reactor->Finish(grpc::Status::OK);
@@ -333,7 +340,7 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
     }
   }
   v1::Method method = req.method();
-  if (method == v1::METHOD_UNSPECIFIED) method = drafter ? v1::DFLASH_ADAPTIVE : v1::AR;
+  if (method == v1::METHOD_UNSPECIFIED) method = DefaultMethod();
   std::vector<int32_t> stops(req.stop_token_ids().begin(), req.stop_token_ids().end());
   if (!req.ignore_eos())
     stops.insert(stops.end(), target_info.eos_token_ids().begin(),
@@ -706,6 +713,15 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
     if (!s.ok()) {
       return absl::UnavailableError(absl::StrCat("target at ", options.target_address,
                                                  " did not answer GetInfo: ", s.error_message()));
+    }
+  }
+  if (impl->drafter) {
+    // Best effort: a drafter that is down now may come up later; methods degrade meanwhile.
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(1000));
+    v1::ModelInfo dinfo;
+    if (impl->drafter->GetInfo(&ctx, v1::GetInfoRequest(), &dinfo).ok()) {
+      impl->drafter_has_dflash = dinfo.block_size() > 0;
     }
   }
   impl->service = std::make_unique<RouterServiceImpl>(impl.get());

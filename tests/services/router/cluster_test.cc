@@ -182,7 +182,9 @@ TEST_F(ClusterTest, EveryMethodEqualsInProcessArGreedy) {
       EXPECT_LE(s.accepted_tokens(), s.drafted_tokens());
       EXPECT_FALSE(s.drafter_fallback()) << s.note();
       EXPECT_EQ(r.summary.usage().completion_tokens(), 30);
-      if (m == v1::DFLASH_ADAPTIVE) EXPECT_TRUE(s.block_size_from_policy());
+      if (m == v1::DFLASH_ADAPTIVE) {
+        EXPECT_TRUE(s.block_size_from_policy());
+      }
     }
   }
   // Finished requests close their streams, which frees the handles (asynchronously).

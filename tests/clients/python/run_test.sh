@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Integration test of the Python SDK (clients/python): starts a local cluster (target + AR draft
+# LM + router) on a free port base, runs test_sdk.py against it, and always stops the cluster.
+#
+#   tests/clients/python/run_test.sh
+#
+# Environment: BUILD_DIR (default <repo>/build), TARGET_MODEL / DRAFT_LM (default
+# $BUILD_DIR/models/stories260K), SPECDEC_PORT_BASE (default: first free of 50650, 50660, ...),
+# PYTHON (default: /usr/bin/python3 if it imports grpc, else python3).
+# Exit status: 0 pass, 1 failure, 77 skipped (no grpc/grpc_tools python, no binaries or model).
+set -uo pipefail
+repo="$(cd "$(dirname "$0")/../../.." && pwd)"
+cd "$repo"
+export BUILD_DIR="${BUILD_DIR:-$repo/build}"
+export TARGET_MODEL="${TARGET_MODEL:-$BUILD_DIR/models/stories260K}"
+export DRAFT_LM="${DRAFT_LM:-$TARGET_MODEL}"
+
+if [ -z "${PYTHON:-}" ]; then
+  PYTHON=python3
+  if /usr/bin/python3 -c 'import grpc, grpc_tools, google.protobuf' 2>/dev/null; then
+    PYTHON=/usr/bin/python3
+  fi
+fi
+if ! "$PYTHON" -c 'import grpc, grpc_tools, google.protobuf' 2>/dev/null; then
+  echo "run_test: SKIP: $PYTHON lacks grpc/grpc_tools/protobuf" \
+       "(apt-get install python3-grpcio python3-grpc-tools python3-protobuf)" >&2
+  exit 77
+fi
+# The default model is the real stories260K, converted from ../shared on first use.
+gguf="$repo/../shared/models/stories260K/stories260K.gguf"
+if [ ! -e "$TARGET_MODEL/config.json" ] && [ -f "$gguf" ] && [ -x "$BUILD_DIR/cli/specdec" ]; then
+  "$BUILD_DIR/cli/specdec" convert "$gguf" -o "$TARGET_MODEL" >/dev/null 2>&1 || true
+fi
+for f in "$BUILD_DIR/services/target/specdec-target" "$BUILD_DIR/services/drafter/specdec-drafter" \
+         "$BUILD_DIR/services/router/specdec-router" "$TARGET_MODEL/config.json"; do
+  [ -e "$f" ] || { echo "run_test: SKIP: $f is missing" >&2; exit 77; }
+done
+
+port_free() {  # port: no listener on 127.0.0.1
+  ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+if [ -z "${SPECDEC_PORT_BASE:-}" ]; then
+  for base in $(seq 50650 10 50950); do
+    mbase=$((9090 + base - 50050))
+    if port_free "$base" && port_free $((base + 1)) && port_free $((base + 2)) &&
+       port_free "$mbase" && port_free $((mbase + 1)) && port_free $((mbase + 2)); then
+      SPECDEC_PORT_BASE=$base
+      break
+    fi
+  done
+  : "${SPECDEC_PORT_BASE:?run_test: no free port base in 50650..50950}"
+fi
+export SPECDEC_PORT_BASE
+SPECDEC_RUN_DIR="$(mktemp -d "${TMPDIR:-/tmp}/specdec-pysdk.XXXXXX")"
+export SPECDEC_RUN_DIR
+
+cleanup() {
+  local rc=$?
+  bash deploy/local/cluster.sh stop >/dev/null 2>&1 || true
+  if [ "$rc" -ne 0 ]; then
+    for log in "$SPECDEC_RUN_DIR"/*.log; do
+      [ -f "$log" ] || continue
+      echo "---- $(basename "$log") (last 20 lines)" >&2
+      tail -n 20 "$log" >&2
+    done
+  fi
+  rm -rf "$SPECDEC_RUN_DIR"
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Generate the protobuf modules up front (import would do it too, but fail loudly here).
+bash clients/python/generate_protos.sh >/dev/null || { echo "run_test: proto generation failed" >&2; exit 1; }
+
+if ! bash deploy/local/cluster.sh start; then
+  echo "run_test: the cluster did not start" >&2
+  exit 1
+fi
+
+SPECDEC_ADDRESS="127.0.0.1:$SPECDEC_PORT_BASE" PYTHONDONTWRITEBYTECODE=1 \
+  "$PYTHON" tests/clients/python/test_sdk.py
