@@ -14,9 +14,9 @@
 #include "common/model/transformer.h"
 #include "common/util/status_macros.h"
 #include "services/common/handle_table.h"
+#include "services/common/run_server.h"
 #include "services/common/server.h"
 #include "services/common/session_loop.h"
-#include "services/common/shutdown.h"
 #include "services/common/tensor_proto.h"
 #include "specdec/v1/drafter.grpc.pb.h"
 
@@ -381,17 +381,7 @@ void DrafterServer::Shutdown() {
 }
 
 int RunDrafterServer(const DrafterServerOptions& options) {
-  auto server = DrafterServer::Start(options);
-  if (!server.ok()) {
-    std::cerr << "specdec-drafter: " << server.status() << "\n";
-    return 1;
-  }
-  std::cerr << "specdec-drafter: serving on port " << (*server)->port() << ", /metrics on port "
-            << (*server)->metrics_port() << "\n";
-  WaitForShutdownSignal();
-  std::cerr << "specdec-drafter: draining\n";
-  (*server)->Shutdown();
-  return 0;
+  return RunUntilSignal<DrafterServer>("specdec-drafter", options);
 }
 
 }  // namespace specdec::services

@@ -13,8 +13,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/model/block_pilot.h"
 #include "common/util/status_macros.h"
+#include "services/common/run_server.h"
 #include "services/common/server.h"
-#include "services/common/shutdown.h"
 #include "services/common/tensor_proto.h"
 #include "specdec/v1/policy.grpc.pb.h"
 
@@ -214,17 +214,7 @@ void PolicyServer::Shutdown() {
 }
 
 int RunPolicyServer(const PolicyServerOptions& options) {
-  auto server = PolicyServer::Start(options);
-  if (!server.ok()) {
-    std::cerr << "specdec-policy: " << server.status() << "\n";
-    return 1;
-  }
-  std::cerr << "specdec-policy: serving on port " << (*server)->port() << ", /metrics on port "
-            << (*server)->metrics_port() << "\n";
-  WaitForShutdownSignal();
-  std::cerr << "specdec-policy: draining\n";
-  (*server)->Shutdown();
-  return 0;
+  return RunUntilSignal<PolicyServer>("specdec-policy", options);
 }
 
 }  // namespace specdec::services

@@ -17,8 +17,8 @@
 #include "common/tokenizer/stream_decoder.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/util/status_macros.h"
+#include "services/common/run_server.h"
 #include "services/common/server.h"
-#include "services/common/shutdown.h"
 #include "services/router/stream_clients.h"
 #include "specdec/v1/policy.grpc.pb.h"
 #include "specdec/v1/router.grpc.pb.h"
@@ -746,17 +746,7 @@ void RouterServer::Shutdown() {
 }
 
 int RunRouterServer(const RouterServerOptions& options) {
-  auto server = RouterServer::Start(options);
-  if (!server.ok()) {
-    std::cerr << "specdec-router: " << server.status() << "\n";
-    return 1;
-  }
-  std::cerr << "specdec-router: serving on port " << (*server)->port() << ", /metrics on port "
-            << (*server)->metrics_port() << "\n";
-  WaitForShutdownSignal();
-  std::cerr << "specdec-router: draining\n";
-  (*server)->Shutdown();
-  return 0;
+  return RunUntilSignal<RouterServer>("specdec-router", options);
 }
 
 }  // namespace specdec::services

@@ -19,9 +19,9 @@
 #include "common/model/transformer.h"
 #include "common/util/status_macros.h"
 #include "services/common/handle_table.h"
+#include "services/common/run_server.h"
 #include "services/common/server.h"
 #include "services/common/session_loop.h"
-#include "services/common/shutdown.h"
 #include "services/common/tensor_proto.h"
 #include "specdec/v1/target.grpc.pb.h"
 
@@ -353,17 +353,7 @@ void TargetServer::Shutdown() {
 }
 
 int RunTargetServer(const TargetServerOptions& options) {
-  auto server = TargetServer::Start(options);
-  if (!server.ok()) {
-    std::cerr << "specdec-target: " << server.status() << "\n";
-    return 1;
-  }
-  std::cerr << "specdec-target: serving on port " << (*server)->port() << ", /metrics on port "
-            << (*server)->metrics_port() << "\n";
-  WaitForShutdownSignal();
-  std::cerr << "specdec-target: draining\n";
-  (*server)->Shutdown();
-  return 0;
+  return RunUntilSignal<TargetServer>("specdec-target", options);
 }
 
 }  // namespace specdec::services

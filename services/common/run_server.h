@@ -1,0 +1,31 @@
+// The body of every service's Run<Name>Server: start, report the ports, serve until SIGINT or
+// SIGTERM, then drain and stop.
+#ifndef SPECDEC_SERVICES_COMMON_RUN_SERVER_H_
+#define SPECDEC_SERVICES_COMMON_RUN_SERVER_H_
+
+#include <iostream>
+
+#include "services/common/shutdown.h"
+
+namespace specdec::services {
+
+// `Server` has a static Start(options) -> StatusOr<unique_ptr<Server>>, port(), metrics_port()
+// and Shutdown(). Returns the process exit code.
+template <typename Server, typename Options>
+int RunUntilSignal(const char* name, const Options& options) {
+  auto server = Server::Start(options);
+  if (!server.ok()) {
+    std::cerr << name << ": " << server.status() << "\n";
+    return 1;
+  }
+  std::cerr << name << ": serving on port " << (*server)->port() << ", /metrics on port "
+            << (*server)->metrics_port() << "\n";
+  WaitForShutdownSignal();
+  std::cerr << name << ": draining\n";
+  (*server)->Shutdown();
+  return 0;
+}
+
+}  // namespace specdec::services
+
+#endif  // SPECDEC_SERVICES_COMMON_RUN_SERVER_H_
