@@ -19,19 +19,6 @@ namespace {
 
 std::atomic<uint64_t> next_model_id{1};
 
-// The HF names and shapes a config implies.
-std::vector<TensorSpec> ExpectedTensors(const ModelConfig& c) {
-  std::vector<TensorSpec> out;
-  const int64_t h = c.hidden_size;
-  out.push_back({"model.embed_tokens.weight", {c.vocab_size, h}});
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    AppendDecoderLayerSpecs(c, absl::StrCat("model.layers.", l, "."), c.qk_norm, &out);
-  }
-  out.push_back({"model.norm.weight", {h}});
-  if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {c.vocab_size, h}});
-  return out;
-}
-
 }  // namespace
 
 struct Transformer::Weights {
@@ -69,7 +56,7 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::FromTensors(
   }
   const at::ScalarType dt = *opts.dtype;
   try {
-    RETURN_IF_ERROR(CheckTensors(tensors, ExpectedTensors(config)));
+    RETURN_IF_ERROR(CheckTensors(tensors, TransformerTensorSpecs(config)));
     auto get = [&](const std::string& name) { return tensors.at(name).to(dt).contiguous(); };
     auto w = std::make_unique<Weights>();
     w->embed = get("model.embed_tokens.weight");
@@ -104,7 +91,7 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::FromTensors(
 absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(const std::string& dir,
                                                                const LoadOptions& options) {
   ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir));
-  ASSIGN_OR_RETURN(auto tensors, LoadTensors(dir, ExpectedTensors(config)));
+  ASSIGN_OR_RETURN(auto tensors, LoadTensors(dir, TransformerTensorSpecs(config)));
   LoadOptions opts = options;
   if (!opts.dtype) {
     opts.dtype = tensors.at("model.embed_tokens.weight").scalar_type() == at::kBFloat16
@@ -120,7 +107,7 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(const std::string
 
 std::map<std::string, at::Tensor> Transformer::RandomWeights(const ModelConfig& config,
                                                              uint64_t seed, double std) {
-  return RandomTensors(ExpectedTensors(config), seed, std);
+  return RandomTensors(TransformerTensorSpecs(config), seed, std);
 }
 
 std::unique_ptr<KvCache> Transformer::NewCache() const {

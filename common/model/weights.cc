@@ -86,6 +86,18 @@ absl::Status CheckTensors(const std::map<std::string, at::Tensor>& tensors,
   return absl::OkStatus();
 }
 
+std::vector<TensorSpec> TransformerTensorSpecs(const ModelConfig& c) {
+  std::vector<TensorSpec> out;
+  const int64_t h = c.hidden_size;
+  out.push_back({"model.embed_tokens.weight", {c.vocab_size, h}});
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    AppendDecoderLayerSpecs(c, absl::StrCat("model.layers.", l, "."), c.qk_norm, &out);
+  }
+  out.push_back({"model.norm.weight", {h}});
+  if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {c.vocab_size, h}});
+  return out;
+}
+
 void AppendDecoderLayerSpecs(const ModelConfig& c, const std::string& p, bool qk_norm,
                              std::vector<TensorSpec>* out) {
   const int64_t h = c.hidden_size, q = c.num_attention_heads * c.head_dim,

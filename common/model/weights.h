@@ -40,6 +40,10 @@ std::string ShapeString(at::IntArrayRef shape);
 void AppendDecoderLayerSpecs(const ModelConfig& config, const std::string& prefix, bool qk_norm,
                              std::vector<TensorSpec>* out);
 
+// Every tensor of a decoder-only LM (Qwen3/Llama) with HF names: embedding, layers, final norm,
+// and lm_head unless the embedding is tied.
+std::vector<TensorSpec> TransformerTensorSpecs(const ModelConfig& config);
+
 // Seeded random tensors for `specs`: N(0, std^2), with weights whose name contains "norm"
 // centred on 1. For tests and benchmarks.
 std::map<std::string, at::Tensor> RandomTensors(const std::vector<TensorSpec>& specs, uint64_t seed,

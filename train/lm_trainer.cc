@@ -1,0 +1,179 @@
+#include "train/lm_trainer.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/model/runtime.h"
+#include "common/model/weights.h"
+#include "common/tokenizer/tokenizer.h"
+#include "common/util/status_macros.h"
+#include "nlohmann/json.hpp"
+#include "train/checkpoint.h"
+#include "train/lm_model.h"
+#include "train/optimizer.h"
+#include "train/progress.h"
+#include "train/token_file.h"
+#include "train/train_common.h"
+
+namespace specdec::train {
+namespace {
+
+nlohmann::json OptionsJson(const LmTrainOptions& o, const model::ModelConfig& c) {
+  return {{"train_tokens", o.train_tokens},   {"heldout_tokens", o.heldout_tokens},
+          {"batch_size", o.batch_size},       {"seq_len", o.seq_len},
+          {"grad_accum", o.grad_accum},       {"steps", o.steps},
+          {"lr", o.lr},                       {"min_lr_ratio", o.min_lr_ratio},
+          {"warmup_frac", o.warmup_frac},     {"weight_decay", o.weight_decay},
+          {"clip", o.clip},                   {"init_std", o.init_std},
+          {"dtype", o.dtype},                 {"device", o.device},
+          {"seed", o.seed},                   {"config", nlohmann::json::parse(model::ModelConfigToJson(c))}};
+}
+
+double HeldoutLoss(const model::ModelConfig& c, const TensorMap& params,
+                   std::span<const int32_t> ids, const LmTrainOptions& o, at::ScalarType dt,
+                   const at::Device& device) {
+  if (static_cast<int64_t>(ids.size()) < o.seq_len + 1) return NAN;
+  at::NoGradGuard no_grad;
+  double sum = 0;
+  for (int64_t b = 0; b < o.eval_batches; ++b) {
+    at::Tensor x = FixedWindows(ids, b * o.batch_size, o.batch_size, o.seq_len + 1, device);
+    sum += LmLoss(c, params, x, dt).item<double>();
+  }
+  return sum / static_cast<double>(o.eval_batches);
+}
+
+}  // namespace
+
+absl::Status TrainLm(const LmTrainOptions& o) {
+  if (o.batch_size <= 0 || o.seq_len <= 1 || o.steps <= 0 || o.grad_accum <= 0) {
+    return absl::InvalidArgumentError("batch_size, steps, grad_accum must be > 0, seq_len > 1");
+  }
+  if (o.out_dir.empty()) return absl::InvalidArgumentError("--out is required");
+  ASSIGN_OR_RETURN(at::Device device, ParseDevice(o.device));
+  ASSIGN_OR_RETURN(at::ScalarType dt, ParseDType(o.dtype));
+  ASSIGN_OR_RETURN(at::ScalarType export_dt, ParseDType(o.export_dtype));
+  if (device.is_cpu()) model::ConfigureComputeThreads(o.threads);
+  ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::FromFile(o.tokenizer_dir + "/tokenizer.json"));
+  ASSIGN_OR_RETURN(std::vector<int32_t> train_ids, ReadTokenFile(o.train_tokens));
+  std::vector<int32_t> heldout_ids;
+  if (!o.heldout_tokens.empty()) {
+    ASSIGN_OR_RETURN(heldout_ids, ReadTokenFile(o.heldout_tokens));
+  }
+  if (static_cast<int64_t>(train_ids.size()) <= o.seq_len + 1) {
+    return absl::InvalidArgumentError(absl::StrCat(o.train_tokens, " holds ", train_ids.size(),
+                                                   " tokens, fewer than one window"));
+  }
+  model::ModelConfig c = o.config;
+  if (c.vocab_size == 0) c.vocab_size = tok->vocab_size();
+  if (c.vocab_size < tok->vocab_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("vocab_size ", c.vocab_size,
+                                                   " is below the tokenizer's ", tok->vocab_size()));
+  }
+  for (int32_t id : train_ids) {
+    if (id < 0 || id >= c.vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(o.train_tokens, ": token id ", id, " outside the vocabulary"));
+    }
+  }
+  c.torch_dtype = export_dt == at::kBFloat16 ? "bfloat16" : "float32";
+  if (tok->bos_id()) c.bos_token_id = *tok->bos_id();
+  if (tok->eos_id()) c.eos_token_ids = {*tok->eos_id()};
+  const std::string ckpt_dir = o.checkpoint_dir.empty() ? o.out_dir + "/checkpoint" : o.checkpoint_dir;
+
+  TensorMap params;
+  try {
+    params = InitParams(model::TransformerTensorSpecs(c), c.num_hidden_layers, o.seed, o.init_std,
+                        device);
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("initializing parameters failed: ", e.what()));
+  }
+  AdamWOptions adam;
+  adam.weight_decay = o.weight_decay;
+  AdamW opt(&params, adam);
+  int64_t step = 0;
+  auto resumed = LoadTrainCheckpoint(ckpt_dir, &params, &opt);
+  if (resumed.ok()) {
+    step = *resumed;
+    std::fprintf(stderr, "resuming from %s at step %lld\n", ckpt_dir.c_str(),
+                 static_cast<long long>(step));
+  } else if (!absl::IsNotFound(resumed.status())) {
+    return resumed.status();
+  }
+  const std::string options_json = OptionsJson(o, c).dump();
+  const std::string log_path = ckpt_dir + "/log.jsonl";
+  std::filesystem::create_directories(ckpt_dir);
+  std::fprintf(stderr, "lm: %lld parameters, %zu train tokens, %zu held-out, device %s, %s\n",
+               static_cast<long long>(c.NumParameters()), train_ids.size(), heldout_ids.size(),
+               device.str().c_str(), o.dtype.c_str());
+
+  const int64_t warmup = static_cast<int64_t>(o.warmup_frac * o.steps);
+  const auto t0 = std::chrono::steady_clock::now();
+  Progress progress("lm", o.steps, step);
+  double ema = NAN, last_heldout = NAN;
+  try {
+    while (step < o.steps) {
+      std::mt19937_64 rng(o.seed * 1000003ull + static_cast<uint64_t>(step));
+      double loss_sum = 0;
+      for (int64_t a = 0; a < o.grad_accum; ++a) {
+        at::Tensor x = SampleWindows(train_ids, o.batch_size, o.seq_len + 1, rng, device);
+        at::Tensor loss = LmLoss(c, params, x, dt) / static_cast<double>(o.grad_accum);
+        loss.backward();
+        loss_sum += loss.item<double>();
+      }
+      if (!std::isfinite(loss_sum)) {
+        return absl::InternalError(absl::StrCat("loss became ", loss_sum, " at step ", step,
+                                                "; lower --lr or use --dtype f32"));
+      }
+      const double gnorm = opt.ClipGradNorm(o.clip);
+      const double lr = WarmupCosineLr(step, o.steps, warmup, o.lr, o.min_lr_ratio);
+      opt.Step(lr);
+      ++step;
+      ema = std::isnan(ema) ? loss_sum : 0.98 * ema + 0.02 * loss_sum;
+      const bool last = step == o.steps;
+      if ((o.eval_every > 0 && step % o.eval_every == 0) || last) {
+        last_heldout = HeldoutLoss(c, params, heldout_ids, o, dt, device);
+        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        nlohmann::json line = {{"step", step},         {"train_loss", ema},
+                               {"heldout_loss", last_heldout}, {"lr", lr},
+                               {"grad_norm", gnorm},   {"tokens", step * o.batch_size * o.grad_accum * o.seq_len},
+                               {"elapsed_s", secs}};
+        RETURN_IF_ERROR(AppendJsonLine(log_path, line.dump()));
+      }
+      if ((o.checkpoint_every > 0 && step % o.checkpoint_every == 0) || last) {
+        RETURN_IF_ERROR(SaveTrainCheckpoint(ckpt_dir, params, opt, step, options_json));
+      }
+      progress.Update(step, absl::StrFormat("loss %.3f heldout %.3f lr %.2e", ema, last_heldout, lr));
+    }
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("training step ", step, " failed: ", e.what()));
+  }
+  progress.Finish(absl::StrFormat("loss %.3f heldout %.3f", ema, last_heldout));
+
+  // ---- export in the HF layout.
+  RETURN_IF_ERROR(CopyTokenizer(o.tokenizer_dir, o.out_dir));
+  RETURN_IF_ERROR(WriteTextFile(o.out_dir + "/config.json", model::ModelConfigToJson(c)));
+  nlohmann::json gen = {{"bos_token_id", c.bos_token_id.value_or(0)},
+                        {"eos_token_id", c.eos_token_ids.empty() ? 0 : c.eos_token_ids[0]}};
+  RETURN_IF_ERROR(WriteTextFile(o.out_dir + "/generation_config.json", gen.dump(2)));
+  RETURN_IF_ERROR(SaveTensorMap(o.out_dir + "/model.safetensors", params, export_dt));
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  nlohmann::json summary = {{"command", "specdec train lm"},
+                            {"finished", NowIso8601()},
+                            {"parameters", c.NumParameters()},
+                            {"final_train_loss_ema", ema},
+                            {"final_heldout_loss", last_heldout},
+                            {"wall_seconds_this_run", secs},
+                            {"options", OptionsJson(o, c)}};
+  RETURN_IF_ERROR(WriteTextFile(o.out_dir + "/training.json", summary.dump(2)));
+  std::fprintf(stderr, "lm: wrote %s (heldout loss %.4f)\n", o.out_dir.c_str(), last_heldout);
+  return absl::OkStatus();
+}
+
+}  // namespace specdec::train
