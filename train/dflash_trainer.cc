@@ -208,12 +208,14 @@ absl::Status TrainDFlash(const DFlashTrainOptions& o) {
                static_cast<long long>(CountElements(dp)), static_cast<long long>(train_seqs),
                static_cast<long long>(heldout), static_cast<long long>(seq_len));
   const int64_t warmup = static_cast<int64_t>(o.warmup_frac * o.steps);
+  int64_t total_steps = o.steps;
+  const int64_t first_step = step;
   const auto t0 = std::chrono::steady_clock::now();
   Progress progress("dflash", o.steps, step);
   double ema = NAN, tau_ema = NAN, eval_tau = NAN, eval_loss = NAN;
   std::vector<double> eval_acc;
   try {
-    while (step < o.steps) {
+    while (step < total_steps) {
       auto gen = at::make_generator<at::CPUGeneratorImpl>(o.seed * 7919 + step);
       at::Tensor idx = at::randint(0, train_seqs, {o.batch_size}, gen, at::kLong);
       at::Tensor seqs = all.index_select(0, idx).to(device);
@@ -224,13 +226,24 @@ absl::Status TrainDFlash(const DFlashTrainOptions& o) {
         return absl::InternalError(absl::StrCat("loss became ", loss, " at step ", step));
       }
       const double gnorm = opt.ClipGradNorm(o.clip);
-      const double lr = WarmupCosineLr(step, o.steps, warmup, o.lr, o.min_lr_ratio);
+      const double lr = WarmupCosineLr(step, total_steps, warmup, o.lr, o.min_lr_ratio);
       opt.Step(lr);
       ++step;
       const double tau = m.tau.item<double>();
       ema = std::isnan(ema) ? loss : 0.98 * ema + 0.02 * loss;
       tau_ema = std::isnan(tau_ema) ? tau : 0.98 * tau_ema + 0.02 * tau;
-      const bool last = step == o.steps;
+      if (o.time_budget_s > 0 && step == first_step + 20) {
+        const double spent =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const double per_step = spent / 20.0;
+        const int64_t fit = step + static_cast<int64_t>((o.time_budget_s - spent) / per_step);
+        if (fit < total_steps) {
+          total_steps = std::max(step + 1, fit);
+          std::fprintf(stderr, "\n%.3f s/step: %lld steps fit the %.0f s budget\n", per_step,
+                       static_cast<long long>(total_steps), o.time_budget_s);
+        }
+      }
+      const bool last = step == total_steps;
       if ((o.eval_every > 0 && step % o.eval_every == 0) || last) {
         at::NoGradGuard no_grad;
         auto egen = at::make_generator<at::CPUGeneratorImpl>(12345);

@@ -44,6 +44,9 @@ struct DFlashTrainOptions {
   int64_t eval_every = 100;
   int64_t checkpoint_every = 200;
   uint64_t seed = 0;
+  // > 0: after 20 steps, shrink the step count (and the LR schedule with it) so that training
+  // ends within this many seconds.
+  double time_budget_s = 0;
 };
 
 absl::Status TrainDFlash(const DFlashTrainOptions& options);

@@ -114,11 +114,13 @@ absl::Status TrainLm(const LmTrainOptions& o) {
                device.str().c_str(), o.dtype.c_str());
 
   const int64_t warmup = static_cast<int64_t>(o.warmup_frac * o.steps);
+  int64_t total_steps = o.steps;
+  const int64_t first_step = step;
   const auto t0 = std::chrono::steady_clock::now();
   Progress progress("lm", o.steps, step);
   double ema = NAN, last_heldout = NAN;
   try {
-    while (step < o.steps) {
+    while (step < total_steps) {
       std::mt19937_64 rng(o.seed * 1000003ull + static_cast<uint64_t>(step));
       double loss_sum = 0;
       for (int64_t a = 0; a < o.grad_accum; ++a) {
@@ -132,11 +134,22 @@ absl::Status TrainLm(const LmTrainOptions& o) {
                                                 "; lower --lr or use --dtype f32"));
       }
       const double gnorm = opt.ClipGradNorm(o.clip);
-      const double lr = WarmupCosineLr(step, o.steps, warmup, o.lr, o.min_lr_ratio);
+      const double lr = WarmupCosineLr(step, total_steps, warmup, o.lr, o.min_lr_ratio);
       opt.Step(lr);
       ++step;
       ema = std::isnan(ema) ? loss_sum : 0.98 * ema + 0.02 * loss_sum;
-      const bool last = step == o.steps;
+      if (o.time_budget_s > 0 && step == first_step + 20) {
+        const double spent =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const double per_step = spent / 20.0;
+        const int64_t fit = step + static_cast<int64_t>((o.time_budget_s - spent) / per_step);
+        if (fit < total_steps) {
+          total_steps = std::max(step + 1, fit);
+          std::fprintf(stderr, "\n%.3f s/step: %lld steps fit the %.0f s budget\n", per_step,
+                       static_cast<long long>(total_steps), o.time_budget_s);
+        }
+      }
+      const bool last = step == total_steps;
       if ((o.eval_every > 0 && step % o.eval_every == 0) || last) {
         last_heldout = HeldoutLoss(c, params, heldout_ids, o, dt, device);
         const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -36,6 +36,9 @@ struct LmTrainOptions {
   int64_t eval_batches = 8;
   int64_t checkpoint_every = 200;
   uint64_t seed = 0;
+  // > 0: after 20 steps, shrink the step count (and the LR schedule with it) so that training
+  // ends within this many seconds.
+  double time_budget_s = 0;
 };
 
 // Trains (resuming from the checkpoint directory when it holds a checkpoint), then exports.

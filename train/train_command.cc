@@ -5,8 +5,10 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "train/data_command.h"
 #include "train/dflash_trainer.h"
 #include "train/lm_trainer.h"
+#include "train/policy_trainer.h"
 
 namespace specdec::train {
 namespace {
@@ -64,6 +66,7 @@ void AddLm(CLI::App& parent, int* exit_code) {
   cmd->add_option("--checkpoint-every", o->checkpoint_every, "steps between checkpoints")
       ->capture_default_str();
   cmd->add_option("--seed", o->seed, "random seed")->capture_default_str();
+  cmd->add_option("--time-budget", o->time_budget_s, "seconds; shrink --steps to fit (0 = off)");
   cmd->callback([o, exit_code] {
     o->config.head_dim = o->config.hidden_size / o->config.num_attention_heads;
     Report("lm", TrainLm(*o), exit_code);
@@ -107,15 +110,56 @@ void AddDFlash(CLI::App& parent, int* exit_code) {
   cmd->add_option("--checkpoint-every", o->checkpoint_every, "steps between checkpoints")
       ->capture_default_str();
   cmd->add_option("--seed", o->seed, "random seed")->capture_default_str();
+  cmd->add_option("--time-budget", o->time_budget_s, "training seconds; shrink --steps to fit");
   cmd->callback([o, exit_code] { Report("dflash", TrainDFlash(*o), exit_code); });
+}
+
+void AddPolicy(CLI::App& parent, int* exit_code) {
+  auto d = std::make_shared<PolicyDataOptions>();
+  auto* data = parent.add_subcommand(
+      "policy-data",
+      "Label prompts for BlockPilot: run the DFlash loop at every candidate block size and "
+      "record tau per size and the target's last-token logits (parallel, resumable)");
+  data->add_option("--target", d->target_dir, "target HF directory")->required();
+  data->add_option("--dflash", d->dflash_dir, "DFlash drafter directory")->required();
+  data->add_option("--prompts", d->prompt_tokens, "token file prompts are cut from")->required();
+  data->add_option("--out", d->out_dir, "output directory")->required();
+  data->add_option("--num-prompts", d->num_prompts, "prompts")->capture_default_str();
+  data->add_option("--min-prompt-len", d->min_prompt_len, "shortest prompt")->capture_default_str();
+  data->add_option("--max-prompt-len", d->max_prompt_len, "longest prompt")->capture_default_str();
+  data->add_option("--max-new-tokens", d->max_new_tokens, "tokens generated per run")
+      ->capture_default_str();
+  data->add_option("--radius", d->radius, "candidates B-k..B+k")->capture_default_str();
+  data->add_option("--block-sizes", d->block_sizes, "explicit candidate block sizes");
+  data->add_option("--temperature", d->temperature, "sampling temperature")->capture_default_str();
+  data->add_option("--part-size", d->part_size, "prompts per part file")->capture_default_str();
+  data->add_option("--workers", d->workers, "parallel decoders (0 = cores)")->capture_default_str();
+  data->add_option("--seed", d->seed, "random seed")->capture_default_str();
+  data->callback([d, exit_code] { Report("policy-data", MakePolicyData(*d), exit_code); });
+
+  auto o = std::make_shared<PolicyTrainOptions>();
+  auto* cmd = parent.add_subcommand("policy", "Train the BlockPilot MLP on policy-data labels");
+  cmd->add_option("--data", o->data_dir, "policy-data directory")->required();
+  cmd->add_option("--out", o->out_dir, "output BlockPilot directory")->required();
+  cmd->add_option("--hidden", o->hidden, "MLP width")->capture_default_str();
+  cmd->add_option("--epochs", o->epochs, "epochs")->capture_default_str();
+  cmd->add_option("--batch", o->batch_size, "batch size")->capture_default_str();
+  cmd->add_option("--lr", o->lr, "learning rate")->capture_default_str();
+  cmd->add_option("--weight-decay", o->weight_decay, "AdamW weight decay")->capture_default_str();
+  cmd->add_option("--dropout", o->dropout, "dropout")->capture_default_str();
+  cmd->add_option("--heldout-frac", o->heldout_frac, "held-out share")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "random seed")->capture_default_str();
+  cmd->callback([o, exit_code] { Report("policy", TrainPolicy(*o), exit_code); });
 }
 
 }  // namespace
 
 void RegisterTrainSubcommands(CLI::App& parent, int* exit_code) {
   parent.require_subcommand(1);
+  RegisterDataSubcommands(parent, exit_code);
   AddLm(parent, exit_code);
   AddDFlash(parent, exit_code);
+  AddPolicy(parent, exit_code);
 }
 
 }  // namespace specdec::train
