@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -43,7 +44,9 @@ at::Tensor BatchedAttention(const at::Tensor& q, const at::Tensor& k, const at::
   }
   at::Tensor out;
 #ifdef SPECDEC_HAVE_SDPA
-  out = at::scaled_dot_product_attention(qh, kh, vh, causal ? at::Tensor() : mask, 0.0, causal);
+  std::optional<at::Tensor> attn_mask;
+  if (!causal) attn_mask = mask;
+  out = at::scaled_dot_product_attention(qh, kh, vh, attn_mask, 0.0, causal);
 #else
   at::Tensor scores = at::matmul(qh, kh.transpose(2, 3)).to(at::kFloat);
   scores.mul_(1.0 / std::sqrt(static_cast<double>(d)));
