@@ -58,7 +58,7 @@ fi
 if has dflash; then
   $TRAIN dflash --target "$PACK/target" --prompts "$WORK/train.tok" --out "$PACK/dflash" \
     --checkpoint "$WORK/ckpt-dflash" --layers 2 --block-size 16 \
-    --gen-sequences 8192 --gen-batch 1024 --prompt-len 64 --gen-len 192 --greedy-frac 0.5 \
+    --gen-sequences 32768 --gen-batch 4096 --prompt-len 64 --gen-len 192 --greedy-frac 0.5 \
     --batch 64 --anchors 32 --steps 20000 --lr 6e-4 --warmup 0.04 \
     --eval-every 200 --checkpoint-every 1000 \
     --dtype "$DTYPE" --device "$DEVICE" --time-budget "${DFLASH_BUDGET:-0}"

@@ -38,26 +38,14 @@ absl::StatusOr<std::vector<int32_t>> GenerateData(const model::ModelConfig& tc,
   std::vector<int32_t> out;
   out.reserve(o.gen_sequences * total_len);
   std::mt19937_64 rng(o.seed ^ 0x9e3779b97f4a7c15ull);
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(o.seed + 17);
+  at::manual_seed(o.seed + 17);
   Progress progress("generate", o.gen_sequences);
   at::NoGradGuard no_grad;
   for (int64_t done = 0; done < o.gen_sequences; done += o.gen_batch) {
     const int64_t b = std::min(o.gen_batch, o.gen_sequences - done);
-    at::Tensor seq = SampleWindows(prompt_ids, b, o.prompt_len, rng, device);
+    at::Tensor prompt = SampleWindows(prompt_ids, b, o.prompt_len, rng, device);
     const int64_t greedy_rows = static_cast<int64_t>(std::llround(o.greedy_frac * b));
-    for (int64_t t = 0; t < o.gen_len; ++t) {
-      LmForwardOptions fo;
-      fo.compute = dt;
-      at::Tensor hidden = LmForward(tc, tp, seq, fo).hidden.select(1, seq.size(1) - 1);
-      at::Tensor logits = LmLogits(tc, tp, hidden);  // [b, V] f32
-      at::Tensor next = logits.argmax(-1);
-      if (greedy_rows < b) {
-        at::Tensor probs = at::softmax(logits.narrow(0, greedy_rows, b - greedy_rows), -1).to(at::kCPU);
-        at::Tensor sampled = at::multinomial(probs, 1, false, gen).squeeze(1).to(device);
-        next.narrow(0, greedy_rows, b - greedy_rows).copy_(sampled);
-      }
-      seq = at::cat({seq, next.unsqueeze(1)}, 1);
-    }
+    at::Tensor seq = LmGenerate(tc, tp, prompt, o.gen_len, dt, greedy_rows);
     at::Tensor cpu = seq.to(at::kCPU).to(at::kInt).contiguous();
     out.insert(out.end(), cpu.data_ptr<int32_t>(), cpu.data_ptr<int32_t>() + cpu.numel());
     progress.Update(done + b, "");

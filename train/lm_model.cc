@@ -54,7 +54,7 @@ at::Tensor BatchedAttention(const at::Tensor& q, const at::Tensor& k, const at::
   if (causal) {
     allowed = at::ones({tq, kh.size(2)}, q.options().dtype(at::kBool)).tril();
   }
-  scores = scores.masked_fill(allowed.logical_not(), -INFINITY);
+  if (allowed.defined()) scores = scores.masked_fill(allowed.logical_not(), -INFINITY);
   out = at::matmul(at::softmax(scores, -1).to(q.scalar_type()), vh);
 #endif
   return out.transpose(1, 2).reshape({b, tq, heads * d});
@@ -157,6 +157,62 @@ at::Tensor LmLoss(const ModelConfig& c, const TensorMap& p, const at::Tensor& to
     total = total - logp.gather(1, labels.narrow(0, r, n).unsqueeze(1)).sum();
   }
   return total / static_cast<double>(labels.size(0));
+}
+
+at::Tensor LmGenerate(const ModelConfig& c, const TensorMap& p, const at::Tensor& prompt,
+                      int64_t new_tokens, at::ScalarType dt, int64_t greedy_rows) {
+  at::NoGradGuard no_grad;
+  const int64_t b = prompt.size(0), plen = prompt.size(1), total = plen + new_tokens;
+  const int64_t heads = c.num_attention_heads, kv = c.num_key_value_heads, d = c.head_dim;
+  const auto fopts = prompt.options().dtype(dt);
+  std::vector<at::Tensor> keys(c.num_hidden_layers), values(c.num_hidden_layers);
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    keys[l] = at::empty({b, total, kv, d}, fopts);
+    values[l] = at::empty({b, total, kv, d}, fopts);
+  }
+  TensorMap w;  // weights cast once
+  for (const auto& [name, t] : p) w.emplace(name, t.detach().to(dt));
+  at::Tensor out = at::empty({b, total}, prompt.options().dtype(at::kLong));
+  out.narrow(1, 0, plen).copy_(prompt);
+  int64_t pos = 0;
+  at::Tensor step_tokens = prompt;
+  while (pos < total - 1) {
+    const int64_t t = step_tokens.size(1);
+    at::Tensor positions = at::arange(pos, pos + t, out.options()).unsqueeze(0).expand({b, t});
+    at::Tensor cos, sin;
+    CosSin(c, positions, &cos, &sin);
+    at::Tensor x = at::embedding(w.at("model.embed_tokens.weight"), step_tokens);
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      const std::string pre = absl::StrCat("model.layers.", l, ".");
+      at::Tensor h = model::RmsNorm(x, w.at(pre + "input_layernorm.weight"), c.rms_norm_eps);
+      at::Tensor q = at::linear(h, w.at(pre + "self_attn.q_proj.weight")).view({b, t, heads, d});
+      at::Tensor k = at::linear(h, w.at(pre + "self_attn.k_proj.weight")).view({b, t, kv, d});
+      at::Tensor v = at::linear(h, w.at(pre + "self_attn.v_proj.weight")).view({b, t, kv, d});
+      if (c.qk_norm) {
+        q = model::RmsNorm(q, w.at(pre + "self_attn.q_norm.weight"), c.rms_norm_eps);
+        k = model::RmsNorm(k, w.at(pre + "self_attn.k_norm.weight"), c.rms_norm_eps);
+      }
+      q = Rope(q, cos, sin);
+      keys[l].narrow(1, pos, t).copy_(Rope(k, cos, sin));
+      values[l].narrow(1, pos, t).copy_(v);
+      at::Tensor attn = BatchedAttention(q, keys[l].narrow(1, 0, pos + t),
+                                         values[l].narrow(1, 0, pos + t), at::Tensor(), t > 1);
+      x = x + at::linear(attn, w.at(pre + "self_attn.o_proj.weight"));
+      h = model::RmsNorm(x, w.at(pre + "post_attention_layernorm.weight"), c.rms_norm_eps);
+      x = x + Mlp(w, pre, h, dt);
+    }
+    at::Tensor last = model::RmsNorm(x.select(1, t - 1), w.at("model.norm.weight"), c.rms_norm_eps);
+    at::Tensor logits = LmLogits(c, w, last);  // [b, V] f32
+    at::Tensor next = logits.argmax(-1);
+    if (greedy_rows < b) {
+      at::Tensor probs = at::softmax(logits.narrow(0, greedy_rows, b - greedy_rows), -1);
+      next.narrow(0, greedy_rows, b - greedy_rows).copy_(at::multinomial(probs, 1).squeeze(1));
+    }
+    pos += t;
+    out.select(1, pos).copy_(next);
+    step_tokens = next.unsqueeze(1);
+  }
+  return out;
 }
 
 at::Tensor DFlashForward(const model::DFlashConfig& config, const TensorMap& dp,

@@ -43,6 +43,13 @@ at::Tensor LmLogits(const model::ModelConfig& config, const TensorMap& params,
 at::Tensor LmLoss(const model::ModelConfig& config, const TensorMap& params,
                   const at::Tensor& tokens, at::ScalarType compute, int64_t chunk_rows = 8192);
 
+// Continues prompt [B, P] by `new_tokens` tokens with a KV cache (no autograd): rows below
+// `greedy_rows` greedily, the rest sampled at T=1 from the default generator of the device.
+// Returns [B, P + new_tokens].
+at::Tensor LmGenerate(const model::ModelConfig& config, const TensorMap& params,
+                      const at::Tensor& prompt, int64_t new_tokens, at::ScalarType compute,
+                      int64_t greedy_rows);
+
 // DFlash training batch (DESIGN §2.4): `anchors` [B, A] int64 positions p (1 <= p <= T - b);
 // the block of an anchor is [token@p, MASK x (b-1)] at positions p..p+b-1, sees the fused target
 // features of positions < p and its own block (bidirectionally), nothing else.

@@ -123,3 +123,40 @@ TEST(LmModelTest, DFlashForwardMatchesServingDrafter) {
 
 }  // namespace
 }  // namespace specdec::train
+
+namespace specdec::train {
+namespace {
+
+TEST(LmModelTest, CachedGenerationEqualsRecomputedGreedy) {
+  model::ModelConfig c;
+  c.architecture = model::Architecture::kQwen3;
+  c.qk_norm = true;
+  c.vocab_size = 37;
+  c.hidden_size = 32;
+  c.intermediate_size = 64;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 8;
+  c.max_position_embeddings = 64;
+  c.tie_word_embeddings = true;
+  TensorMap params = InitParams(model::TransformerTensorSpecs(c), 2, 5, 0.3, at::kCPU);
+  at::Tensor prompt = at::randint(0, 37, {3, 5}, at::kLong);
+  at::Tensor out = LmGenerate(c, params, prompt, 9, at::kFloat, /*greedy_rows=*/3);
+  ASSERT_EQ(out.size(1), 14);
+  EXPECT_TRUE(at::equal(out.narrow(1, 0, 5), prompt));
+  at::NoGradGuard no_grad;
+  at::Tensor seq = prompt;
+  for (int i = 0; i < 9; ++i) {
+    at::Tensor h = LmForward(c, params, seq).hidden.select(1, seq.size(1) - 1);
+    seq = at::cat({seq, LmLogits(c, params, h).argmax(-1).unsqueeze(1)}, 1);
+  }
+  EXPECT_TRUE(at::equal(out, seq));
+  // Sampled rows stay in the vocabulary.
+  at::Tensor sampled = LmGenerate(c, params, prompt, 9, at::kFloat, /*greedy_rows=*/0);
+  EXPECT_GE(sampled.min().item<int64_t>(), 0);
+  EXPECT_LT(sampled.max().item<int64_t>(), 37);
+}
+
+}  // namespace
+}  // namespace specdec::train
