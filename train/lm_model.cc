@@ -1,6 +1,7 @@
 #include "train/lm_model.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <cmath>
 #include <optional>
