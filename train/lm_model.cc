@@ -46,7 +46,7 @@ at::Tensor BatchedAttention(const at::Tensor& q, const at::Tensor& k, const at::
   at::Tensor out;
 #ifdef SPECDEC_HAVE_SDPA
   std::optional<at::Tensor> attn_mask;
-  if (!causal) attn_mask = mask;
+  if (!causal && mask.defined()) attn_mask = mask;
   out = at::scaled_dot_product_attention(qh, kh, vh, attn_mask, 0.0, causal);
 #else
   at::Tensor scores = at::matmul(qh, kh.transpose(2, 3)).to(at::kFloat);
