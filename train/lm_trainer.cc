@@ -116,6 +116,7 @@ absl::Status TrainLm(const LmTrainOptions& o) {
   const int64_t warmup = static_cast<int64_t>(o.warmup_frac * o.steps);
   int64_t total_steps = o.steps;
   const int64_t first_step = step;
+  auto warm_time = std::chrono::steady_clock::now();
   const auto t0 = std::chrono::steady_clock::now();
   Progress progress("lm", o.steps, step);
   double ema = NAN, last_heldout = NAN;
@@ -138,14 +139,16 @@ absl::Status TrainLm(const LmTrainOptions& o) {
       opt.Step(lr);
       ++step;
       ema = std::isnan(ema) ? loss_sum : 0.98 * ema + 0.02 * loss_sum;
-      if (o.time_budget_s > 0 && step == first_step + 20) {
-        const double spent =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        const double per_step = spent / 20.0;
+      if (o.time_budget_s > 0 && step == first_step + 10) warm_time = std::chrono::steady_clock::now();
+      if (o.time_budget_s > 0 && step == first_step + 60) {
+        // Rate from steps 10..60, past the first steps' start-up costs.
+        const auto now = std::chrono::steady_clock::now();
+        const double spent = std::chrono::duration<double>(now - t0).count();
+        const double per_step = std::chrono::duration<double>(now - warm_time).count() / 50.0;
         const int64_t fit = step + static_cast<int64_t>((o.time_budget_s - spent) / per_step);
         if (fit < total_steps) {
           total_steps = std::max(step + 1, fit);
-          std::fprintf(stderr, "\n%.3f s/step: %lld steps fit the %.0f s budget\n", per_step,
+          std::fprintf(stderr, "\n%.4f s/step: %lld steps fit the %.0f s budget\n", per_step,
                        static_cast<long long>(total_steps), o.time_budget_s);
         }
       }
