@@ -1,7 +1,8 @@
-// `specdec`: the user-facing command line (convert, generate, bench).
+// `specdec`: the user-facing command line (convert, generate, bench, train).
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "train/train_command.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"specdec: lossless speculative decoding for LLMs"};
@@ -10,6 +11,9 @@ int main(int argc, char** argv) {
   specdec::cli::RegisterConvertCommand(app, &exit_code);
   specdec::cli::RegisterGenerateCommand(app, &exit_code);
   specdec::cli::RegisterBenchCommand(app, &exit_code);
+  specdec::train::RegisterTrainSubcommands(
+      *app.add_subcommand("train", "Train the models specdec serves (corpus .. policy)"),
+      &exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }
