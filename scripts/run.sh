@@ -1,12 +1,9 @@
 #!/usr/bin/env bash
-# The main job: installs dependencies, builds, converts the real pretrained stories260K model
-# (../shared) to the HF layout, starts the local four-service cluster on it, and generates the
-# same prompt with AR and with speculative decoding through the router, printing the text,
-# acceptance length and the measured speedup.
-#
-# The default model pack (target, small draft LM, DFlash drafter, BlockPilot policy) is not
-# trained yet; until it lands, stories260K drafts for itself, which checks the whole path but
-# cannot be faster than AR (the draft costs as much as the target).
+# The main job: installs dependencies, builds, checks the runtime on the real pretrained
+# stories260K model (../shared, its published greedy sample), then starts the local four-service
+# cluster on the embedded model pack (models/specdec-pycode: target, AR draft LM, DFlash drafter,
+# BlockPilot policy) and generates the same code prompt with AR and with every speculative method
+# through the router, printing the text, acceptance length, block size and measured speedup.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
@@ -20,18 +17,21 @@ fi
 echo "== local AR, greedy from BOS (stories260K, 256 tokens; the published sample)"
 "$BUILD_DIR/cli/specdec" generate -m "$MODEL_DIR" -n 256 --ignore-eos
 
-export TARGET_MODEL=$MODEL_DIR DRAFT_LM=$MODEL_DIR
+PACK=${SPECDEC_PACK:-models/specdec-pycode}
+export TARGET_MODEL=$PACK/target DRAFT_LM=$PACK/draft DFLASH_MODEL=$PACK/dflash
+export POLICY_MODEL=$PACK/policy
 trap 'bash deploy/local/cluster.sh stop >/dev/null' EXIT
 bash deploy/local/cluster.sh start
 ROUTER=127.0.0.1:${SPECDEC_PORT_BASE:-50050}
-PROMPT="Once upon a time, there was a little dog named Max."
-for method in AR DRAFT_CHAIN DYSPEC_TREE; do
+PROMPT=$'def is_palindrome(text: str) -> bool:\n    """Return True if text reads the same backwards."""\n'
+methods="AR DFLASH_ADAPTIVE DFLASH DRAFT_CHAIN DYSPEC_TREE"
+for method in $methods; do
   echo "== $method through the router"
   "$BUILD_DIR/cli/specdec" generate --router "$ROUTER" --method "$method" -p "$PROMPT" \
     -n 128 --ignore-eos 2> >(tee "$BUILD_DIR/cluster/$method.stats" >&2)
 done
 ar=$(sed -n 's/.*(\([0-9.]*\) tokens\/s).*/\1/p' "$BUILD_DIR/cluster/AR.stats")
-for method in DRAFT_CHAIN DYSPEC_TREE; do
+for method in ${methods#AR }; do
   sp=$(sed -n 's/.*(\([0-9.]*\) tokens\/s).*/\1/p' "$BUILD_DIR/cluster/$method.stats")
   tau=$(sed -n 's/.*tau \([0-9.]*\),.*/\1/p' "$BUILD_DIR/cluster/$method.stats")
   awk -v a="$ar" -v s="$sp" -v t="$tau" -v m="$method" \
