@@ -8,4 +8,4 @@ bash scripts/install_deps.sh
 bash scripts/build.sh
 labels='unit|integration'
 if [ "${SPECDEC_SLOW:-0}" = 1 ]; then labels='unit|integration|slow'; fi
-ctest --test-dir "${BUILD_DIR:-build}" -L "$labels" --output-on-failure -j "$(nproc)" --timeout 900 --repeat until-pass:2
+ctest --test-dir "${BUILD_DIR:-build}" -L "$labels" --output-on-failure -j "$(nproc)" --timeout 900

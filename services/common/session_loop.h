@@ -33,7 +33,9 @@ class SessionLoop {
     // After every operation: (request, status, queue seconds, compute seconds).
     std::function<void(const Req&, const absl::Status&, double, double)> observe;
     std::function<void()> periodic;                   // about once a second (lease sweeps)
-    std::function<void(uint64_t owner)> stream_done;  // the stream ended: free what it owns
+    // The stream ended: free what it owns. Runs on the scheduler thread, after every operation
+    // the stream queued, so no operation ever sees its state freed underneath it.
+    std::function<void(uint64_t owner)> stream_done;
     std::function<void(int delta)> sessions;          // +1 / -1 as streams open and close
   };
 
@@ -63,6 +65,7 @@ class SessionLoop {
     uint64_t owner;
     Req request;
     Clock::time_point enqueued;
+    bool stream_ended = false;  // not an operation: run stream_done for `owner`
   };
 
   class Reactor final : public grpc::ServerBidiReactor<Req, Resp> {
@@ -125,7 +128,7 @@ class SessionLoop {
         std::lock_guard<std::mutex> lock(state_->mu);
         state_->reactor = nullptr;
       }
-      if (loop_->hooks_.stream_done) loop_->hooks_.stream_done(id_);
+      loop_->Enqueue(Work{nullptr, id_, Req(), Clock::now(), true});
       if (loop_->hooks_.sessions) loop_->hooks_.sessions(-1);
       delete this;
     }
@@ -171,6 +174,10 @@ class SessionLoop {
         last_periodic = Clock::now();
       }
       for (Work& w : items) {
+        if (w.stream_ended) {
+          if (hooks_.stream_done) hooks_.stream_done(w.owner);
+          continue;
+        }
         Resp resp;
         resp.set_seq(w.request.seq());
         const auto t0 = Clock::now();
