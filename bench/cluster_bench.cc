@@ -73,7 +73,8 @@ int main(int argc, char** argv) {
   auto client = Client::Connect(router);
   struct Agg {
     double local_ms = 0, cluster_ms = 0;
-    int64_t tokens = 0, steps = 0;
+    int64_t tokens = 0, steps = 0, local_steps = 0;
+    double local_draft_ms = 0, local_verify_ms = 0, cluster_draft_ms = 0, cluster_verify_ms = 0;
     int equal = 0, n = 0;
   };
   std::map<std::string, Agg> aggs;
@@ -111,6 +112,11 @@ int main(int argc, char** argv) {
       a.cluster_ms += cluster_ms;
       a.tokens += static_cast<int64_t>(remote->tokens.size());
       a.steps += remote->summary.stats().verify_steps() + 1;
+      a.local_steps += local->stats.verify_steps + 1;
+      a.local_draft_ms += local->stats.draft_ms;
+      a.local_verify_ms += local->stats.verify_ms;
+      a.cluster_draft_ms += remote->summary.stats().timings().draft_ms();
+      a.cluster_verify_ms += remote->summary.stats().timings().verify_ms();
       // Greedy outputs agree unless the local run stopped at EOS earlier (the cluster ignores it).
       const size_t k = std::min(local->tokens.size(), remote->tokens.size());
       a.equal +=
@@ -118,20 +124,28 @@ int main(int argc, char** argv) {
       ++a.n;
     }
   }
-  std::printf("%-16s %4s %12s %12s %14s %16s %6s\n", "method", "n", "local tok/s", "cluster tok/s",
-              "cluster/local", "RPC ms per step", "=");
+  std::printf("%-16s %4s %12s %12s %14s %16s %22s %22s %6s\n", "method", "n", "local tok/s",
+              "cluster tok/s", "cluster/local", "RPC ms per step", "draft ms/step l|c",
+              "verify ms/step l|c", "=");
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& [m, a] : aggs) {
     const double lt = 1000.0 * a.tokens / a.local_ms, ct = 1000.0 * a.tokens / a.cluster_ms;
     const double per_step = (a.cluster_ms - a.local_ms) / std::max<int64_t>(1, a.steps);
-    std::printf("%-16s %4d %12.1f %12.1f %14.2f %16.3f %3d/%d\n", m.c_str(), a.n, lt, ct, ct / lt,
-                per_step, a.equal, a.n);
+    const double ls = std::max<int64_t>(1, a.local_steps), cs = std::max<int64_t>(1, a.steps);
+    std::printf("%-16s %4d %12.1f %12.1f %14.2f %16.3f %10.3f|%-11.3f %10.3f|%-11.3f %3d/%d\n",
+                m.c_str(), a.n, lt, ct, ct / lt, per_step, a.local_draft_ms / ls,
+                a.cluster_draft_ms / cs, a.local_verify_ms / ls, a.cluster_verify_ms / cs, a.equal,
+                a.n);
     rows.push_back({{"method", m},
                     {"prompts", a.n},
                     {"local_tokens_per_s", lt},
                     {"cluster_tokens_per_s", ct},
                     {"ratio", ct / lt},
-                    {"rpc_ms_per_step", per_step}});
+                    {"rpc_ms_per_step", per_step},
+                    {"local_draft_ms_per_step", a.local_draft_ms / ls},
+                    {"cluster_draft_ms_per_step", a.cluster_draft_ms / cs},
+                    {"local_verify_ms_per_step", a.local_verify_ms / ls},
+                    {"cluster_verify_ms_per_step", a.cluster_verify_ms / cs}});
   }
   if (!json_path.empty()) std::ofstream(json_path) << rows.dump(2) << "\n";
   return 0;

@@ -32,11 +32,11 @@ class SessionLoop {
     std::function<absl::Status(uint64_t owner, const Req&, Resp*)> execute;
     // After every operation: (request, status, queue seconds, compute seconds).
     std::function<void(const Req&, const absl::Status&, double, double)> observe;
-    std::function<void()> periodic;                   // about once a second (lease sweeps)
+    std::function<void()> periodic;  // about once a second (lease sweeps)
     // The stream ended: free what it owns. Runs on the scheduler thread, after every operation
     // the stream queued, so no operation ever sees its state freed underneath it.
     std::function<void(uint64_t owner)> stream_done;
-    std::function<void(int delta)> sessions;          // +1 / -1 as streams open and close
+    std::function<void(int delta)> sessions;  // +1 / -1 as streams open and close
   };
 
   explicit SessionLoop(Hooks hooks) : hooks_(std::move(hooks)), loop_([this] { Loop(); }) {}

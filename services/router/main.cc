@@ -9,12 +9,13 @@ int main(int argc, char** argv) {
   app.add_option("--address", o.address, "gRPC listen address")->envname("SPECDEC_ROUTER_ADDRESS");
   app.add_option("--metrics-address", o.metrics_address, "/metrics listen address (empty: off)")
       ->envname("SPECDEC_ROUTER_METRICS_ADDRESS");
-  app.add_option("--target", o.target_address, "target service address")
+  app.add_option("--target", o.target_address,
+                 "target service address, or a comma-separated list of replicas")
       ->required()
       ->envname("SPECDEC_TARGET_ENDPOINT");
-  app.add_option("--drafter", o.drafter_address, "drafter service address")
+  app.add_option("--drafter", o.drafter_address, "drafter service address(es), comma-separated")
       ->envname("SPECDEC_DRAFTER_ENDPOINT");
-  app.add_option("--policy", o.policy_address, "policy service address")
+  app.add_option("--policy", o.policy_address, "policy service address(es), comma-separated")
       ->envname("SPECDEC_POLICY_ENDPOINT");
   app.add_option("--tokenizer", o.tokenizer_dir, "directory with tokenizer.json (text prompts)")
       ->envname("SPECDEC_TOKENIZER");
@@ -22,6 +23,8 @@ int main(int argc, char** argv) {
       ->envname("SPECDEC_MODEL_NAME");
   app.add_option("--default-max-new-tokens", o.default_max_new_tokens, "when a request sets 0");
   app.add_option("--connect-timeout-ms", o.connect_timeout_ms, "wait for the target at startup");
+  app.add_option("--health-interval-ms", o.health_interval_ms, "replica health probe period")
+      ->envname("SPECDEC_HEALTH_INTERVAL_MS");
   app.add_option("--drain-ms", o.drain_ms, "graceful shutdown budget")->envname("SPECDEC_DRAIN_MS");
   CLI11_PARSE(app, argc, argv);
   return specdec::services::RunRouterServer(o);

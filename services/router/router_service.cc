@@ -11,6 +11,7 @@
 #include <deque>
 #include <iostream>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -19,6 +20,7 @@
 #include "common/util/status_macros.h"
 #include "services/common/run_server.h"
 #include "services/common/server.h"
+#include "services/router/replica_set.h"
 #include "services/router/stream_clients.h"
 #include "specdec/v1/policy.grpc.pb.h"
 #include "specdec/v1/router.grpc.pb.h"
@@ -108,7 +110,15 @@ struct RouterMetrics {
                    .Name("specdec_active_requests")
                    .Help("Requests in flight")
                    .Register(r)
-                   .Add({})) {}
+                   .Add({})),
+        replica_healthy(prometheus::BuildGauge()
+                            .Name("specdec_replica_healthy")
+                            .Help("1 while a backend replica answers its health check SERVING")
+                            .Register(r)),
+        replica_picks(prometheus::BuildCounter()
+                          .Name("specdec_replica_picks_total")
+                          .Help("Requests sent to each backend replica")
+                          .Register(r)) {}
   prometheus::Family<prometheus::Counter>& drafts;
   prometheus::Family<prometheus::Counter>& draft_tokens;
   prometheus::Family<prometheus::Counter>& accepted;
@@ -124,6 +134,8 @@ struct RouterMetrics {
   prometheus::Family<prometheus::Counter>& outcomes;
   prometheus::Family<prometheus::Counter>& fallbacks;
   prometheus::Gauge& active;
+  prometheus::Family<prometheus::Gauge>& replica_healthy;
+  prometheus::Family<prometheus::Counter>& replica_picks;
 };
 
 // Responses a worker produced, written one at a time by the reactor. Outlives the reactor.
@@ -202,13 +214,33 @@ struct RouterServer::Impl {
   MetricsServer metrics_server;
   std::unique_ptr<RouterMetrics> metrics;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;
-  std::unique_ptr<v1::Target::Stub> target;
-  std::unique_ptr<v1::Drafter::Stub> drafter;
-  std::unique_ptr<v1::Policy::Stub> policy;
+  std::mutex drafter_info_mu;
+  std::vector<std::optional<v1::ModelInfo>> drafter_info;  // per replica; reset when it goes down
+  // Backends: replica sets (health, round robin) and one stub per replica.
+  std::unique_ptr<ReplicaSet> targets, drafters, policies;
+  std::vector<std::unique_ptr<v1::Target::Stub>> target_stubs;
+  std::vector<std::unique_ptr<v1::Drafter::Stub>> drafter_stubs;
+  std::vector<std::unique_ptr<v1::Policy::Stub>> policy_stubs;
   v1::ModelInfo target_info;
-  bool drafter_has_dflash = false;  // from the drafter's GetInfo at startup
+  bool drafter_has_dflash = false;  // some drafter replica serves DFlash (GetInfo at startup)
   v1::Method DefaultMethod() const {
-    return drafter && drafter_has_dflash ? v1::DFLASH_ADAPTIVE : v1::AR;
+    return drafters && drafter_has_dflash ? v1::DFLASH_ADAPTIVE : v1::AR;
+  }
+  // The drafter replica's ModelInfo, asked once per replica (and again after it was down).
+  absl::StatusOr<v1::ModelInfo> DrafterInfo(size_t i,
+                                            std::chrono::system_clock::time_point deadline);
+  // Picks a replica of `set`, counting the pick; nullopt when none is healthy.
+  std::optional<size_t> Pick(ReplicaSet& set, const char* service,
+                             const std::vector<size_t>& exclude = {}) {
+    auto i = set.Pick(exclude);
+    if (i) {
+      metrics->replica_picks.Add({{"service", service}, {"address", set.address(*i)}}).Increment();
+    }
+    return i;
+  }
+  // Marks replica `i` down when `s` says the replica is gone.
+  static void NoteFailure(ReplicaSet& set, size_t i, const absl::Status& s) {
+    if (s.code() == absl::StatusCode::kUnavailable) set.MarkUnhealthy(i);
   }
   std::unique_ptr<grpc::Service> service;
   StartedServer server;
@@ -257,7 +289,7 @@ class RouterServiceImpl final : public v1::Router::CallbackService {
                                     v1::RouterInfo* info) override {
     *info->mutable_target() = impl_->target_info;
     info->add_methods(v1::AR);
-    if (impl_->drafter) {
+    if (impl_->drafters) {
       info->add_methods(v1::DRAFT_CHAIN);
       info->add_methods(v1::DYSPEC_TREE);
       if (impl_->drafter_has_dflash) {
@@ -390,14 +422,27 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
   };
   auto cancelled = [&] { return box.cancelled.load(); };
 
-  // ---- prefill on the target.
-  ASSIGN_OR_RETURN(auto target_client, TargetClient::Open(target.get(), deadline));
+  // ---- the drafter replica (picked first: DFlash's prefill captures the layers it reads).
   const bool dflash = method == v1::DFLASH || method == v1::DFLASH_ADAPTIVE;
+  std::optional<size_t> drafter_index;
+  absl::Status drafter_down = absl::UnavailableError("no drafter configured");
+  if (method != v1::AR && drafters) {
+    drafter_index = Pick(*drafters, "drafter");
+    if (!drafter_index) {
+      drafter_down = absl::UnavailableError(
+          absl::StrCat("no healthy drafter replica: ", drafters->Describe()));
+    }
+  }
   v1::ModelInfo dinfo;
-  if (dflash && drafter) {
-    grpc::ClientContext ictx;
-    ictx.set_deadline(deadline);
-    if (!drafter->GetInfo(&ictx, v1::GetInfoRequest(), &dinfo).ok()) dinfo.Clear();
+  if (dflash && drafter_index) {
+    auto info = DrafterInfo(*drafter_index, deadline);
+    if (info.ok()) {
+      dinfo = *std::move(info);
+    } else {
+      NoteFailure(*drafters, *drafter_index, info.status());
+      drafter_down = info.status();
+      drafter_index.reset();
+    }
   }
   v1::TargetRequest preq;
   auto* pf = preq.mutable_prefill();
@@ -408,17 +453,33 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
     for (int64_t id : dinfo.target_layer_ids()) pf->add_capture_layers(id);
     pf->set_return_logits(method == v1::DFLASH_ADAPTIVE);
   }
+  // ---- prefill on a target replica; a replica that is gone is marked down and the next one
+  // tried (nothing was committed yet, so this is safe).
   auto t0 = Clock::now();
-  auto presp = target_client->Call(preq, "target prefill");
-  if (!presp.ok()) {
-    if (presp.status().code() == absl::StatusCode::kDeadlineExceeded ||
-        presp.status().code() == absl::StatusCode::kCancelled) {
-      return presp.status();
+  std::unique_ptr<TargetClient> target_client;
+  absl::StatusOr<v1::TargetResponse> presp = absl::UnavailableError("no target replica tried");
+  std::vector<size_t> tried;
+  while (true) {
+    std::optional<size_t> ti = Pick(*targets, "target", tried);
+    if (!ti) {
+      return absl::UnavailableError(absl::StrCat("no healthy target replica (", targets->Describe(),
+                                                 "); last error: ", presp.status().message()));
     }
-    if (presp.status().code() == absl::StatusCode::kUnavailable) {
-      return absl::UnavailableError(absl::StrCat("target unreachable: ", presp.status().message()));
+    tried.push_back(*ti);
+    auto opened = TargetClient::Open(target_stubs[*ti].get(), deadline);
+    if (opened.ok()) {
+      target_client = *std::move(opened);
+      presp = target_client->Call(preq, "target prefill");
+    } else {
+      presp = opened.status();
     }
-    return presp.status();
+    if (presp.ok()) break;
+    const absl::StatusCode code = presp.status().code();
+    if (code != absl::StatusCode::kUnavailable) return presp.status();
+    targets->MarkUnhealthy(*ti);
+    if (std::chrono::system_clock::now() >= deadline) {
+      return absl::DeadlineExceededError("the deadline passed while looking for a target replica");
+    }
   }
   const std::string handle = presp->prefill().handle().id();
   stats.mutable_timings()->set_prefill_ms(MsSince(t0));
@@ -471,7 +532,12 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
     if (q && q->data().size() > 0) *v->mutable_draft_probs() = *q;
     v->set_return_features(want_features);
     const auto tv = Clock::now();
-    ASSIGN_OR_RETURN(auto vresp, target_client->Call(vr, "target verify"));
+    absl::StatusOr<v1::TargetResponse> called = target_client->Call(vr, "target verify");
+    if (!called.ok()) {
+      NoteFailure(*targets, tried.back(), called.status());
+      return called.status();
+    }
+    const v1::TargetResponse& vresp = *called;
     const double ms = MsSince(tv);
     decode_ms += ms + draft_ms;
     stats.mutable_timings()->set_verify_ms(stats.timings().verify_ms() + ms);
@@ -506,13 +572,17 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
     metrics->fallbacks.Add({{"kind", "drafter"}}).Increment();
     dclient.reset();
   };
+  auto drafter_failed = [&](const absl::Status& why) {
+    if (drafter_index) NoteFailure(*drafters, *drafter_index, why);
+    fallback(why);
+  };
   if (method != v1::AR && !finished) {
-    if (!drafter) {
-      fallback(absl::UnavailableError("no drafter configured"));
+    if (!drafter_index) {
+      fallback(drafter_down);
     } else {
-      auto c = DrafterClient::Open(drafter.get(), deadline);
+      auto c = DrafterClient::Open(drafter_stubs[*drafter_index].get(), deadline);
       if (!c.ok()) {
-        fallback(c.status());
+        drafter_failed(c.status());
       } else {
         dclient = *std::move(c);
         v1::DrafterRequest o;
@@ -520,7 +590,7 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
         *o.mutable_open()->mutable_sampling() = sampling;
         auto opened = dclient->Call(o, "drafter open");
         if (!opened.ok()) {
-          fallback(opened.status());
+          drafter_failed(opened.status());
         } else {
           dhandle = opened->opened().id();
           if (!dflash) {
@@ -528,7 +598,7 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
             e.mutable_extend()->set_handle(dhandle);
             for (int32_t t : prompt) e.mutable_extend()->add_tokens(t);
             auto ext = dclient->Call(e, "drafter extend");
-            if (!ext.ok()) fallback(ext.status());
+            if (!ext.ok()) drafter_failed(ext.status());
           }
         }
       }
@@ -540,20 +610,29 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
     if (method == v1::DFLASH_ADAPTIVE && req.block_size() == 0) {
       const auto tp = Clock::now();
       absl::Status why = absl::UnavailableError("no policy configured");
-      if (policy) {
+      std::optional<size_t> pi;
+      if (policies) {
+        pi = Pick(*policies, "policy");
+        if (!pi) {
+          why = absl::UnavailableError(
+              absl::StrCat("no healthy policy replica: ", policies->Describe()));
+        }
+      }
+      if (pi) {
         grpc::ClientContext pctx;
         pctx.set_deadline(
             std::min(deadline, std::chrono::system_clock::now() + std::chrono::milliseconds(500)));
         v1::PredictBlockSizeRequest preq2;
         *preq2.mutable_logits() = presp->prefill().last_logits();
         v1::PredictBlockSizeResponse pres;
-        grpc::Status ps = policy->PredictBlockSize(&pctx, preq2, &pres);
+        grpc::Status ps = policy_stubs[*pi]->PredictBlockSize(&pctx, preq2, &pres);
         if (ps.ok()) {
           b = pres.block_size();
           stats.set_block_size_from_policy(true);
           why = absl::OkStatus();
         } else {
           why = absl::Status(static_cast<absl::StatusCode>(ps.error_code()), ps.error_message());
+          NoteFailure(*policies, *pi, why);
         }
       }
       if (!why.ok()) {
@@ -607,7 +686,7 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
     }
     auto drafted = dclient->Call(dr, "drafter draft");
     if (!drafted.ok()) {
-      fallback(drafted.status());
+      drafter_failed(drafted.status());
       continue;
     }
     const v1::Drafted& d = drafted->drafted();
@@ -634,7 +713,7 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
         cm.mutable_commit()->add_accepted(last_committed[i]);
       }
       auto ok = dclient->Call(cm, "drafter commit");
-      if (!ok.ok()) fallback(ok.status());
+      if (!ok.ok()) drafter_failed(ok.status());
     }
   }
 
@@ -679,12 +758,32 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
   return absl::OkStatus();
 }
 
+absl::StatusOr<v1::ModelInfo> RouterServer::Impl::DrafterInfo(
+    size_t i, std::chrono::system_clock::time_point deadline) {
+  {
+    std::lock_guard<std::mutex> lock(drafter_info_mu);
+    if (drafter_info[i]) return *drafter_info[i];
+  }
+  grpc::ClientContext ctx;
+  ctx.set_deadline(deadline);
+  v1::ModelInfo info;
+  grpc::Status s = drafter_stubs[i]->GetInfo(&ctx, v1::GetInfoRequest(), &info);
+  if (!s.ok()) {
+    return absl::Status(
+        static_cast<absl::StatusCode>(s.error_code()),
+        absl::StrCat("drafter ", drafters->address(i), " GetInfo: ", s.error_message()));
+  }
+  std::lock_guard<std::mutex> lock(drafter_info_mu);
+  drafter_info[i] = info;
+  return info;
+}
+
 RouterServer::RouterServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 RouterServer::~RouterServer() { Shutdown(); }
 
 absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
     const RouterServerOptions& options) {
-  if (options.target_address.empty()) {
+  if (SplitAddresses(options.target_address).empty()) {
     return absl::InvalidArgumentError("--target is required: the target service's address");
   }
   auto impl = std::make_unique<Impl>();
@@ -694,34 +793,84 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
     ASSIGN_OR_RETURN(impl->tokenizer,
                      tokenizer::Tokenizer::FromFile(options.tokenizer_dir + "/tokenizer.json"));
   }
-  auto channel = [](const std::string& a) {
-    return grpc::CreateChannel(a, grpc::InsecureChannelCredentials());
+  Impl* raw = impl.get();
+  auto replicas = [&](const std::string& list,
+                      const char* service) -> absl::StatusOr<std::unique_ptr<ReplicaSet>> {
+    ReplicaSet::Options o;
+    o.service = service;
+    o.addresses = SplitAddresses(list);
+    o.probe_interval = std::chrono::milliseconds(std::max(10, options.health_interval_ms));
+    o.probe_timeout = std::min(o.probe_interval, std::chrono::milliseconds(500));
+    o.on_change = [raw, service, addresses = o.addresses](size_t i, bool healthy) {
+      raw->metrics->replica_healthy.Add({{"service", service}, {"address", addresses[i]}})
+          .Set(healthy ? 1 : 0);
+      if (!healthy && std::string(service) == "drafter") {
+        std::lock_guard<std::mutex> lock(raw->drafter_info_mu);
+        if (i < raw->drafter_info.size()) raw->drafter_info[i].reset();
+      }
+    };
+    return ReplicaSet::Create(std::move(o));
   };
-  impl->target = v1::Target::NewStub(channel(options.target_address));
-  if (!options.drafter_address.empty()) {
-    impl->drafter = v1::Drafter::NewStub(channel(options.drafter_address));
+  ASSIGN_OR_RETURN(impl->targets, replicas(options.target_address, "target"));
+  for (size_t i = 0; i < impl->targets->size(); ++i) {
+    impl->target_stubs.push_back(v1::Target::NewStub(impl->targets->channel(i)));
   }
-  if (!options.policy_address.empty()) {
-    impl->policy = v1::Policy::NewStub(channel(options.policy_address));
-  }
-  {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() +
-                     std::chrono::milliseconds(options.connect_timeout_ms));
-    ctx.set_wait_for_ready(true);
-    grpc::Status s = impl->target->GetInfo(&ctx, v1::GetInfoRequest(), &impl->target_info);
-    if (!s.ok()) {
-      return absl::UnavailableError(absl::StrCat("target at ", options.target_address,
-                                                 " did not answer GetInfo: ", s.error_message()));
+  if (!SplitAddresses(options.drafter_address).empty()) {
+    ASSIGN_OR_RETURN(impl->drafters, replicas(options.drafter_address, "drafter"));
+    {
+      std::lock_guard<std::mutex> lock(impl->drafter_info_mu);
+      impl->drafter_info.resize(impl->drafters->size());
+    }
+    for (size_t i = 0; i < impl->drafters->size(); ++i) {
+      impl->drafter_stubs.push_back(v1::Drafter::NewStub(impl->drafters->channel(i)));
     }
   }
-  if (impl->drafter) {
-    // Best effort: a drafter that is down now may come up later; methods degrade meanwhile.
+  if (!SplitAddresses(options.policy_address).empty()) {
+    ASSIGN_OR_RETURN(impl->policies, replicas(options.policy_address, "policy"));
+    for (size_t i = 0; i < impl->policies->size(); ++i) {
+      impl->policy_stubs.push_back(v1::Policy::NewStub(impl->policies->channel(i)));
+    }
+  }
+  for (ReplicaSet* set : {impl->drafters.get(), impl->policies.get()}) {
+    if (set) set->ProbeAll();
+  }
+  // Every target replica that answers must serve the same model; at least one must answer.
+  const auto connect_deadline =
+      std::chrono::system_clock::now() + std::chrono::milliseconds(options.connect_timeout_ms);
+  std::string answered_from, errors;
+  for (size_t i = 0; i < impl->targets->size(); ++i) {
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(1000));
-    v1::ModelInfo dinfo;
-    if (impl->drafter->GetInfo(&ctx, v1::GetInfoRequest(), &dinfo).ok()) {
-      impl->drafter_has_dflash = dinfo.block_size() > 0;
+    ctx.set_deadline(answered_from.empty()
+                         ? connect_deadline
+                         : std::chrono::system_clock::now() + std::chrono::milliseconds(1000));
+    ctx.set_wait_for_ready(answered_from.empty());
+    v1::ModelInfo info;
+    grpc::Status s = impl->target_stubs[i]->GetInfo(&ctx, v1::GetInfoRequest(), &info);
+    if (!s.ok()) {
+      absl::StrAppend(&errors, " ", impl->targets->address(i), ": ", s.error_message(), ";");
+      impl->targets->MarkUnhealthy(i);
+      continue;
+    }
+    if (answered_from.empty()) {
+      impl->target_info = info;
+      answered_from = impl->targets->address(i);
+    } else if (info.vocab_size() != impl->target_info.vocab_size() ||
+               info.max_context() != impl->target_info.max_context() ||
+               info.name() != impl->target_info.name()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "target replicas ", answered_from, " and ", impl->targets->address(i),
+          " serve different models (name/vocab/context differ): list replicas of one model"));
+    }
+  }
+  if (answered_from.empty()) {
+    return absl::UnavailableError(absl::StrCat("no target replica answered GetInfo:", errors));
+  }
+  if (impl->drafters) {
+    // Best effort: a drafter that is down now may come up later; methods degrade meanwhile.
+    for (size_t i = 0; i < impl->drafters->size(); ++i) {
+      auto info =
+          impl->DrafterInfo(i, std::chrono::system_clock::now() + std::chrono::milliseconds(1000));
+      if (info.ok() && info->block_size() > 0) impl->drafter_has_dflash = true;
     }
   }
   impl->service = std::make_unique<RouterServiceImpl>(impl.get());

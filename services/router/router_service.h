@@ -14,9 +14,12 @@ namespace specdec::services {
 struct RouterServerOptions {
   std::string address = "127.0.0.1:50050";         // gRPC; port 0 picks a free port
   std::string metrics_address = "127.0.0.1:9090";  // /metrics; empty = do not serve
-  std::string target_address;                      // required
-  std::string drafter_address;                     // optional: speculative methods need it
-  std::string policy_address;                      // optional: DFLASH_ADAPTIVE's block size
+  // Backends: one host:port or a comma-separated list of replicas of the same models. Requests
+  // are spread over the healthy replicas round robin (see ReplicaSet).
+  std::string target_address;   // required
+  std::string drafter_address;  // optional: speculative methods need it
+  std::string policy_address;   // optional: DFLASH_ADAPTIVE's block size
+  int health_interval_ms = 1000;  // how often every replica's health service is probed
   std::string tokenizer_dir;                       // tokenizer.json for text prompts (optional)
   std::string model_name = "target";               // label of the spec-decode metrics
   int default_max_new_tokens = 128;

@@ -128,10 +128,11 @@ class ClusterTest : public ::testing::Test {
     std::vector<int32_t> tokens;
     v1::Summary summary;
   };
-  Result Generate(const v1::GenerateRequest& req, int timeout_ms = 30000) {
+  Result Generate(const v1::GenerateRequest& req, int timeout_ms = 30000,
+                  v1::Router::Stub* stub = nullptr) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
-    auto reader = stub_->Generate(&ctx, req);
+    auto reader = (stub ? stub : stub_.get())->Generate(&ctx, req);
     Result r;
     v1::GenerateResponse resp;
     while (reader->Read(&resp)) {
@@ -394,6 +395,82 @@ TEST_F(ClusterTest, MetricsAgreeWithWhatClientsSaw) {
   EXPECT_EQ(per_pos, accepted);
   EXPECT_GT(Sum(reg, "specdec_spec_decode_num_drafts_total"), 0);
   EXPECT_LE(Sum(reg, "specdec_spec_decode_num_drafts_total"), steps);
+}
+
+// Sum of the counter or gauge values of `name` whose label `label` equals `value`.
+double Labelled(prometheus::Registry& r, const std::string& name, const std::string& label,
+                const std::string& value) {
+  double total = 0;
+  for (const auto& f : r.Collect()) {
+    if (f.name != name) continue;
+    for (const auto& m : f.metric) {
+      for (const auto& l : m.label) {
+        if (l.name == label && l.value == value) total += m.counter.value + m.gauge.value;
+      }
+    }
+  }
+  return total;
+}
+
+TEST_F(ClusterTest, TargetReplicasShareRequestsAndADeadOneIsSkipped) {
+  auto target = model::Transformer::Load(Checkpoints().target);
+  engine::EngineModels em{target->get()};
+  std::vector<int32_t> prompt = {4, 5, 6};
+  engine::DecodeOptions ar;
+  ar.max_new_tokens = 24;
+  auto want = engine::Decode(em, prompt, ar);
+  ASSERT_TRUE(want.ok());
+
+  TargetServerOptions to;
+  to.address = "127.0.0.1:0";
+  to.metrics_address = "";
+  to.model_dir = Checkpoints().target;
+  to.threads = 1;
+  to.replica = "second";
+  auto second = TargetServer::Start(to);
+  ASSERT_TRUE(second.ok()) << second.status();
+  const std::string a = Addr(target_->port()), b = Addr((*second)->port());
+  RouterServerOptions ro;
+  ro.address = "127.0.0.1:0";
+  ro.metrics_address = "";
+  ro.target_address = a + "," + b;
+  ro.drafter_address = Addr(drafter_->port());
+  ro.policy_address = Addr(policy_->port());
+  ro.health_interval_ms = 60000;  // only failures mark replicas down in this test
+  auto router = RouterServer::Start(ro);
+  ASSERT_TRUE(router.ok()) << router.status();
+  auto stub = v1::Router::NewStub(
+      grpc::CreateChannel(Addr((*router)->port()), grpc::InsecureChannelCredentials()));
+  auto& reg = (*router)->registry();
+
+  for (int i = 0; i < 4; ++i) {
+    Result r = Generate(Request(prompt, v1::DFLASH, 24), 30000, stub.get());
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    EXPECT_EQ(r.tokens, want->tokens);
+  }
+  EXPECT_EQ(Labelled(reg, "specdec_replica_picks_total", "address", a), 2);
+  EXPECT_EQ(Labelled(reg, "specdec_replica_picks_total", "address", b), 2);
+  EXPECT_EQ(Labelled(reg, "specdec_replica_healthy", "address", a), 1);
+
+  target_.reset();  // replica a dies: its next pick fails over to b within the same request
+  for (int i = 0; i < 4; ++i) {
+    Result r = Generate(Request(prompt, v1::DRAFT_CHAIN, 24), 30000, stub.get());
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    EXPECT_EQ(r.tokens, want->tokens);
+  }
+  EXPECT_EQ(Labelled(reg, "specdec_replica_healthy", "address", a), 0);
+  EXPECT_EQ(Labelled(reg, "specdec_replica_healthy", "address", b), 1);
+  EXPECT_EQ(Labelled(reg, "specdec_replica_picks_total", "address", b), 6);
+  for (int i = 0; i < 300 && (*second)->handles_in_use() > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // released as streams end
+  }
+  EXPECT_EQ((*second)->handles_in_use(), 0u);
+
+  (*second).reset();  // no target left: UNAVAILABLE naming the replicas
+  Result r = Generate(Request(prompt, v1::AR, 4), 5000, stub.get());
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_NE(r.status.error_message().find("no healthy target replica"), std::string::npos)
+      << r.status.error_message();
 }
 
 }  // namespace
