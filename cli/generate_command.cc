@@ -32,6 +32,7 @@ struct GenerateArgs {
   bool ignore_eos = false;
   bool print_ids = false;
   std::string router;         // generate through a running cluster instead of a local model
+  int timeout_ms = 120000;    // with --router: the request's deadline
   std::string method = "AR";  // with --router
   int block_size = 0;
   int draft_length = 0;
@@ -79,12 +80,22 @@ int RunRouterGenerate(const GenerateArgs& a) {
   req.set_draft_length(a.draft_length);
   const auto t0 = std::chrono::steady_clock::now();
   size_t n = 0;
-  auto summary = client->GenerateStream(req, [&](const v1::TokenChunk& c) {
-    n += c.token_ids_size();
-    std::fwrite(c.text().data(), 1, c.text().size(), stdout);
-    std::fflush(stdout);
-  });
+  std::vector<int32_t> ids;
+  auto summary = client->GenerateStream(
+      req,
+      [&](const v1::TokenChunk& c) {
+        n += c.token_ids_size();
+        ids.insert(ids.end(), c.token_ids().begin(), c.token_ids().end());
+        std::fwrite(c.text().data(), 1, c.text().size(), stdout);
+        std::fflush(stdout);
+      },
+      a.timeout_ms);
   std::fputc('\n', stdout);
+  if (a.print_ids) {
+    std::cerr << "ids:";
+    for (int32_t id : ids) std::cerr << ' ' << id;
+    std::cerr << "\n";
+  }
   if (!summary.ok()) {
     std::cerr << "specdec generate: " << summary.status() << "\n";
     return 1;
@@ -236,6 +247,8 @@ void RegisterGenerateCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::IsMember({"auto", "f32", "bf16"}));
   cmd->add_flag("--ignore-eos", a->ignore_eos, "do not stop at the end-of-sequence token");
   cmd->add_flag("--print-ids", a->print_ids, "print the generated token ids to stderr");
+  cmd->add_option("--timeout-ms", a->timeout_ms, "with --router: the request's deadline")
+      ->check(CLI::PositiveNumber);
   cmd->callback([a, exit_code] { *exit_code = RunGenerate(*a); });
 }
 

@@ -9,7 +9,8 @@
 # $BUILD_DIR/cluster), TARGET_MODEL (target checkpoint; also the tokenizer), DRAFT_LM (small AR
 # draft model), DFLASH_MODEL (DFlash drafter), POLICY_MODEL (BlockPilot), SPECDEC_PORT_BASE
 # (default 50050: router +0, target +1, drafter +2, policy +3; /metrics on 9090..9093 shifted
-# by the same offset).
+# by the same offset), SPECDEC_DTYPE (compute dtype of target and drafter: auto, f32, bf16;
+# default auto = the checkpoint's).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD_DIR=${BUILD_DIR:-build}
@@ -55,11 +56,12 @@ case "${1:-start}" in
     mkdir -p "$RUN"
     stop
     launch target "$TARGET" "$BUILD_DIR/services/target/specdec-target" --model "$TARGET_MODEL" \
-      --address "$TARGET" --metrics-address "127.0.0.1:$((MBASE + 1))"
+      --address "$TARGET" --metrics-address "127.0.0.1:$((MBASE + 1))" \
+      --dtype "${SPECDEC_DTYPE:-auto}"
     router_args=(--target "$TARGET" --tokenizer "$TARGET_MODEL")
     if [ -n "${DRAFT_LM:-}${DFLASH_MODEL:-}" ]; then
       drafter_args=(--address "$DRAFTER" --metrics-address "127.0.0.1:$((MBASE + 2))"
-                    --target "$TARGET_MODEL")
+                    --target "$TARGET_MODEL" --dtype "${SPECDEC_DTYPE:-auto}")
       [ -n "${DRAFT_LM:-}" ] && drafter_args+=(--draft-lm "$DRAFT_LM")
       [ -n "${DFLASH_MODEL:-}" ] && drafter_args+=(--dflash "$DFLASH_MODEL")
       launch drafter "$DRAFTER" "$BUILD_DIR/services/drafter/specdec-drafter" "${drafter_args[@]}"
