@@ -10,13 +10,15 @@
 # draft model), DFLASH_MODEL (DFlash drafter), POLICY_MODEL (BlockPilot), SPECDEC_PORT_BASE
 # (default 50050: router +0, target +1, drafter +2, policy +3; /metrics on 9090..9093 shifted
 # by the same offset), SPECDEC_DTYPE (compute dtype of target and drafter: auto, f32, bf16;
-# default auto = the checkpoint's).
+# default auto = the checkpoint's), SPECDEC_THREADS (compute threads of target and drafter; default
+# half the cores: co-located services that each spin all cores stall each other's OpenMP regions).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD_DIR=${BUILD_DIR:-build}
 RUN=${SPECDEC_RUN_DIR:-$BUILD_DIR/cluster}
 BASE=${SPECDEC_PORT_BASE:-50050}
 MBASE=$((9090 + BASE - 50050))
+THREADS=${SPECDEC_THREADS:-$(($(nproc) / 2 > 0 ? $(nproc) / 2 : 1))}
 ROUTER=127.0.0.1:$BASE TARGET=127.0.0.1:$((BASE + 1)) DRAFTER=127.0.0.1:$((BASE + 2))
 POLICY=127.0.0.1:$((BASE + 3))
 
@@ -57,11 +59,12 @@ case "${1:-start}" in
     stop
     launch target "$TARGET" "$BUILD_DIR/services/target/specdec-target" --model "$TARGET_MODEL" \
       --address "$TARGET" --metrics-address "127.0.0.1:$((MBASE + 1))" \
-      --dtype "${SPECDEC_DTYPE:-auto}"
+      --dtype "${SPECDEC_DTYPE:-auto}" --threads "$THREADS"
     router_args=(--target "$TARGET" --tokenizer "$TARGET_MODEL")
     if [ -n "${DRAFT_LM:-}${DFLASH_MODEL:-}" ]; then
       drafter_args=(--address "$DRAFTER" --metrics-address "127.0.0.1:$((MBASE + 2))"
-                    --target "$TARGET_MODEL" --dtype "${SPECDEC_DTYPE:-auto}")
+                    --target "$TARGET_MODEL" --dtype "${SPECDEC_DTYPE:-auto}"
+                    --threads "$THREADS")
       [ -n "${DRAFT_LM:-}" ] && drafter_args+=(--draft-lm "$DRAFT_LM")
       [ -n "${DFLASH_MODEL:-}" ] && drafter_args+=(--dflash "$DFLASH_MODEL")
       launch drafter "$DRAFTER" "$BUILD_DIR/services/drafter/specdec-drafter" "${drafter_args[@]}"
