@@ -60,7 +60,13 @@ absl::StatusOr<int32_t> TargetSession::Step(int32_t last) {
   return sampling::SampleToken(row, sampling_, rng_);
 }
 
-absl::StatusOr<VerifyOutcome> TargetSession::Verify(const VerifyRequest& req) {
+struct TargetSession::Prepared {
+  int64_t base = 0;                // cache length before the pass
+  std::vector<int32_t> positions;  // tree: depth-based RoPE positions; chain: empty
+};
+
+absl::StatusOr<TargetSession::Prepared> TargetSession::PrepareVerify(
+    const VerifyRequest& req) const {
   const int64_t rows = static_cast<int64_t>(req.tokens.size());
   const int64_t vocab = target_.config().vocab_size;
   const bool tree = !req.tree_parents.empty();
@@ -80,27 +86,46 @@ absl::StatusOr<VerifyOutcome> TargetSession::Verify(const VerifyRequest& req) {
                        req.draft_probs.size(), " values"));
     }
   }
-  const int64_t base = cache_->length();
-  std::vector<int32_t> positions;
-  if (tree) {
-    std::vector<int32_t> depth(rows, 0);
-    positions.resize(rows);
-    for (int64_t i = 0; i < rows; ++i) {
-      const int32_t p = req.tree_parents[i];
-      if (i > 0 && (p < 0 || p >= i)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("tree parent of row ", i, " is ", p, "; it must be an earlier row"));
-      }
-      depth[i] = i == 0 ? 0 : depth[p] + 1;
-      positions[i] = static_cast<int32_t>(base + depth[i]);
+  // What Forward would reject, checked here so one bad request cannot fail a whole batch.
+  for (int64_t i = 0; i < rows; ++i) {
+    if (req.tokens[i] < 0 || req.tokens[i] >= vocab) {
+      return absl::InvalidArgumentError(absl::StrCat("verify: token id ", req.tokens[i], " at row ",
+                                                     i, " is outside [0, ", vocab, ")"));
     }
   }
-  model::SequenceInput in{cache_.get(), req.tokens, positions, req.tree_parents,
-                          model::LogitsMode::kAll};
-  model::ForwardOptions fo;
-  if (req.want_features) fo.capture_layers = capture_;
-  ASSIGN_OR_RETURN(auto out, target_.Forward(std::span<const model::SequenceInput>(&in, 1), fo));
-  std::vector<float> p_rows = Rows(out[0].logits);
+  Prepared p;
+  p.base = cache_->length();
+  if (p.base + rows > target_.max_context()) {
+    return absl::InvalidArgumentError(absl::StrCat("verify: ", p.base, " cached + ", rows,
+                                                   " new tokens exceed the maximum context of ",
+                                                   target_.max_context()));
+  }
+  if (tree) {
+    std::vector<int32_t> depth(rows, 0);
+    p.positions.resize(rows);
+    for (int64_t i = 0; i < rows; ++i) {
+      const int32_t par = req.tree_parents[i];
+      if (i > 0 && (par < 0 || par >= i)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("tree parent of row ", i, " is ", par, "; it must be an earlier row"));
+      }
+      depth[i] = i == 0 ? 0 : depth[par] + 1;
+      p.positions[i] = static_cast<int32_t>(p.base + depth[i]);
+    }
+  }
+  return p;
+}
+
+absl::StatusOr<VerifyOutcome> TargetSession::FinishVerify(const Prepared& prep,
+                                                          const VerifyRequest& req,
+                                                          const at::Tensor& logits,
+                                                          const at::Tensor& features) {
+  const int64_t rows = static_cast<int64_t>(req.tokens.size());
+  const int64_t vocab = target_.config().vocab_size;
+  const bool tree = !req.tree_parents.empty();
+  const bool greedy = sampling_.temperature == 0.f;
+  const int64_t base = prep.base;
+  std::vector<float> p_rows = Rows(logits);
   VerifyOutcome o;
   std::vector<int64_t> kept_rows = {0};
   if (tree) {
@@ -128,11 +153,71 @@ absl::StatusOr<VerifyOutcome> TargetSession::Verify(const VerifyRequest& req) {
     RETURN_IF_ERROR(cache_->Truncate(base + o.result.num_accepted + 1));
   }
   o.committed.push_back(o.result.next_token);
-  if (req.want_features && out[0].features.defined()) {
-    o.features = tree ? out[0].features.index_select(0, at::tensor(kept_rows, at::kLong))
-                      : out[0].features.narrow(0, 0, o.result.num_accepted + 1);
+  if (req.want_features && features.defined()) {
+    o.features = tree ? features.index_select(0, at::tensor(kept_rows, at::kLong))
+                      : features.narrow(0, 0, o.result.num_accepted + 1);
   }
   return o;
+}
+
+absl::StatusOr<VerifyOutcome> TargetSession::Verify(const VerifyRequest& req) {
+  ASSIGN_OR_RETURN(Prepared prep, PrepareVerify(req));
+  model::SequenceInput in{cache_.get(), req.tokens, prep.positions, req.tree_parents,
+                          model::LogitsMode::kAll};
+  model::ForwardOptions fo;
+  if (req.want_features) fo.capture_layers = capture_;
+  ASSIGN_OR_RETURN(auto out, target_.Forward(std::span<const model::SequenceInput>(&in, 1), fo));
+  return FinishVerify(prep, req, out[0].logits, out[0].features);
+}
+
+bool TargetSession::CanShareBatch(const TargetSession& a, const VerifyRequest& ra,
+                                  const TargetSession& b, const VerifyRequest& rb) {
+  if (&a == &b || &a.target_ != &b.target_) return false;
+  return !ra.want_features || !rb.want_features || a.capture_ == b.capture_;
+}
+
+std::vector<absl::StatusOr<VerifyOutcome>> TargetSession::VerifyBatch(
+    std::span<TargetSession* const> sessions, std::span<const VerifyRequest> requests) {
+  const size_t n = sessions.size();
+  std::vector<absl::StatusOr<VerifyOutcome>> results(n, absl::InternalError("not run"));
+  if (n == 1) {
+    results[0] = sessions[0]->Verify(requests[0]);
+    return results;
+  }
+  std::vector<Prepared> preps(n);
+  std::vector<size_t> run;  // indices that passed validation
+  const std::vector<int64_t>* capture = nullptr;
+  for (size_t i = 0; i < n; ++i) {
+    auto p = sessions[i]->PrepareVerify(requests[i]);
+    if (!p.ok()) {
+      results[i] = p.status();
+      continue;
+    }
+    preps[i] = *std::move(p);
+    if (requests[i].want_features) capture = &sessions[i]->capture_;
+    run.push_back(i);
+  }
+  if (run.empty()) return results;
+  std::vector<model::SequenceInput> inputs;
+  for (size_t i : run) {
+    inputs.push_back(model::SequenceInput{sessions[i]->cache_.get(), requests[i].tokens,
+                                          preps[i].positions, requests[i].tree_parents,
+                                          model::LogitsMode::kAll});
+  }
+  model::ForwardOptions fo;
+  if (capture != nullptr) fo.capture_layers = *capture;
+  auto out = sessions[run[0]]->target_.Forward(inputs, fo);
+  if (!out.ok()) {
+    // Not expected after PrepareVerify; keep the requests apart so the error lands where due.
+    for (size_t i : run) results[i] = sessions[i]->Verify(requests[i]);
+    return results;
+  }
+  for (size_t k = 0; k < run.size(); ++k) {
+    const size_t i = run[k];
+    results[i] =
+        sessions[i]->FinishVerify(preps[i], requests[i], (*out)[k].logits, (*out)[k].features);
+  }
+  return results;
 }
 
 }  // namespace specdec::engine

@@ -62,12 +62,27 @@ class TargetSession {
   // Verifies drafts in one forward pass, keeps only row 0 and the accepted rows in the cache.
   absl::StatusOr<VerifyOutcome> Verify(const VerifyRequest& request);
 
+  // Verifies the requests of several sessions (each session at most once) in one batched forward
+  // pass over their ragged rows: continuous batching. Each result equals that session's Verify
+  // up to floating-point rounding (DESIGN 2.6). A request that fails validation gets its own
+  // error and leaves its session untouched; the others still run. Sessions that want features
+  // must share their capture layers (callers group them; see CanShareBatch).
+  static std::vector<absl::StatusOr<VerifyOutcome>> VerifyBatch(
+      std::span<TargetSession* const> sessions, std::span<const VerifyRequest> requests);
+  // Whether `a` verifying `ra` and `b` verifying `rb` may run in one VerifyBatch.
+  static bool CanShareBatch(const TargetSession& a, const VerifyRequest& ra, const TargetSession& b,
+                            const VerifyRequest& rb);
+
   int64_t length() const { return cache_->length(); }
   int64_t kv_bytes() const { return cache_->allocated_bytes(); }
   const sampling::SamplingParams& sampling() const { return sampling_; }
 
  private:
   std::vector<float> Rows(const at::Tensor& logits) const;
+  struct Prepared;
+  absl::StatusOr<Prepared> PrepareVerify(const VerifyRequest& req) const;
+  absl::StatusOr<VerifyOutcome> FinishVerify(const Prepared& prep, const VerifyRequest& req,
+                                             const at::Tensor& logits, const at::Tensor& features);
 
   const model::Transformer& target_;
   sampling::SamplingParams sampling_;

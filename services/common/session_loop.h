@@ -6,6 +6,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -15,6 +16,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 
@@ -26,11 +28,24 @@ template <typename Req, typename Resp>
 class SessionLoop {
  public:
   using Clock = std::chrono::steady_clock;
+  // One queued operation as execute_batch sees it.
+  struct Op {
+    uint64_t owner;
+    const Req* request;
+    Resp* response;
+    absl::Status status;
+  };
   struct Hooks {
     // Runs one operation for stream `owner` on the scheduler thread; a non-OK status becomes an
     // ErrorDetail response and the stream goes on.
     std::function<absl::Status(uint64_t owner, const Req&, Resp*)> execute;
-    // After every operation: (request, status, queue seconds, compute seconds).
+    // Optional continuous batching: runs the queued operations of different streams (each stream
+    // at most once, in queue order, at most max_batch) together, e.g. as one batched forward
+    // pass, setting every op's status and response. Unset: `execute` runs them one at a time.
+    std::function<void(std::vector<Op>& ops)> execute_batch;
+    size_t max_batch = 32;
+    // After every operation: (request, status, queue seconds, compute seconds; for a batched
+    // operation the batch's compute time).
     std::function<void(const Req&, const absl::Status&, double, double)> observe;
     std::function<void()> periodic;  // about once a second (lease sweeps)
     // The stream ended: free what it owns. Runs on the scheduler thread, after every operation
@@ -173,29 +188,62 @@ class SessionLoop {
         hooks_.periodic();
         last_periodic = Clock::now();
       }
+      std::vector<Work*> batch;
       for (Work& w : items) {
         if (w.stream_ended) {
+          RunBatch(batch);
           if (hooks_.stream_done) hooks_.stream_done(w.owner);
           continue;
         }
-        Resp resp;
-        resp.set_seq(w.request.seq());
-        const auto t0 = Clock::now();
-        absl::Status s = hooks_.execute(w.owner, w.request, &resp);
-        const double compute = std::chrono::duration<double>(Clock::now() - t0).count();
-        const double queued = std::chrono::duration<double>(t0 - w.enqueued).count();
-        if (hooks_.observe) hooks_.observe(w.request, s, queued, compute);
-        if (!s.ok()) {
-          resp.clear_result();
-          auto* e = resp.mutable_error();
-          e->set_code(static_cast<int>(s.code()));
-          e->set_message(std::string(s.message()));
-          if (s.code() == absl::StatusCode::kResourceExhausted) e->set_retry_after_ms(100);
-        }
-        std::lock_guard<std::mutex> lock(w.stream->mu);
-        if (w.stream->reactor != nullptr) w.stream->reactor->Send(std::move(resp));
+        bool seen = false;
+        for (Work* b : batch) seen = seen || b->owner == w.owner;
+        // A stream's next operation depends on its previous one: it goes in the next batch.
+        if (seen || batch.size() >= std::max<size_t>(1, hooks_.max_batch)) RunBatch(batch);
+        batch.push_back(&w);
+      }
+      RunBatch(batch);
+    }
+  }
+
+  // Runs the collected operations, answers them and clears `batch`.
+  void RunBatch(std::vector<Work*>& batch) {
+    if (batch.empty()) return;
+    std::vector<Resp> resps(batch.size());
+    std::vector<Op> ops;
+    std::vector<double> compute(batch.size());
+    const auto t0 = Clock::now();
+    for (size_t i = 0; i < batch.size(); ++i) {
+      resps[i].set_seq(batch[i]->request.seq());
+      ops.push_back(Op{batch[i]->owner, &batch[i]->request, &resps[i], absl::OkStatus()});
+    }
+    if (hooks_.execute_batch && batch.size() > 1) {
+      hooks_.execute_batch(ops);
+      const double c = std::chrono::duration<double>(Clock::now() - t0).count();
+      std::fill(compute.begin(), compute.end(), c);
+    } else {
+      for (size_t i = 0; i < ops.size(); ++i) {
+        const auto ti = Clock::now();
+        ops[i].status = hooks_.execute(ops[i].owner, *ops[i].request, ops[i].response);
+        compute[i] = std::chrono::duration<double>(Clock::now() - ti).count();
       }
     }
+    for (size_t i = 0; i < batch.size(); ++i) {
+      Work& w = *batch[i];
+      Resp& resp = resps[i];
+      const absl::Status& s = ops[i].status;
+      const double queued = std::chrono::duration<double>(t0 - w.enqueued).count();
+      if (hooks_.observe) hooks_.observe(w.request, s, queued, compute[i]);
+      if (!s.ok()) {
+        resp.clear_result();
+        auto* e = resp.mutable_error();
+        e->set_code(static_cast<int>(s.code()));
+        e->set_message(std::string(s.message()));
+        if (s.code() == absl::StatusCode::kResourceExhausted) e->set_retry_after_ms(100);
+      }
+      std::lock_guard<std::mutex> lock(w.stream->mu);
+      if (w.stream->reactor != nullptr) w.stream->reactor->Send(std::move(resp));
+    }
+    batch.clear();
   }
 
   Hooks hooks_;

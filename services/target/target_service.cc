@@ -79,7 +79,13 @@ struct TargetMetrics {
                      .Name("specdec_active_sessions")
                      .Help("Open Session streams")
                      .Register(r)
-                     .Add({{"service", "target"}})) {}
+                     .Add({{"service", "target"}})),
+        batch(prometheus::BuildHistogram()
+                  .Name("specdec_target_batch_size")
+                  .Help("Sessions per batched verify forward pass")
+                  .Register(r)
+                  .Add({}, prometheus::Histogram::BucketBoundaries{1, 2, 3, 4, 6, 8, 12, 16, 24, 32,
+                                                                   48, 64})) {}
   static prometheus::Histogram::BucketBoundaries Buckets() {
     return {0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2};
   }
@@ -92,20 +98,29 @@ struct TargetMetrics {
   prometheus::Gauge& kv_bytes;
   prometheus::Gauge& handles;
   prometheus::Gauge& sessions;
+  prometheus::Histogram& batch;
 };
 
 // Owns the model and the handles; runs every operation on the session loop's thread.
 class TargetCore {
  public:
+  using Loop = SessionLoop<v1::TargetRequest, v1::TargetResponse>;
   TargetCore(std::unique_ptr<model::Transformer> model,
-             HandleTable<engine::TargetSession>::Options table_options, TargetMetrics* metrics)
+             HandleTable<engine::TargetSession>::Options table_options, TargetMetrics* metrics,
+             int max_batch)
       : model_(std::move(model)), table_(std::move(table_options)), metrics_(metrics) {
     SessionLoop<v1::TargetRequest, v1::TargetResponse>::Hooks h;
     h.execute = [this](uint64_t owner, const v1::TargetRequest& r, v1::TargetResponse* resp) {
       absl::Status s = Execute(owner, r, resp);
+      if (r.has_verify() && s.ok()) metrics_->batch.Observe(1);
       UpdateGauges();
       return s;
     };
+    h.execute_batch = [this](std::vector<Loop::Op>& ops) {
+      ExecuteBatch(ops);
+      UpdateGauges();
+    };
+    h.max_batch = static_cast<size_t>(std::max(1, max_batch));
     h.observe = [this](const v1::TargetRequest& r, const absl::Status& s, double queued,
                        double compute) {
       const char* op = OpName(r.op_case());
@@ -218,36 +233,47 @@ class TargetCore {
     return FloatsToTensor(std::span<const float>(c.data_ptr<float>(), c.numel()), shape, v1::BF16);
   }
 
-  absl::Status Verify(uint64_t owner, const v1::TargetVerify& v, v1::TargetResponse* resp) {
+  // A verify operation decoded from its request: the session, and the engine request with the
+  // storage its spans point into.
+  struct ParsedVerify {
+    engine::TargetSession* session = nullptr;
+    std::vector<int32_t> tokens, parents;
+    std::vector<float> q;
+    engine::VerifyRequest req;
+  };
+
+  absl::Status ParseVerify(uint64_t owner, const v1::TargetVerify& v, ParsedVerify* p) {
     if (!v.draft_probs_sparse().empty() || v.return_logits() || v.return_top2_gaps() ||
         v.sibling_sampling() > 1) {
       return absl::UnimplementedError(
           "verify: sparse draft_probs, return_logits, return_top2_gaps and sibling sampling "
           "without replacement are not supported yet");
     }
-    ASSIGN_OR_RETURN(engine::TargetSession * s, table_.Acquire(v.handle(), owner));
-    if (v.expected_length() != 0 && v.expected_length() != s->length()) {
-      return absl::FailedPreconditionError(absl::StrCat("verify: handle holds ", s->length(),
-                                                        " tokens, the client expected ",
-                                                        v.expected_length(), " (a step was lost)"));
+    ASSIGN_OR_RETURN(p->session, table_.Acquire(v.handle(), owner));
+    if (v.expected_length() != 0 && v.expected_length() != p->session->length()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("verify: handle holds ", p->session->length(),
+                       " tokens, the client expected ", v.expected_length(), " (a step was lost)"));
     }
-    std::vector<int32_t> tokens(v.tokens().begin(), v.tokens().end());
-    std::vector<int32_t> parents(v.tree_parents().begin(), v.tree_parents().end());
-    std::vector<float> q;
+    p->tokens.assign(v.tokens().begin(), v.tokens().end());
+    p->parents.assign(v.tree_parents().begin(), v.tree_parents().end());
     if (v.has_draft_probs()) {
-      ASSIGN_OR_RETURN(q, TensorToFloats(v.draft_probs(), "verify.draft_probs"));
+      ASSIGN_OR_RETURN(p->q, TensorToFloats(v.draft_probs(), "verify.draft_probs"));
     }
-    engine::VerifyRequest req;
-    req.tokens = tokens;
-    req.tree_parents = parents;
-    req.proposal = v.proposal() == v1::TargetVerify::ONE_HOT ? engine::Proposal::kOneHot
-                                                             : engine::Proposal::kSampled;
-    req.draft_probs = q;
-    req.want_features = v.return_features();
-    ASSIGN_OR_RETURN(engine::VerifyOutcome o, s->Verify(req));
+    p->req.tokens = p->tokens;
+    p->req.tree_parents = p->parents;
+    p->req.proposal = v.proposal() == v1::TargetVerify::ONE_HOT ? engine::Proposal::kOneHot
+                                                                : engine::Proposal::kSampled;
+    p->req.draft_probs = p->q;
+    p->req.want_features = v.return_features();
+    return absl::OkStatus();
+  }
+
+  static void FillVerify(const ParsedVerify& p, const engine::VerifyOutcome& o, int batch_size,
+                         v1::TargetResponse* resp) {
     auto* res = resp->mutable_verify();
     res->set_num_accepted(o.result.num_accepted);
-    if (parents.empty()) {
+    if (p.parents.empty()) {
       for (int32_t i = 1; i <= o.result.num_accepted; ++i) res->add_accepted_rows(i);
     } else {
       for (int32_t n : o.result.accepted_nodes) res->add_accepted_rows(n);
@@ -255,15 +281,70 @@ class TargetCore {
     res->set_next_token(o.result.next_token);
     for (int32_t t : o.committed) res->add_committed(t);
     if (o.features.defined()) *res->mutable_features() = FeaturesToTensor(o.features);
-    res->set_length(s->length());
-    res->set_batch_size(1);
+    res->set_length(p.session->length());
+    res->set_batch_size(batch_size);
+  }
+
+  absl::Status Verify(uint64_t owner, const v1::TargetVerify& v, v1::TargetResponse* resp) {
+    ParsedVerify p;
+    RETURN_IF_ERROR(ParseVerify(owner, v, &p));
+    ASSIGN_OR_RETURN(engine::VerifyOutcome o, p.session->Verify(p.req));
+    FillVerify(p, o, 1, resp);
     return absl::OkStatus();
+  }
+
+  // Continuous batching: the verify operations of different sessions run as batched forward
+  // passes (sessions that need different feature layers go in separate passes); every other
+  // operation runs on its own.
+  void ExecuteBatch(std::vector<Loop::Op>& ops) {
+    std::vector<ParsedVerify> parsed(ops.size());
+    std::vector<std::vector<size_t>> groups;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      Loop::Op& op = ops[i];
+      if (!op.request->has_verify()) {
+        op.status = Execute(op.owner, *op.request, op.response);
+        continue;
+      }
+      op.status = ParseVerify(op.owner, op.request->verify(), &parsed[i]);
+      if (!op.status.ok()) continue;
+      bool placed = false;
+      for (auto& g : groups) {
+        bool fits = true;
+        for (size_t j : g) {
+          fits = fits && engine::TargetSession::CanShareBatch(*parsed[j].session, parsed[j].req,
+                                                              *parsed[i].session, parsed[i].req);
+        }
+        if (fits) {
+          g.push_back(i);
+          placed = true;
+          break;
+        }
+      }
+      if (!placed) groups.push_back({i});
+    }
+    for (const auto& g : groups) {
+      std::vector<engine::TargetSession*> sessions;
+      std::vector<engine::VerifyRequest> reqs;
+      for (size_t i : g) {
+        sessions.push_back(parsed[i].session);
+        reqs.push_back(parsed[i].req);
+      }
+      auto results = engine::TargetSession::VerifyBatch(sessions, reqs);
+      metrics_->batch.Observe(static_cast<double>(g.size()));
+      for (size_t k = 0; k < g.size(); ++k) {
+        Loop::Op& op = ops[g[k]];
+        op.status = results[k].status();
+        if (results[k].ok()) {
+          FillVerify(parsed[g[k]], *results[k], static_cast<int>(g.size()), op.response);
+        }
+      }
+    }
   }
 
   std::unique_ptr<model::Transformer> model_;
   HandleTable<engine::TargetSession> table_;
   TargetMetrics* metrics_;
-  std::unique_ptr<SessionLoop<v1::TargetRequest, v1::TargetResponse>> loop_;  // last: stops first
+  std::unique_ptr<Loop> loop_;  // last: stops first
 };
 
 class TargetServiceImpl final : public v1::Target::CallbackService {
@@ -328,7 +409,8 @@ absl::StatusOr<std::unique_ptr<TargetServer>> TargetServer::Start(
   to.replica = options.replica;
   to.budget_bytes = options.kv_budget_bytes;
   to.lease = std::chrono::milliseconds(options.lease_ms);
-  impl->core = std::make_unique<TargetCore>(std::move(m), to, impl->metrics.get());
+  impl->core =
+      std::make_unique<TargetCore>(std::move(m), to, impl->metrics.get(), options.max_batch);
   impl->service = std::make_unique<TargetServiceImpl>(impl->core.get());
   if (!options.metrics_address.empty()) {
     RETURN_IF_ERROR(impl->metrics_server.Listen(options.metrics_address));

@@ -22,6 +22,9 @@ struct TargetServerOptions {
   int64_t lease_ms = 60000;                        // idle timeout of a handle
   int threads = 0;                                 // compute threads, 0 = all cores
   int drain_ms = 2000;                             // graceful shutdown budget
+  // Continuous batching: verify operations of up to this many sessions that are queued together
+  // run as one batched forward pass (1 = one at a time).
+  int max_batch = 32;
 };
 
 // A running target server. Start/Shutdown from one thread; the service is thread-safe.

@@ -412,6 +412,45 @@ double Labelled(prometheus::Registry& r, const std::string& name, const std::str
   return total;
 }
 
+TEST_F(ClusterTest, ConcurrentRequestsAreBatchedOnTheTargetAndEqualAr) {
+  auto target = model::Transformer::Load(Checkpoints().target);
+  engine::EngineModels em{target->get()};
+  constexpr int kClients = 8;
+  const v1::Method methods[] = {v1::AR, v1::DFLASH, v1::DRAFT_CHAIN, v1::DYSPEC_TREE};
+  std::vector<std::vector<int32_t>> want(kClients);
+  for (int i = 0; i < kClients; ++i) {
+    engine::DecodeOptions ar;
+    ar.max_new_tokens = 40;
+    const std::vector<int32_t> prompt = {3 + i, 7, 20 + i};
+    auto r = engine::Decode(em, prompt, ar);
+    ASSERT_TRUE(r.ok());
+    want[i] = r->tokens;
+  }
+  std::vector<Result> got(kClients);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.emplace_back([&, i] {
+      got[i] = Generate(Request({3 + i, 7, 20 + i}, methods[i % 4], 40));
+    });
+  }
+  for (auto& t : clients) t.join();
+  for (int i = 0; i < kClients; ++i) {
+    ASSERT_TRUE(got[i].status.ok()) << i << ": " << got[i].status.error_message();
+    EXPECT_EQ(got[i].tokens, want[i]) << i << " " << v1::Method_Name(methods[i % 4]);
+  }
+  // Some verify passes held several sessions: the batch-size histogram's sum exceeds its count.
+  double sum = 0, count = 0;
+  for (const auto& f : target_->registry().Collect()) {
+    if (f.name != "specdec_target_batch_size") continue;
+    for (const auto& m : f.metric) {
+      sum += m.histogram.sample_sum;
+      count += static_cast<double>(m.histogram.sample_count);
+    }
+  }
+  EXPECT_GT(count, 0);
+  EXPECT_GT(sum, count) << "no verify pass batched two sessions";
+}
+
 TEST_F(ClusterTest, TargetReplicasShareRequestsAndADeadOneIsSkipped) {
   auto target = model::Transformer::Load(Checkpoints().target);
   engine::EngineModels em{target->get()};

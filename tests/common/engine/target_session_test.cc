@@ -1,0 +1,134 @@
+// TargetSession::VerifyBatch (continuous batching): several sessions verified in one ragged
+// forward pass give the results each would get alone (chains, trees, features, sampling), a bad
+// request fails alone and leaves its session untouched, and CanShareBatch keeps sessions with
+// different feature layers apart.
+#include "common/engine/target_session.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "common/model/transformer.h"
+#include "common/util/status_matchers.h"
+
+namespace specdec::engine {
+namespace {
+
+std::unique_ptr<model::Transformer> Target() {
+  model::ModelConfig c;
+  c.architecture = model::Architecture::kQwen3;
+  c.qk_norm = true;
+  c.vocab_size = 61;
+  c.hidden_size = 32;
+  c.intermediate_size = 64;
+  c.num_hidden_layers = 3;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 8;
+  c.max_position_embeddings = 128;
+  c.tie_word_embeddings = true;
+  return *model::Transformer::FromTensors(c, model::Transformer::RandomWeights(c, 5, 0.3));
+}
+
+struct Case {
+  std::vector<int32_t> prompt, tokens, parents;
+  sampling::SamplingParams sampling;
+  bool features = false;
+};
+
+std::vector<Case> Cases() {
+  std::vector<Case> cs(4);
+  cs[0].prompt = {1, 2, 3};
+  cs[0].tokens = {4, 5, 6, 7};  // chain
+  cs[1].prompt = {9, 8, 7, 6, 5};
+  cs[1].tokens = {10};  // plain AR step
+  cs[2].prompt = {11, 12};
+  cs[2].tokens = {13, 14, 15, 16, 17};
+  cs[2].parents = {-1, 0, 0, 1, 1};  // tree
+  cs[3].prompt = {20, 21, 22, 23};
+  cs[3].tokens = {24, 25, 26};
+  cs[3].sampling.temperature = 0.8f;  // one-hot proposals at T > 0: rejection sampling
+  cs[3].sampling.seed = 17;
+  for (auto& c : cs) c.features = true;
+  return cs;
+}
+
+VerifyRequest Req(const Case& c) {
+  VerifyRequest r;
+  r.tokens = c.tokens;
+  r.tree_parents = c.parents;
+  r.proposal = Proposal::kOneHot;
+  r.want_features = c.features;
+  return r;
+}
+
+std::vector<std::unique_ptr<TargetSession>> Prefilled(const model::Transformer& t,
+                                                      const std::vector<Case>& cs) {
+  std::vector<std::unique_ptr<TargetSession>> out;
+  for (const Case& c : cs) {
+    out.push_back(std::make_unique<TargetSession>(t, c.sampling, std::vector<int64_t>{0, 2}));
+    EXPECT_TRUE(out.back()->Prefill(c.prompt).ok());
+  }
+  return out;
+}
+
+TEST(VerifyBatch, EqualsEachSessionVerifiedAlone) {
+  auto target = Target();
+  const auto cs = Cases();
+  auto alone = Prefilled(*target, cs);
+  auto batched = Prefilled(*target, cs);
+  std::vector<TargetSession*> ptrs;
+  std::vector<VerifyRequest> reqs;
+  for (size_t i = 0; i < cs.size(); ++i) {
+    ptrs.push_back(batched[i].get());
+    reqs.push_back(Req(cs[i]));
+  }
+  auto results = TargetSession::VerifyBatch(ptrs, reqs);
+  ASSERT_EQ(results.size(), cs.size());
+  for (size_t i = 0; i < cs.size(); ++i) {
+    SPECDEC_ASSERT_OK_AND_ASSIGN(VerifyOutcome want, alone[i]->Verify(Req(cs[i])));
+    ASSERT_TRUE(results[i].ok()) << i << ": " << results[i].status();
+    EXPECT_EQ(results[i]->committed, want.committed) << i;
+    EXPECT_EQ(results[i]->result.num_accepted, want.result.num_accepted) << i;
+    EXPECT_EQ(batched[i]->length(), alone[i]->length()) << i;
+    ASSERT_TRUE(results[i]->features.defined()) << i;
+    EXPECT_TRUE(at::allclose(results[i]->features, want.features, 1e-4, 1e-5)) << i;
+    // The caches hold the same context: the next plain step agrees too.
+    const int32_t next = want.committed.back();
+    SPECDEC_ASSERT_OK_AND_ASSIGN(int32_t a, alone[i]->Step(next));
+    SPECDEC_ASSERT_OK_AND_ASSIGN(int32_t b, batched[i]->Step(next));
+    EXPECT_EQ(a, b) << i;
+  }
+}
+
+TEST(VerifyBatch, ABadRequestFailsAloneAndLeavesItsSessionUntouched) {
+  auto target = Target();
+  auto cs = Cases();
+  cs[1].tokens = {10, 99};  // 99 is outside the vocabulary
+  auto sessions = Prefilled(*target, cs);
+  const int64_t before = sessions[1]->length();
+  std::vector<TargetSession*> ptrs;
+  std::vector<VerifyRequest> reqs;
+  for (size_t i = 0; i < cs.size(); ++i) {
+    ptrs.push_back(sessions[i].get());
+    reqs.push_back(Req(cs[i]));
+  }
+  auto results = TargetSession::VerifyBatch(ptrs, reqs);
+  EXPECT_EQ(results[1].status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(results[1].status().message().find("99"), absl::string_view::npos);
+  EXPECT_EQ(sessions[1]->length(), before);
+  for (size_t i : {0u, 2u, 3u}) EXPECT_TRUE(results[i].ok()) << i << results[i].status();
+}
+
+TEST(VerifyBatch, SessionsWithDifferentFeatureLayersDoNotShareABatch) {
+  auto target = Target();
+  TargetSession a(*target, {}, {0, 2}), b(*target, {}, {1}), c(*target, {}, {0, 2});
+  VerifyRequest with, without;
+  with.want_features = true;
+  EXPECT_FALSE(TargetSession::CanShareBatch(a, with, b, with));
+  EXPECT_TRUE(TargetSession::CanShareBatch(a, with, c, with));
+  EXPECT_TRUE(TargetSession::CanShareBatch(a, with, b, without));
+  EXPECT_FALSE(TargetSession::CanShareBatch(a, with, a, with));  // one session, one op per pass
+}
+
+}  // namespace
+}  // namespace specdec::engine
