@@ -11,6 +11,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libpcre2-dev
   python3 python3-grpcio python3-grpc-tools python3-protobuf gnuplot-nox
+  prometheus golang-go golang-github-masterminds-sprig-dev golang-gopkg-yaml.v2-dev
+  golang-gopkg-yaml.v3-dev python3-yaml
 )
 
 missing=()
@@ -31,3 +33,8 @@ echo "install_deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -q
 $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+# The prometheus package (promtool and the server the deploy tests start themselves) enables a
+# system Prometheus on :9090, the router's default /metrics port: keep that one stopped.
+if [[ " ${missing[*]} " == *" prometheus "* ]] && [ -d /run/systemd/system ]; then
+  $SUDO systemctl disable --now prometheus.service || true
+fi

@@ -1,0 +1,101 @@
+{{/*
+Names and labels. Component-level helpers take a dict: (dict "root" $ "component" "router").
+*/}}
+
+{{/* Chart name, or nameOverride. */}}
+{{- define "specdec.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Release-qualified name prefix of every resource. */}}
+{{- define "specdec.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* chart-version, for the helm.sh/chart label. */}}
+{{- define "specdec.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Name of a component's Deployment, Service, ConfigMap, PDB and HPA. */}}
+{{- define "specdec.componentName" -}}
+{{- printf "%s-%s" (include "specdec.fullname" .root) .component | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels that select a component's pods (immutable in a Deployment: keep them stable). */}}
+{{- define "specdec.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "specdec.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{/* Every label of a component's resources. */}}
+{{- define "specdec.labels" -}}
+helm.sh/chart: {{ include "specdec.chart" .root }}
+{{ include "specdec.selectorLabels" . }}
+app.kubernetes.io/part-of: specdec
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+{{- end }}
+
+{{/* Image reference of a component. */}}
+{{- define "specdec.image" -}}
+{{- $image := .root.Values.image }}
+{{- $tag := default .root.Chart.AppVersion $image.tag }}
+{{- if $image.perComponent }}
+{{- printf "%s-%s:%s" $image.repository .component $tag }}
+{{- else }}
+{{- printf "%s:%s" $image.repository $tag }}
+{{- end }}
+{{- end }}
+
+{{/* Absolute path of a model directory: (dict "root" $ "key" "target"). */}}
+{{- define "specdec.modelPath" -}}
+{{- $rel := required (printf "models.%s is required" .key) (index .root.Values.models .key) }}
+{{- printf "%s/%s" (trimSuffix "/" .root.Values.models.mountPath) (trimPrefix "/" $rel) }}
+{{- end }}
+
+{{/* In-cluster gRPC address of a component's Service. */}}
+{{- define "specdec.endpoint" -}}
+{{- $port := .root.Values.ports.grpc }}
+{{- if eq .component "router" }}{{ $port = .root.Values.router.service.port }}{{ end }}
+{{- printf "%s:%d" (include "specdec.componentName" .) (int $port) }}
+{{- end }}
+
+{{/* The components this release deploys, in start-up order. */}}
+{{- define "specdec.components" -}}
+{{- $c := list "target" }}
+{{- if .Values.drafter.enabled }}{{ $c = append $c "drafter" }}{{ end }}
+{{- if .Values.policy.enabled }}{{ $c = append $c "policy" }}{{ end }}
+{{- $c = append $c "router" }}
+{{- join " " $c }}
+{{- end }}
+
+{{/* The model volume's source (the part of a pod volume after its name). */}}
+{{- define "specdec.modelVolume" -}}
+{{- $vol := .Values.models.volume }}
+{{- if eq $vol.type "pvc" -}}
+persistentVolumeClaim:
+  claimName: {{ $vol.pvc.existingClaim | default (printf "%s-models" (include "specdec.fullname" .)) }}
+{{- else if eq $vol.type "hostPath" -}}
+hostPath:
+  path: {{ required "models.volume.hostPath.path is required" $vol.hostPath.path }}
+  type: Directory
+{{- else if eq $vol.type "emptyDir" -}}
+emptyDir:
+  {{- with $vol.emptyDir.sizeLimit }}
+  sizeLimit: {{ . }}
+  {{- end }}
+{{- else }}
+{{- fail (printf "models.volume.type must be pvc, hostPath or emptyDir (got %q)" $vol.type) }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,317 @@
+#!/usr/bin/env python3
+"""Checks renders of the helm/specdec chart (made by chart_render_test.sh with helm_render).
+
+  check_chart.py RENDER_DIR
+
+RENDER_DIR holds <scenario>.yaml (the manifests) and <scenario>.notes.txt (NOTES.txt) for the
+scenarios below. For each: every document parses and has the expected kind, API version and
+name; Deployment selectors, pod labels, Service and PodDisruptionBudget selectors agree;
+containers run the service's binary with the gRPC and metrics ports, and the startup, liveness
+and readiness probes are native gRPC probes on the gRPC port; Services target named ports that
+exist; ConfigMap keys are environment variables that the service's main.cc reads, addresses use
+the chart's ports, model paths lie under the model mount, the router's endpoints name the other
+Services; volumes, security contexts, GPU resources/tolerations/node selectors (GPU overlay
+only), HPAs (autoscaling/v2 Pods metrics that the services export as gauges), the ServiceMonitor
+and NOTES.txt. It also lints values.yaml: every key has a comment and is read by a template.
+"""
+import glob
+import os
+import re
+import sys
+
+import yaml
+
+import deploy_inventory as inv
+
+CHART = os.path.join(inv.REPO, "helm/specdec")
+API = {"Deployment": "apps/v1", "Service": "v1", "ConfigMap": "v1", "PersistentVolumeClaim": "v1",
+       "PodDisruptionBudget": "policy/v1", "HorizontalPodAutoscaler": "autoscaling/v2",
+       "ServiceMonitor": "monitoring.coreos.com/v1"}
+SELECTOR_KEYS = {"app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component"}
+
+# scenario: (release fullname, components, volume type, GPU, HPAs, ServiceMonitor, PDBs)
+SCENARIOS = {
+    "default": ("demo-specdec", ["target", "drafter", "policy", "router"], "pvc", False, False, False, True),
+    "gpu": ("demo-specdec", ["target", "drafter", "policy", "router"], "pvc", True, False, False, True),
+    "features": ("demo-specdec", ["target", "drafter", "policy", "router"], "emptyDir", False, True, True, True),
+    "minimal": ("sd", ["target", "router"], "hostPath", False, False, False, False),
+}
+
+errors = []
+
+
+def check(cond, msg):
+    if not cond:
+        errors.append(msg)
+    return cond
+
+
+def main_cc_options(component):
+    """(env var names, long flag names) that services/<component>/main.cc accepts."""
+    with open(os.path.join(inv.REPO, f"services/{component}/main.cc")) as f:
+        text = f.read()
+    envs = set(re.findall(r'envname\("([A-Z0-9_]+)"\)', text))
+    flags = set(re.findall(r'add_(?:option|flag)\("(--[a-z0-9-]+)', text))
+    return envs, flags
+
+
+def check_render(scenario, docs, notes):
+    fullname, components, voltype, gpu, hpa, smon, pdb = SCENARIOS[scenario]
+    where = lambda d: f"{scenario}: {d.get('kind')}/{d.get('metadata', {}).get('name')}"
+    by = {}
+    for d in docs:
+        if not check(isinstance(d, dict) and d.get("kind") and d.get("apiVersion")
+                     and d.get("metadata", {}).get("name"), f"{scenario}: a document lacks kind/apiVersion/name: {d!r:.80}"):
+            continue
+        key = (d["kind"], d["metadata"]["name"])
+        check(key not in by, f"{where(d)}: defined twice")
+        by[key] = d
+        check(API.get(d["kind"]) == d["apiVersion"], f"{where(d)}: apiVersion {d['apiVersion']}")
+        labels = d["metadata"].get("labels", {})
+        check(labels.get("app.kubernetes.io/managed-by") == "Helm", f"{where(d)}: labels {labels}")
+
+    kinds = {}
+    for k, _ in by:
+        kinds[k] = kinds.get(k, 0) + 1
+    expect = {"Deployment": len(components), "Service": len(components), "ConfigMap": len(components)}
+    if pdb:
+        expect["PodDisruptionBudget"] = len(components)
+    if hpa:
+        expect["HorizontalPodAutoscaler"] = 2
+    if smon:
+        expect["ServiceMonitor"] = 1
+    public_router = scenario == "features"  # router Service type LoadBalancer
+    if public_router:
+        expect["Service"] += 1
+    if voltype == "pvc":
+        expect["PersistentVolumeClaim"] = 1
+    check(kinds == expect, f"{scenario}: kinds {kinds}, expected {expect}")
+
+    exported = inv.defined_metrics()
+    text = yaml.safe_dump_all(docs)
+    check(("nvidia.com/gpu" in text) == gpu, f"{scenario}: nvidia.com/gpu present = {'nvidia.com/gpu' in text}")
+
+    services = {}
+    for c in components:
+        name = f"{fullname}-{c}"
+        dep = by.get(("Deployment", name))
+        svc = by.get(("Service", name))
+        cm = by.get(("ConfigMap", name))
+        if not (check(dep, f"{scenario}: no Deployment {name}") and check(svc, f"{scenario}: no Service {name}")
+                and check(cm, f"{scenario}: no ConfigMap {name}")):
+            continue
+        services[c] = svc
+        spec = dep["spec"]
+        match = spec["selector"]["matchLabels"]
+        pod = spec["template"]
+        pod_labels = pod["metadata"]["labels"]
+        check(set(match) == SELECTOR_KEYS and match["app.kubernetes.io/component"] == c,
+              f"{where(dep)}: selector {match}")
+        check(all(pod_labels.get(k) == v for k, v in match.items()), f"{where(dep)}: pod labels do not match the selector")
+        check(svc["spec"]["selector"] == match, f"{where(svc)}: selector {svc['spec']['selector']} != {match}")
+        if pdb:
+            p = by.get(("PodDisruptionBudget", name))
+            if check(p, f"{scenario}: no PodDisruptionBudget {name}"):
+                check(p["spec"]["selector"]["matchLabels"] == match, f"{where(p)}: selector mismatch")
+                check("maxUnavailable" in p["spec"] or "minAvailable" in p["spec"], f"{where(p)}: no budget")
+        autoscaled = hpa and c in ("router", "target")
+        check(("replicas" in spec) != autoscaled, f"{where(dep)}: replicas set = {'replicas' in spec} with HPA = {autoscaled}")
+
+        ps = pod["spec"]
+        check(ps.get("automountServiceAccountToken") is False, f"{where(dep)}: service account token mounted")
+        sc = ps.get("securityContext", {})
+        check(sc.get("runAsNonRoot") is True and sc.get("runAsUser") == 10001, f"{where(dep)}: pod securityContext {sc}")
+        check(re.fullmatch(r"[0-9a-f]{64}", str(pod["metadata"].get("annotations", {}).get("checksum/config", ""))),
+              f"{where(dep)}: no checksum/config annotation")
+        check(int(ps.get("terminationGracePeriodSeconds", 0)) > 5, f"{where(dep)}: grace period too short")
+        cs = ps["containers"]
+        if not check(len(cs) == 1, f"{where(dep)}: {len(cs)} containers"):
+            continue
+        ct = cs[0]
+        check(ct["command"] == [f"/usr/local/bin/specdec-{c}"], f"{where(dep)}: command {ct.get('command')}")
+        csc = ct.get("securityContext", {})
+        check(csc.get("readOnlyRootFilesystem") is True and csc.get("allowPrivilegeEscalation") is False,
+              f"{where(dep)}: container securityContext {csc}")
+        ports = {p["name"]: p["containerPort"] for p in ct.get("ports", [])}
+        check(ports == {"grpc": 50051, "metrics": 9090}, f"{where(dep)}: ports {ports}")
+        for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+            pr = ct.get(probe)
+            if check(pr, f"{where(dep)}: no {probe}"):
+                handlers = {"grpc", "httpGet", "tcpSocket", "exec"} & set(pr)
+                check(handlers == {"grpc"}, f"{where(dep)}: {probe} handlers {handlers}")
+                check(pr.get("grpc", {}).get("port") == ports.get("grpc") and isinstance(pr["grpc"]["port"], int),
+                      f"{where(dep)}: {probe} grpc port {pr.get('grpc')}")
+        sports = {p["name"]: p for p in svc["spec"]["ports"]}
+        if public_router and c == "router":
+            # gRPC only on the public Service; /metrics on a ClusterIP twin.
+            check(svc["spec"]["type"] == "LoadBalancer" and set(sports) == {"grpc"},
+                  f"{where(svc)}: public router Service {svc['spec']['type']} ports {set(sports)}")
+            msvc = by.get(("Service", name + "-metrics"))
+            if check(msvc, f"{scenario}: no Service {name}-metrics"):
+                check(msvc["spec"]["type"] == "ClusterIP" and msvc["spec"]["selector"] == match,
+                      f"{where(msvc)}: type or selector")
+                services["router-metrics"] = msvc
+                for p in msvc["spec"]["ports"]:
+                    sports["metrics"] = p
+        else:
+            check(svc["spec"].get("type") == "ClusterIP" or c == "router", f"{where(svc)}: type")
+            check(set(sports) == {"grpc", "metrics"}, f"{where(svc)}: ports {set(sports)}")
+        for p in sports.values():
+            check(p["targetPort"] in ports, f"{where(svc)}: targetPort {p['targetPort']} is not a container port")
+        check(sports.get("metrics", {}).get("port") == 9090, f"{where(svc)}: metrics port")
+
+        # Options: ConfigMap keys are env vars the service reads; flags exist.
+        envs, flags = main_cc_options(c)
+        check(ct.get("envFrom") == [{"configMapRef": {"name": name}}], f"{where(dep)}: envFrom {ct.get('envFrom')}")
+        data = cm.get("data", {})
+        for k, v in data.items():
+            check(k in envs, f"{where(cm)}: {k} is not an environment variable of specdec-{c} ({sorted(envs)})")
+            check(isinstance(v, str), f"{where(cm)}: {k} is not a string")
+        for e in ct.get("env", []):
+            if e["name"].startswith("SPECDEC_"):
+                check(e["name"] in envs, f"{where(dep)}: env {e['name']} is not read by specdec-{c}")
+        for a in ct.get("args", []):
+            check(a.split("=", 1)[0] in flags, f"{where(dep)}: argument {a} is not a flag of specdec-{c}")
+        for k, v in data.items():
+            if k.endswith("_METRICS_ADDRESS"):
+                check(v == "0.0.0.0:9090", f"{where(cm)}: {k}={v}")
+            elif k.endswith("_ADDRESS"):
+                check(v == "0.0.0.0:50051", f"{where(cm)}: {k}={v}")
+            if k == "SPECDEC_KV_BUDGET_BYTES":
+                check(re.fullmatch(r"[1-9][0-9]*", v), f"{where(cm)}: {k}={v!r} is not a decimal byte count")
+            if k.endswith("_MODEL") or k in ("SPECDEC_POLICY_DIR", "SPECDEC_TOKENIZER"):
+                check(v.startswith("/models/") and "//" not in v, f"{where(cm)}: {k}={v}")
+        check(c not in ("target", "drafter") or any(e["name"] == "SPECDEC_REPLICA" for e in ct.get("env", [])),
+              f"{where(dep)}: no SPECDEC_REPLICA from the pod name")
+
+        # Model volume.
+        vols = {v["name"]: v for v in ps.get("volumes", [])}
+        mounts = {m["name"]: m for m in ct.get("volumeMounts", [])}
+        check(mounts.get("models", {}).get("mountPath") == "/models" and mounts["models"].get("readOnly") is True,
+              f"{where(dep)}: models mount {mounts.get('models')}")
+        mv = vols.get("models", {})
+        check(set(mv) == {"name", {"pvc": "persistentVolumeClaim"}.get(voltype, voltype)},
+              f"{where(dep)}: models volume {mv}")
+        if voltype == "pvc":
+            claim = mv.get("persistentVolumeClaim", {}).get("claimName")
+            check(("PersistentVolumeClaim", claim) in by, f"{where(dep)}: claim {claim} is not rendered")
+
+        # GPU scheduling only where asked for.
+        res = ct.get("resources", {})
+        gpu_here = gpu and c in ("target", "drafter")
+        check(("nvidia.com/gpu" in res.get("limits", {})) == gpu_here, f"{where(dep)}: GPU limit {res}")
+        tol = [t.get("key") for t in ps.get("tolerations", [])]
+        check(("nvidia.com/gpu" in tol) == gpu_here, f"{where(dep)}: tolerations {tol}")
+        check(bool(ps.get("nodeSelector")) == gpu_here, f"{where(dep)}: nodeSelector {ps.get('nodeSelector')}")
+        if gpu_here:
+            check(ct["image"].endswith("-cuda"), f"{where(dep)}: image {ct['image']} is not the CUDA build")
+
+        if scenario == "features":
+            check(ct["image"] == "registry.example.com/specdec:0.1.0", f"{where(dep)}: image {ct['image']}")
+            check(ps.get("imagePullSecrets") == [{"name": "regcred"}], f"{where(dep)}: imagePullSecrets")
+            inits = ps.get("initContainers", [])
+            if check(len(inits) == 1, f"{where(dep)}: initContainers {inits}"):
+                check("/models/" in " ".join(inits[0]["command"]), f"{where(dep)}: tpl not applied: {inits[0]['command']}")
+                check(inits[0]["volumeMounts"][0]["mountPath"] == "/models", f"{where(dep)}: init mount")
+        else:
+            check(ct["image"].startswith(f"specdec-{c}:0.1.0"), f"{where(dep)}: image {ct['image']}")
+            check("initContainers" not in ps, f"{where(dep)}: unexpected initContainers")
+
+    # The router reaches the others through their Services.
+    rcm = by.get(("ConfigMap", f"{fullname}-router"), {}).get("data", {})
+    for c, key in (("target", "SPECDEC_TARGET_ENDPOINT"), ("drafter", "SPECDEC_DRAFTER_ENDPOINT"),
+                   ("policy", "SPECDEC_POLICY_ENDPOINT")):
+        if c in services:
+            grpc_port = {p["name"]: p["port"] for p in services[c]["spec"]["ports"]}["grpc"]
+            check(rcm.get(key) == f"{fullname}-{c}:{grpc_port}", f"{scenario}: router {key}={rcm.get(key)}")
+        else:
+            check(key not in rcm, f"{scenario}: router {key} set without the {c} service")
+    check(rcm.get("SPECDEC_TOKENIZER") == "/models/specdec-pycode/target", f"{scenario}: router tokenizer")
+
+    for d in docs:
+        if d.get("kind") == "HorizontalPodAutoscaler":
+            s = d["spec"]
+            check(("Deployment", s["scaleTargetRef"]["name"]) in by and s["scaleTargetRef"]["kind"] == "Deployment",
+                  f"{where(d)}: scaleTargetRef {s['scaleTargetRef']}")
+            for m in s["metrics"]:
+                check(m["type"] == "Pods", f"{where(d)}: metric type {m['type']}")
+                name = m.get("pods", {}).get("metric", {}).get("name")
+                check(exported.get(name, (None, None))[1] == "gauge",
+                      f"{where(d)}: metric {name} is not a gauge the services export")
+                check(m["pods"]["target"]["type"] == "AverageValue", f"{where(d)}: target {m['pods']['target']}")
+            check(1 <= s["minReplicas"] <= s["maxReplicas"], f"{where(d)}: replicas {s['minReplicas']}..{s['maxReplicas']}")
+        if d.get("kind") == "ServiceMonitor":
+            sel = d["spec"]["selector"]["matchLabels"]
+            check(d["metadata"]["labels"].get("release") == "kube-prometheus-stack", f"{where(d)}: extra labels missing")
+            for c, svc in services.items():
+                check(all(svc["metadata"]["labels"].get(k) == v for k, v in sel.items()),
+                      f"{where(d)}: does not select the {c} Service")
+            eps = d["spec"]["endpoints"]
+            check([e["port"] for e in eps] == ["metrics"] and eps[0].get("honorLabels") is True,
+                  f"{where(d)}: endpoints {eps}")
+            check(any(r.get("targetLabel") == "job" for r in eps[0].get("relabelings", [])), f"{where(d)}: job relabeling")
+
+    router_svc = f"{fullname}-router"
+    check(f"port-forward svc/{router_svc} " in notes, f"{scenario}: NOTES.txt does not show how to reach {router_svc}")
+    check("<no value>" not in notes and "<no value>" not in text, f"{scenario}: <no value> in the output")
+
+
+# Values whose content is Kubernetes' own (pod spec fragments, label maps): the key itself is
+# commented, its children need not be.
+FREEFORM = {"resources", "nodeSelector", "tolerations", "affinity", "podAnnotations", "annotations",
+            "labels", "podSecurityContext", "securityContext", "behavior", "extraEnv", "extraArgs",
+            "initContainers", "imagePullSecrets", "accessModes"}
+
+
+def lint_values():
+    """Every key of values.yaml and values-gpu.yaml has a comment, and is read by a template."""
+    templates = "".join(open(p).read() for p in glob.glob(os.path.join(CHART, "templates/*")))
+    for path in (os.path.join(CHART, "values.yaml"), os.path.join(CHART, "values-gpu.yaml")):
+        prev, stack = "", []  # stack: (indent, key)
+        for i, line in enumerate(open(path).read().splitlines(), 1):
+            m = re.match(r"^(\s*)([A-Za-z][\w./-]*):(\s|$)", line)
+            if m and not line.lstrip().startswith("- "):
+                indent = len(m.group(1))
+                while stack and stack[-1][0] >= indent:
+                    stack.pop()
+                if not any(k in FREEFORM for _, k in stack):
+                    check(prev.lstrip().startswith("#") or " # " in line,
+                          f"{os.path.basename(path)}:{i}: key {m.group(2)} has no comment")
+                stack.append((indent, m.group(2)))
+            if line.strip():
+                prev = line
+    values = yaml.safe_load(open(os.path.join(CHART, "values.yaml")))
+
+    def leaves(node, path):
+        if isinstance(node, dict) and node and not (path and path[-1] in FREEFORM):
+            for k, v in node.items():
+                yield from leaves(v, path + [k])
+        else:
+            yield path
+    for path in leaves(values, []):
+        key = path[-1]
+        check(re.search(r"[.\"]" + re.escape(key) + r"\b", templates),
+              f"values.yaml: {'.'.join(path)} is not read by any template")
+
+
+def main():
+    if len(sys.argv) != 2:
+        print(__doc__)
+        return 2
+    out = sys.argv[1]
+    for scenario in SCENARIOS:
+        with open(os.path.join(out, f"{scenario}.yaml")) as f:
+            docs = [d for d in yaml.safe_load_all(f) if d is not None]
+        with open(os.path.join(out, f"{scenario}.notes.txt")) as f:
+            notes = f.read()
+        before = len(errors)
+        check_render(scenario, docs, notes)
+        print(f"check_chart: {scenario}: {len(docs)} documents, {len(errors) - before} problems")
+    lint_values()
+    for e in errors:
+        print("FAIL:", e)
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# End-to-end test of the monitoring assets (deploy/prometheus, deploy/grafana, the Helm chart's
+# HPA metrics) against a real Prometheus server scraping a real local cluster:
+#   1. starts the four services on the embedded pack with deploy/local/cluster.sh (its own port
+#      base and run directory; a 2 MiB KV-cache budget so that an oversized request is rejected
+#      with RESOURCE_EXHAUSTED) plus two more routers on the same target, one without a policy
+#      (DFLASH_ADAPTIVE falls back to the default block size) and one without a drafter or
+#      tokenizer (speculative requests fall back to AR, text prompts get FAILED_PRECONDITION);
+#   2. starts Prometheus (Debian package `prometheus`) on 127.0.0.1 with its own storage, a 1 s
+#      scrape and rule-evaluation interval, the shipped rule files, and
+#      deploy/prometheus/prometheus-local.yml's jobs pointed at this cluster;
+#   3. sends traffic twice with `specdec generate --router`: AR, DFLASH_ADAPTIVE, DFLASH,
+#      DRAFT_CHAIN and DYSPEC_TREE through the main router, an invalid block size
+#      (INVALID_ARGUMENT), an oversized request (RESOURCE_EXHAUSTED), and the fallback cases on
+#      the other routers (the first round creates every series, the second makes the rates move);
+#   4. runs check_prometheus_e2e.py: every dashboard and rule expression (alerts: their signal,
+#      thresholds made always true) returns finite data through /api/v1/query, rules evaluate
+#      cleanly, every metric name and label used exists in the live /metrics output, the gRPC
+#      health service answers SERVING, and the acceptance length and counters in Prometheus
+#      equal what the clients saw.
+# Every process it starts is stopped on exit.
+#
+#   tests/deploy/prometheus_e2e_test.sh
+#
+# Environment: BUILD_DIR (binaries, default <repo>/build), SPECDEC_PACK (default
+# models/specdec-pycode), SPECDEC_PORT_BASE (default: first free of 51050, 51060, ...; /metrics
+# ports are shifted as in cluster.sh, Prometheus listens on the metrics base + 9), PROMETHEUS
+# (default prometheus), PYTHON (default /usr/bin/python3), VERBOSE=1 prints every expression's
+# result. Exit status: 0 pass, 1 failure, 77 skipped (no binaries, pack or prometheus).
+set -euo pipefail
+repo="$(cd "$(dirname "$0")/../.." && pwd)"
+cd "$repo"
+export BUILD_DIR="${BUILD_DIR:-$repo/build}"
+PACK=${SPECDEC_PACK:-$repo/models/specdec-pycode}
+PROMETHEUS=${PROMETHEUS:-prometheus}
+PYTHON=${PYTHON:-/usr/bin/python3}
+start_time=$SECONDS
+cli="$BUILD_DIR/cli/specdec"
+router_bin="$BUILD_DIR/services/router/specdec-router"
+for f in "$BUILD_DIR"/services/{target/specdec-target,drafter/specdec-drafter,policy/specdec-policy} \
+         "$router_bin" "$cli" "$PACK/target/config.json"; do
+  [ -e "$f" ] || { echo "prometheus_e2e_test: SKIP: $f is missing" >&2; exit 77; }
+done
+if ! command -v "$PROMETHEUS" >/dev/null; then
+  echo "prometheus_e2e_test: SKIP: $PROMETHEUS not found (apt-get install prometheus)" >&2
+  exit 77
+fi
+
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+ports_free() {  # base: router..policy and two extra routers, their /metrics, Prometheus
+  local b=$1 m=$((9090 + $1 - 50050)) o
+  for o in 0 1 2 3 4 5; do port_free $((b + o)) && port_free $((m + o)) || return 1; done
+  port_free $((m + 9))
+}
+if [ -z "${SPECDEC_PORT_BASE:-}" ]; then
+  for base in $(seq 51050 10 51450); do
+    if ports_free "$base"; then SPECDEC_PORT_BASE=$base; break; fi
+  done
+  : "${SPECDEC_PORT_BASE:?prometheus_e2e_test: no free port base in 51050..51450}"
+fi
+export SPECDEC_PORT_BASE
+BASE=$SPECDEC_PORT_BASE
+MBASE=$((9090 + BASE - 50050))
+R0=127.0.0.1:$BASE R1=127.0.0.1:$((BASE + 4)) R2=127.0.0.1:$((BASE + 5))
+M0=127.0.0.1:$MBASE M1=127.0.0.1:$((MBASE + 4)) M2=127.0.0.1:$((MBASE + 5))
+TARGET=127.0.0.1:$((BASE + 1)) DRAFTER=127.0.0.1:$((BASE + 2)) POLICY=127.0.0.1:$((BASE + 3))
+PROM=127.0.0.1:$((MBASE + 9))
+
+export SPECDEC_RUN_DIR="$(mktemp -d "${TMPDIR:-/tmp}/specdec-prom-e2e.XXXXXX")"
+work=$SPECDEC_RUN_DIR
+export TARGET_MODEL=$PACK/target DRAFT_LM=$PACK/draft DFLASH_MODEL=$PACK/dflash POLICY_MODEL=$PACK/policy
+pids=()
+cleanup() {
+  local rc=$? pid
+  for pid in "${pids[@]}"; do
+    kill -TERM "$pid" 2>/dev/null || true
+  done
+  for pid in "${pids[@]}"; do
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true
+  done
+  bash deploy/local/cluster.sh stop >/dev/null 2>&1 || true
+  if [ "$rc" -ne 0 ]; then
+    for log in "$work"/*.log; do
+      [ -f "$log" ] || continue
+      echo "---- $(basename "$log") (last 15 lines)" >&2
+      tail -n 15 "$log" >&2
+    done
+  fi
+  rm -rf "$work"
+  echo "prometheus_e2e_test: $( [ "$rc" -eq 0 ] && echo PASS || echo "FAIL ($rc)" ) in $((SECONDS - start_time)) s"
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+wait_port() {  # host:port
+  local deadline=$((SECONDS + 60))
+  until ! port_free "${1##*:}"; do
+    [ $SECONDS -lt $deadline ] || { echo "prometheus_e2e_test: nothing listens on $1" >&2; return 1; }
+    sleep 0.2
+  done
+}
+
+# 1. The cluster (2 MiB of KV cache: 512 tokens of the pack's target) and the extra routers.
+SPECDEC_KV_BUDGET_BYTES=2097152 bash deploy/local/cluster.sh start
+"$router_bin" --address "$R1" --metrics-address "$M1" --target "$TARGET" --drafter "$DRAFTER" \
+  --tokenizer "$TARGET_MODEL" >"$work/router-nopolicy.log" 2>&1 &
+pids+=($!)
+"$router_bin" --address "$R2" --metrics-address "$M2" --target "$TARGET" \
+  >"$work/router-nodrafter.log" 2>&1 &
+pids+=($!)
+wait_port "$R1"
+wait_port "$R2"
+
+# 2. Prometheus.
+"$PYTHON" tests/deploy/check_prometheus_e2e.py config --metrics-offset $((MBASE - 9090)) \
+  --extra-router "$M1" --extra-router "$M2" --out "$work/prometheus.yml"
+"$PROMETHEUS" --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/tsdb" \
+  --web.listen-address="$PROM" --log.level=warn >"$work/prometheus.log" 2>&1 &
+pids+=($!)
+"$PYTHON" tests/deploy/check_prometheus_e2e.py ready --prometheus "$PROM"
+echo "prometheus_e2e_test: cluster, routers and Prometheus ($PROM) up after $((SECONDS - start_time)) s"
+
+# 3. Traffic. One line per call in clients.tsv: router, method, expected outcome, client stderr.
+call() {  # router method outcome generate-args...
+  local router=$1 method=$2 outcome=$3 rc=0
+  shift 3
+  "$cli" generate --router "$router" --method "$method" "$@" >/dev/null 2>"$work/call.err" || rc=$?
+  if { [ "$outcome" = OK ] && [ $rc -ne 0 ]; } || { [ "$outcome" != OK ] && [ $rc -eq 0 ]; }; then
+    echo "prometheus_e2e_test: $method via $router: exit $rc, expected $outcome:" >&2
+    cat "$work/call.err" >&2
+    return 1
+  fi
+  printf '%s\t%s\t%s\t%s\n' "$router" "$method" "$outcome" "$(tail -n 1 "$work/call.err")" >>"$work/clients.tsv"
+}
+prompts=($'def is_palindrome(text: str) -> bool:\n    """Return True if text reads the same backwards."""\n'
+         $'def fibonacci(n: int) -> int:\n    """Return the n-th Fibonacci number."""\n')
+for round in 0 1; do
+  p=${prompts[$round]}
+  for method in AR DFLASH_ADAPTIVE DFLASH DRAFT_CHAIN DYSPEC_TREE; do
+    call "$R0" "$method" OK -p "$p" -n 24 --ignore-eos
+  done
+  call "$R0" DFLASH INVALID_ARGUMENT -p "$p" -n 8 --block-size 1
+  call "$R0" DFLASH RESOURCE_EXHAUSTED -p "$p" -n 1500 --ignore-eos
+  call "$R1" DFLASH_ADAPTIVE OK -p "$p" -n 16 --ignore-eos
+  call "$R2" DFLASH OK --prompt-ids 0,100,200,300,400 -n 16 --ignore-eos
+  call "$R2" AR FAILED_PRECONDITION -p "$p" -n 8
+  # Let Prometheus scrape the first round, so that the second one moves every counter.
+  [ $round = 1 ] || sleep 2.5
+done
+echo "prometheus_e2e_test: $(wc -l <"$work/clients.tsv") client calls done after $((SECONDS - start_time)) s"
+
+# 4. The checks.
+"$PYTHON" tests/deploy/check_prometheus_e2e.py check --prometheus "$PROM" --clients "$work/clients.tsv" \
+  --router "$R0" --router-metrics "$M0" --router-nopolicy "$R1" --router-nodrafter "$R2" \
+  --router-grpc "$R0" "$R1" "$R2" --router-metrics-all "$M0" "$M1" "$M2" \
+  --grpc "$R0" "$R1" "$R2" "$TARGET" "$DRAFTER" "$POLICY" \
+  --metrics "$M0" "$M1" "$M2" 127.0.0.1:$((MBASE + 1)) 127.0.0.1:$((MBASE + 2)) 127.0.0.1:$((MBASE + 3)) \
+  ${VERBOSE:+-v}
