@@ -25,7 +25,11 @@ ReplicaSet::ReplicaSet(Options options) : options_(std::move(options)) {
   for (const std::string& a : options_.addresses) {
     auto r = std::make_unique<Replica>();
     r->address = a;
-    r->channel = grpc::CreateChannel(a, grpc::InsecureChannelCredentials());
+    // One address may resolve to several backends (a Kubernetes headless Service): new Session
+    // streams are then spread over them too.
+    grpc::ChannelArguments args;
+    args.SetLoadBalancingPolicyName("round_robin");
+    r->channel = grpc::CreateCustomChannel(a, grpc::InsecureChannelCredentials(), args);
     replicas_.push_back(std::move(r));
   }
   if (options_.on_change) {
