@@ -23,6 +23,9 @@ int main(int argc, char** argv) {
       ->envname("SPECDEC_MODEL_NAME");
   app.add_option("--default-max-new-tokens", o.default_max_new_tokens, "when a request sets 0");
   app.add_option("--connect-timeout-ms", o.connect_timeout_ms, "wait for the target at startup");
+  app.add_option("--load-aware", o.load_aware,
+                 "DFLASH_ADAPTIVE may run as AR when AR measures faster at the current load")
+      ->envname("SPECDEC_LOAD_AWARE");
   app.add_option("--health-interval-ms", o.health_interval_ms, "replica health probe period")
       ->envname("SPECDEC_HEALTH_INTERVAL_MS");
   app.add_option("--drain-ms", o.drain_ms, "graceful shutdown budget")->envname("SPECDEC_DRAIN_MS");

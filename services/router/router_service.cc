@@ -20,6 +20,7 @@
 #include "common/util/status_macros.h"
 #include "services/common/run_server.h"
 #include "services/common/server.h"
+#include "services/router/load_aware.h"
 #include "services/router/replica_set.h"
 #include "services/router/stream_clients.h"
 #include "specdec/v1/policy.grpc.pb.h"
@@ -118,7 +119,16 @@ struct RouterMetrics {
         replica_picks(prometheus::BuildCounter()
                           .Name("specdec_replica_picks_total")
                           .Help("Requests sent to each backend replica")
-                          .Register(r)) {}
+                          .Register(r)),
+        load_aware(prometheus::BuildCounter()
+                       .Name("specdec_load_aware_choices_total")
+                       .Help("DFLASH_ADAPTIVE requests by load level (requests in flight) and "
+                             "the arm chosen (AR or speculative)")
+                       .Register(r)),
+        load_aware_rate(prometheus::BuildGauge()
+                            .Name("specdec_load_aware_decode_rate")
+                            .Help("Measured per-request decode tokens/s by load level and arm")
+                            .Register(r)) {}
   prometheus::Family<prometheus::Counter>& drafts;
   prometheus::Family<prometheus::Counter>& draft_tokens;
   prometheus::Family<prometheus::Counter>& accepted;
@@ -136,6 +146,8 @@ struct RouterMetrics {
   prometheus::Gauge& active;
   prometheus::Family<prometheus::Gauge>& replica_healthy;
   prometheus::Family<prometheus::Counter>& replica_picks;
+  prometheus::Family<prometheus::Counter>& load_aware;
+  prometheus::Family<prometheus::Gauge>& load_aware_rate;
 };
 
 // Responses a worker produced, written one at a time by the reactor. Outlives the reactor.
@@ -248,6 +260,8 @@ struct RouterServer::Impl {
   std::condition_variable workers_cv;
   int workers = 0;
   std::atomic<double> ar_step_ms{0};  // running mean of single-token target steps
+  std::atomic<int64_t> in_flight{0};  // requests being served
+  LoadAwareChooser chooser;
 
   void Spawn(std::shared_ptr<Outbox> box, v1::GenerateRequest req,
              std::chrono::system_clock::time_point deadline) {
@@ -257,8 +271,10 @@ struct RouterServer::Impl {
     }
     std::thread([this, box, req = std::move(req), deadline] {
       metrics->active.Increment();
+      ++in_flight;
       const auto t0 = Clock::now();
       absl::Status s = Serve(req, deadline, *box);
+      --in_flight;
       metrics->active.Decrement();
       metrics->outcomes.Add({{"code", absl::StatusCodeToString(s.code())}}).Increment();
       metrics->e2e.Observe(MsSince(t0) / 1000.0);
@@ -373,6 +389,17 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
   }
   v1::Method method = req.method();
   if (method == v1::METHOD_UNSPECIFIED) method = DefaultMethod();
+  // Load awareness: an adaptive request may run as AR when AR decodes faster at this load.
+  const int64_t load = in_flight.load();
+  std::optional<LoadAwareChooser::Arm> arm;
+  if (method == v1::DFLASH_ADAPTIVE && options.load_aware && req.block_size() == 0 && drafters) {
+    arm = chooser.Choose(load);
+    metrics->load_aware
+        .Add({{"level", LoadAwareChooser::LevelName(LoadAwareChooser::Level(load))},
+              {"arm", LoadAwareChooser::ArmName(*arm)}})
+        .Increment();
+    if (*arm == LoadAwareChooser::Arm::kAr) method = v1::AR;
+  }
   std::vector<int32_t> stops(req.stop_token_ids().begin(), req.stop_token_ids().end());
   if (!req.ignore_eos())
     stops.insert(stops.end(), target_info.eos_token_ids().begin(),
@@ -383,6 +410,10 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
   // ---- state of the request.
   v1::RequestStats stats;
   stats.set_method(method);
+  if (arm) {
+    stats.set_in_flight_at_start(static_cast<int32_t>(load));
+    stats.set_load_aware_ar(*arm == LoadAwareChooser::Arm::kAr);
+  }
   std::vector<int32_t> out;
   bool stopped = false;
   int32_t stop_token = -1;
@@ -736,6 +767,15 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
         .Add({{"method", method_name}},
              prometheus::Histogram::BucketBoundaries{0.5, 0.75, 1, 1.25, 1.5, 2, 2.5, 3, 4, 5, 6})
         .Observe(stats.estimated_speedup());
+  }
+  if (arm && !stats.drafter_fallback() && stats.committed_tokens() > 0) {
+    const double decode_s = MsSince(t_start) / 1000.0 - stats.timings().prefill_ms() / 1000.0;
+    chooser.Observe(load, *arm, stats.committed_tokens(), decode_s);
+    const int level = LoadAwareChooser::Level(load);
+    metrics->load_aware_rate
+        .Add({{"level", LoadAwareChooser::LevelName(level)},
+              {"arm", LoadAwareChooser::ArmName(*arm)}})
+        .Set(chooser.Rate(level, *arm));
   }
   *sum->mutable_stats() = stats;
   sum->mutable_usage()->set_prompt_tokens(static_cast<int32_t>(prompt.size()));

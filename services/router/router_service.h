@@ -16,12 +16,15 @@ struct RouterServerOptions {
   std::string metrics_address = "127.0.0.1:9090";  // /metrics; empty = do not serve
   // Backends: one host:port or a comma-separated list of replicas of the same models. Requests
   // are spread over the healthy replicas round robin (see ReplicaSet).
-  std::string target_address;   // required
-  std::string drafter_address;  // optional: speculative methods need it
-  std::string policy_address;   // optional: DFLASH_ADAPTIVE's block size
+  std::string target_address;     // required
+  std::string drafter_address;    // optional: speculative methods need it
+  std::string policy_address;     // optional: DFLASH_ADAPTIVE's block size
   int health_interval_ms = 1000;  // how often every replica's health service is probed
-  std::string tokenizer_dir;                       // tokenizer.json for text prompts (optional)
-  std::string model_name = "target";               // label of the spec-decode metrics
+  // DFLASH_ADAPTIVE requests without a fixed block size run as AR when AR was measured to decode
+  // faster per request at the current load (LoadAwareChooser).
+  bool load_aware = true;
+  std::string tokenizer_dir;          // tokenizer.json for text prompts (optional)
+  std::string model_name = "target";  // label of the spec-decode metrics
   int default_max_new_tokens = 128;
   int connect_timeout_ms = 5000;  // waiting for the target at startup
   int drain_ms = 2000;

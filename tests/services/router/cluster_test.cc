@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <prometheus/registry.h>
 
+#include <map>
 #include <random>
 #include <thread>
 
@@ -15,6 +16,7 @@
 #include "common/model/transformer.h"
 #include "services/drafter/drafter_service.h"
 #include "services/policy/policy_service.h"
+#include "services/router/load_aware.h"
 #include "services/router/router_service.h"
 #include "services/target/target_service.h"
 #include "specdec/v1/router.grpc.pb.h"
@@ -449,6 +451,47 @@ TEST_F(ClusterTest, ConcurrentRequestsAreBatchedOnTheTargetAndEqualAr) {
   }
   EXPECT_GT(count, 0);
   EXPECT_GT(sum, count) << "no verify pass batched two sessions";
+}
+
+TEST_F(ClusterTest, LoadAwareAdaptiveRequestsUnderLoadEqualAr) {
+  auto target = model::Transformer::Load(Checkpoints().target);
+  engine::EngineModels em{target->get()};
+  constexpr int kClients = 6;
+  std::vector<std::vector<int32_t>> want(kClients);
+  for (int i = 0; i < kClients; ++i) {
+    engine::DecodeOptions ar;
+    ar.max_new_tokens = 60;
+    const std::vector<int32_t> prompt = {30 + i, 2, 9};
+    auto r = engine::Decode(em, prompt, ar);
+    ASSERT_TRUE(r.ok());
+    want[i] = r->tokens;
+  }
+  std::vector<Result> got(kClients);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.emplace_back([&, i] {
+      got[i] = Generate(Request({30 + i, 2, 9}, v1::DFLASH_ADAPTIVE, 60));
+    });
+  }
+  for (auto& t : clients) t.join();
+  int loaded = 0, as_ar = 0;
+  std::map<int, int> per_level;  // loaded requests per load level
+  for (int i = 0; i < kClients; ++i) {
+    ASSERT_TRUE(got[i].status.ok()) << got[i].status.error_message();
+    EXPECT_EQ(got[i].tokens, want[i]) << i;
+    const auto& st = got[i].summary.stats();
+    loaded += st.in_flight_at_start() >= 2;
+    if (st.in_flight_at_start() >= 2) ++per_level[LoadAwareChooser::Level(st.in_flight_at_start())];
+    as_ar += st.load_aware_ar();
+    EXPECT_EQ(st.method(), st.load_aware_ar() ? v1::AR : v1::DFLASH_ADAPTIVE);
+  }
+  EXPECT_GT(loaded, 0) << "the requests never overlapped";
+  EXPECT_EQ(Sum(router_->registry(), "specdec_load_aware_choices_total"), kClients);
+  // Exploration alternates the arms per load level: two loaded requests at one level mean one
+  // of them ran as AR.
+  int max_per_level = 0;
+  for (auto [level, n] : per_level) max_per_level = std::max(max_per_level, n);
+  if (max_per_level >= 2) EXPECT_GT(as_ar, 0);
 }
 
 TEST_F(ClusterTest, TargetReplicasShareRequestsAndADeadOneIsSkipped) {
