@@ -8,9 +8,13 @@ scenarios below. For each: every document parses and has the expected kind, API 
 name; Deployment selectors, pod labels, Service and PodDisruptionBudget selectors agree;
 containers run the service's binary with the gRPC and metrics ports, and the startup, liveness
 and readiness probes are native gRPC probes on the gRPC port; Services target named ports that
-exist; ConfigMap keys are environment variables that the service's main.cc reads, addresses use
-the chart's ports, model paths lie under the model mount, the router's endpoints name the other
-Services; volumes, security contexts, GPU resources/tolerations/node selectors (GPU overlay
+exist; the target and drafter have headless Services (clusterIP None, same selector, gRPC port
+only) and no two Services with a "metrics" port select the same pods (no pod is scraped twice);
+ConfigMap keys are environment variables that the service's main.cc reads, addresses use the
+chart's ports, model paths lie under the model mount, the router's endpoints name the other
+Services (the target and drafter as dns:///<headless Service>.<namespace>.svc.<domain>:<port>
+unless router.headlessBackends is off), the target's batch size and the router's health interval
+come from the values; volumes, security contexts, GPU resources/tolerations/node selectors (GPU overlay
 only), HPAs (autoscaling/v2 Pods metrics that the services export as gauges), the ServiceMonitor
 and NOTES.txt. It also lints values.yaml: every key has a comment and is read by a template.
 """
@@ -36,6 +40,14 @@ SCENARIOS = {
     "features": ("demo-specdec", ["target", "drafter", "policy", "router"], "emptyDir", False, True, True, True),
     "minimal": ("sd", ["target", "router"], "hostPath", False, False, False, False),
 }
+# scenario: (router.headlessBackends, clusterDomain, target.maxBatch, router.healthIntervalMs)
+OPTIONS = {
+    "default": (True, "cluster.local", "32", "1000"),
+    "gpu": (True, "cluster.local", "32", "1000"),
+    "features": (True, "example.internal", "8", "250"),
+    "minimal": (False, "cluster.local", "32", "1000"),
+}
+NAMESPACE = "inference"  # chart_render_test.sh renders with -namespace inference
 
 errors = []
 
@@ -57,6 +69,8 @@ def main_cc_options(component):
 
 def check_render(scenario, docs, notes):
     fullname, components, voltype, gpu, hpa, smon, pdb = SCENARIOS[scenario]
+    headless_backends, domain, max_batch, health_ms = OPTIONS[scenario]
+    with_headless = [c for c in components if c in ("target", "drafter")]
     where = lambda d: f"{scenario}: {d.get('kind')}/{d.get('metadata', {}).get('name')}"
     by = {}
     for d in docs:
@@ -73,7 +87,8 @@ def check_render(scenario, docs, notes):
     kinds = {}
     for k, _ in by:
         kinds[k] = kinds.get(k, 0) + 1
-    expect = {"Deployment": len(components), "Service": len(components), "ConfigMap": len(components)}
+    expect = {"Deployment": len(components), "Service": len(components) + len(with_headless),
+              "ConfigMap": len(components)}
     if pdb:
         expect["PodDisruptionBudget"] = len(components)
     if hpa:
@@ -160,6 +175,23 @@ def check_render(scenario, docs, notes):
             check(p["targetPort"] in ports, f"{where(svc)}: targetPort {p['targetPort']} is not a container port")
         check(sports.get("metrics", {}).get("port") == 9090, f"{where(svc)}: metrics port")
 
+        # Headless Service of the target and drafter: every ready pod's IP in DNS, gRPC only.
+        if c in with_headless:
+            hsvc = by.get(("Service", name + "-headless"))
+            if check(hsvc, f"{scenario}: no Service {name}-headless"):
+                hs = hsvc["spec"]
+                check(hs.get("clusterIP") == "None" and hs.get("type", "ClusterIP") == "ClusterIP",
+                      f"{where(hsvc)}: not headless (type {hs.get('type')}, clusterIP {hs.get('clusterIP')})")
+                check(hs["selector"] == match, f"{where(hsvc)}: selector {hs['selector']} != {match}")
+                check(not hs.get("publishNotReadyAddresses"), f"{where(hsvc)}: publishes pods that are not ready")
+                hports = {p["name"]: p for p in hs["ports"]}
+                check(set(hports) == {"grpc"} and hports["grpc"]["port"] == 50051
+                      and hports["grpc"]["targetPort"] == "grpc" and hports["grpc"].get("appProtocol") == "grpc",
+                      f"{where(hsvc)}: ports {hs['ports']}")
+                check(all(hsvc["metadata"]["labels"].get(k) == v for k, v in svc["metadata"]["labels"].items()),
+                      f"{where(hsvc)}: labels differ from {name}")
+                services[c + "-headless"] = hsvc
+
         # Options: ConfigMap keys are env vars the service reads; flags exist.
         envs, flags = main_cc_options(c)
         check(ct.get("envFrom") == [{"configMapRef": {"name": name}}], f"{where(dep)}: envFrom {ct.get('envFrom')}")
@@ -172,6 +204,11 @@ def check_render(scenario, docs, notes):
                 check(e["name"] in envs, f"{where(dep)}: env {e['name']} is not read by specdec-{c}")
         for a in ct.get("args", []):
             check(a.split("=", 1)[0] in flags, f"{where(dep)}: argument {a} is not a flag of specdec-{c}")
+        if c == "target":
+            check(data.get("SPECDEC_MAX_BATCH") == max_batch, f"{where(cm)}: SPECDEC_MAX_BATCH={data.get('SPECDEC_MAX_BATCH')}")
+        if c == "router":
+            check(data.get("SPECDEC_HEALTH_INTERVAL_MS") == health_ms,
+                  f"{where(cm)}: SPECDEC_HEALTH_INTERVAL_MS={data.get('SPECDEC_HEALTH_INTERVAL_MS')}")
         for k, v in data.items():
             if k.endswith("_METRICS_ADDRESS"):
                 check(v == "0.0.0.0:9090", f"{where(cm)}: {k}={v}")
@@ -217,15 +254,33 @@ def check_render(scenario, docs, notes):
             check(ct["image"].startswith(f"specdec-{c}:0.1.0"), f"{where(dep)}: image {ct['image']}")
             check("initContainers" not in ps, f"{where(dep)}: unexpected initContainers")
 
-    # The router reaches the others through their Services.
+    # No pod behind two Services that expose "metrics": the ServiceMonitor and prometheus-k8s.yml
+    # scrape the endpoints of every release Service by that port name.
+    scraped = {}
+    for (kind, name), d in by.items():
+        if kind == "Service" and any(p["name"] == "metrics" for p in d["spec"]["ports"]):
+            key = tuple(sorted(d["spec"]["selector"].items()))
+            check(key not in scraped, f"{scenario}: Services {scraped.get(key)} and {name} both expose metrics of the same pods")
+            scraped[key] = name
+
+    # The router reaches the others through their Services: the target and drafter through the
+    # headless ones by dns:/// (round_robin over every pod), the policy through its ClusterIP.
     rcm = by.get(("ConfigMap", f"{fullname}-router"), {}).get("data", {})
     for c, key in (("target", "SPECDEC_TARGET_ENDPOINT"), ("drafter", "SPECDEC_DRAFTER_ENDPOINT"),
                    ("policy", "SPECDEC_POLICY_ENDPOINT")):
-        if c in services:
-            grpc_port = {p["name"]: p["port"] for p in services[c]["spec"]["ports"]}["grpc"]
-            check(rcm.get(key) == f"{fullname}-{c}:{grpc_port}", f"{scenario}: router {key}={rcm.get(key)}")
-        else:
+        if c not in services:
             check(key not in rcm, f"{scenario}: router {key} set without the {c} service")
+            continue
+        addr = rcm.get(key, "")
+        check("," not in addr, f"{scenario}: router {key}={addr} lists several addresses")
+        if headless_backends and c + "-headless" in services:
+            h = services[c + "-headless"]
+            grpc_port = {p["name"]: p["port"] for p in h["spec"]["ports"]}["grpc"]
+            want = f"dns:///{h['metadata']['name']}.{NAMESPACE}.svc.{domain}:{grpc_port}"
+        else:
+            grpc_port = {p["name"]: p["port"] for p in services[c]["spec"]["ports"]}["grpc"]
+            want = f"{fullname}-{c}:{grpc_port}"
+        check(addr == want, f"{scenario}: router {key}={addr}, expected {want}")
     check(rcm.get("SPECDEC_TOKENIZER") == "/models/specdec-pycode/target", f"{scenario}: router tokenizer")
 
     for d in docs:

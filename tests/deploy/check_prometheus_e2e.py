@@ -24,7 +24,11 @@
         - the acceptance length that Prometheus recorded for each method on the main router
           (specdec_acceptance_length_step sum/count) to equal what the clients computed from
           their outputs (committed tokens / target steps), and the request, per-method,
-          per-position, fallback and error counters to equal the clients' counts.
+          per-position, fallback and error counters to equal the clients' counts;
+        - every router to report each backend address it was given healthy
+          (specdec_replica_healthy 1) and to have sent each backend the requests that reached it
+          (specdec_replica_picks_total), and the target's batch-size histogram to account for
+          every verify operation (sum = successful verifies = the routers' verify passes).
 """
 import argparse
 import json
@@ -318,6 +322,51 @@ def cmd_check(args):
                                 and c["method"] != "AR")}
     if {k: fb.get(k, 0) for k in expect_fb} != expect_fb:
         fail(f"fallbacks {fb} != expected {expect_fb}")
+    # Backend replicas as the routers see them: each address healthy, picks = requests that
+    # passed validation (INVALID_ARGUMENT and FAILED_PRECONDITION are refused before any pick;
+    # the drafter is picked before the target's prefill, the policy after it).
+    backends = {args.router: {"target", "drafter", "policy"}, args.router_nopolicy: {"target", "drafter"},
+                args.router_nodrafter: {"target"}}
+    address = {"target": args.target_grpc, "drafter": args.drafter_grpc, "policy": args.policy_grpc}
+    refused = {"INVALID_ARGUMENT", "FAILED_PRECONDITION"}
+    for router, maddr in zip(args.router_grpc, args.router_metrics_all):
+        health = {(m.get("service"), m.get("address")): v
+                  for m, v in prom.query(f'specdec_replica_healthy{{instance="{maddr}"}}')}
+        want = {(svc, address[svc]): 1.0 for svc in backends[router]}
+        if health != want:
+            fail(f"router {router}: specdec_replica_healthy {health} != {want}")
+        mine = [c for c in calls if c["router"] == router and c["outcome"] not in refused]
+        want_picks = {
+            "target": len(mine),
+            "drafter": sum(1 for c in mine if c["method"] != "AR") if "drafter" in backends[router] else 0,
+            "policy": sum(1 for c in mine if c["method"] == "DFLASH_ADAPTIVE" and c["outcome"] == "OK")
+                      if "policy" in backends[router] else 0,
+        }
+        got = {(m.get("service"), m.get("address")): v for m, v in
+               prom.query(f'specdec_replica_picks_total{{instance="{maddr}"}}')}
+        want = {(svc, address[svc]): float(n) for svc, n in want_picks.items() if n}
+        if got != want:
+            fail(f"router {router}: specdec_replica_picks_total {got} != {want}")
+        print(f"check: router {router} picks {sorted((k[0], int(v)) for k, v in got.items())}, all backends healthy")
+
+    # Continuous batching: every successful verify is in exactly one batched pass.
+    deadline = time.time() + 10
+    while True:
+        batched = prom.query("sum(specdec_target_batch_size_sum)")
+        passes = prom.query("sum(specdec_target_batch_size_count)")
+        verifies = prom.query('sum(specdec_target_operations_total{op="verify",code="OK"})')
+        steps = prom.query("sum(specdec_acceptance_length_step_count)")
+        vals = [q[0][1] if q else None for q in (batched, passes, verifies, steps)]
+        if None not in vals and vals[0] == vals[2] == vals[3] and 0 < vals[1] <= vals[0]:
+            break
+        if time.time() > deadline:
+            fail(f"target batch size: sum {vals[0]} over {vals[1]} passes, successful verifies {vals[2]}, "
+                 f"routers' verify passes {vals[3]}: expected sum = verifies = router passes")
+            break
+        time.sleep(0.5)
+    print(f"check: target batch size: {vals[0]:.0f} sessions in {vals[1]:.0f} verify passes "
+          f"(mean {vals[0] / vals[1] if vals[1] else float('nan'):.2f}), {vals[2]:.0f} successful verifies")
+
     exhausted = sum(1 for c in calls if c["outcome"] == "RESOURCE_EXHAUSTED")
     got = prom.query('sum(specdec_target_operations_total{code="RESOURCE_EXHAUSTED"})')
     if not got or got[0][1] != exhausted:
@@ -347,6 +396,9 @@ def main():
     k.add_argument("--router-metrics-all", nargs="+", required=True, help="every router, /metrics, same order")
     k.add_argument("--grpc", nargs="+", required=True, help="every gRPC server")
     k.add_argument("--metrics", nargs="+", required=True, help="every /metrics endpoint")
+    k.add_argument("--target-grpc", required=True, help="the target address the routers were given")
+    k.add_argument("--drafter-grpc", required=True, help="the drafter address the routers were given")
+    k.add_argument("--policy-grpc", required=True, help="the policy address the routers were given")
     k.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
     return {"config": cmd_config, "ready": cmd_ready, "check": cmd_check}[args.cmd](args) or 0

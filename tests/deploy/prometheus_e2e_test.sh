@@ -17,7 +17,8 @@
 #      thresholds made always true) returns finite data through /api/v1/query, rules evaluate
 #      cleanly, every metric name and label used exists in the live /metrics output, the gRPC
 #      health service answers SERVING, and the acceptance length and counters in Prometheus
-#      equal what the clients saw.
+#      equal what the clients saw (also the routers' per-backend health and picks, and the
+#      target's batch-size histogram against its verify operations).
 # Every process it starts is stopped on exit.
 #
 #   tests/deploy/prometheus_e2e_test.sh
@@ -156,5 +157,6 @@ echo "prometheus_e2e_test: $(wc -l <"$work/clients.tsv") client calls done after
   --router "$R0" --router-metrics "$M0" --router-nopolicy "$R1" --router-nodrafter "$R2" \
   --router-grpc "$R0" "$R1" "$R2" --router-metrics-all "$M0" "$M1" "$M2" \
   --grpc "$R0" "$R1" "$R2" "$TARGET" "$DRAFTER" "$POLICY" \
+  --target-grpc "$TARGET" --drafter-grpc "$DRAFTER" --policy-grpc "$POLICY" \
   --metrics "$M0" "$M1" "$M2" 127.0.0.1:$((MBASE + 1)) 127.0.0.1:$((MBASE + 2)) 127.0.0.1:$((MBASE + 3)) \
   ${VERBOSE:+-v}

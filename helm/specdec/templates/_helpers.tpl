@@ -64,11 +64,30 @@ app.kubernetes.io/managed-by: {{ .root.Release.Service }}
 {{- printf "%s/%s" (trimSuffix "/" .root.Values.models.mountPath) (trimPrefix "/" $rel) }}
 {{- end }}
 
+{{/* Name of a component's headless Service (target and drafter). */}}
+{{- define "specdec.headlessName" -}}
+{{- printf "%s-headless" (include "specdec.componentName" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
 {{/* In-cluster gRPC address of a component's Service. */}}
 {{- define "specdec.endpoint" -}}
 {{- $port := .root.Values.ports.grpc }}
 {{- if eq .component "router" }}{{ $port = .root.Values.router.service.port }}{{ end }}
 {{- printf "%s:%d" (include "specdec.componentName" .) (int $port) }}
+{{- end }}
+
+{{/*
+The router's address of a backend component: for the target and drafter with
+router.headlessBackends, a dns:/// name of the headless Service, which resolves to every ready
+pod (the router's round_robin channel spreads Session streams over them); otherwise the
+ClusterIP Service.
+*/}}
+{{- define "specdec.backendAddress" -}}
+{{- if and .root.Values.router.headlessBackends (has .component (list "target" "drafter")) }}
+{{- printf "dns:///%s.%s.svc.%s:%d" (include "specdec.headlessName" .) .root.Release.Namespace (trimSuffix "." .root.Values.clusterDomain) (int .root.Values.ports.grpc) }}
+{{- else }}
+{{- include "specdec.endpoint" . }}
+{{- end }}
 {{- end }}
 
 {{/* The components this release deploys, in start-up order. */}}
