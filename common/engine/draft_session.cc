@@ -168,18 +168,53 @@ void DFlashDraftSession::Extend(const at::Tensor& features) {
   if (features.defined() && features.size(0) > 0) pending_.push_back(features);
 }
 
-absl::StatusOr<std::vector<int32_t>> DFlashDraftSession::DraftBlock(int32_t last,
-                                                                    int32_t block_size) {
+model::DraftInput DFlashDraftSession::Input(int32_t last, int32_t block_size) const {
   model::DraftInput di;
   di.cache = cache_.get();
   if (!pending_.empty())
     di.new_features = pending_.size() == 1 ? pending_[0] : at::cat(pending_, 0);
   di.last_token = last;
   di.block_size = block_size;
+  return di;
+}
+
+std::vector<int32_t> DFlashDraftSession::Argmax(const at::Tensor& logits) {
+  at::Tensor ids = logits.argmax(1).to(at::kInt).contiguous();
+  return std::vector<int32_t>(ids.data_ptr<int32_t>(), ids.data_ptr<int32_t>() + ids.numel());
+}
+
+absl::StatusOr<std::vector<int32_t>> DFlashDraftSession::DraftBlock(int32_t last,
+                                                                    int32_t block_size) {
+  model::DraftInput di = Input(last, block_size);
   ASSIGN_OR_RETURN(auto logits, drafter_.Draft(std::span<const model::DraftInput>(&di, 1)));
   pending_.clear();
-  at::Tensor ids = logits[0].argmax(1).to(at::kInt).contiguous();
-  return std::vector<int32_t>(ids.data_ptr<int32_t>(), ids.data_ptr<int32_t>() + ids.numel());
+  return Argmax(logits[0]);
+}
+
+std::vector<absl::StatusOr<std::vector<int32_t>>> DFlashDraftSession::DraftBlockBatch(
+    std::span<DFlashDraftSession* const> sessions, std::span<const int32_t> lasts,
+    std::span<const int32_t> block_sizes) {
+  std::vector<absl::StatusOr<std::vector<int32_t>>> out;
+  bool same_drafter = true;
+  std::vector<model::DraftInput> inputs;
+  for (size_t i = 0; i < sessions.size(); ++i) {
+    same_drafter = same_drafter && &sessions[i]->drafter_ == &sessions[0]->drafter_;
+    inputs.push_back(sessions[i]->Input(lasts[i], block_sizes[i]));
+  }
+  if (sessions.size() > 1 && same_drafter) {
+    auto logits = sessions[0]->drafter_.Draft(inputs);
+    if (logits.ok()) {
+      for (size_t i = 0; i < sessions.size(); ++i) {
+        sessions[i]->pending_.clear();
+        out.push_back(Argmax((*logits)[i]));
+      }
+      return out;
+    }
+  }
+  for (size_t i = 0; i < sessions.size(); ++i) {
+    out.push_back(sessions[i]->DraftBlock(lasts[i], block_sizes[i]));
+  }
+  return out;
 }
 
 }  // namespace specdec::engine

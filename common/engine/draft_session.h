@@ -19,6 +19,7 @@
 namespace specdec::model {
 class Transformer;
 class DFlashDrafter;
+struct DraftInput;
 }  // namespace specdec::model
 
 namespace specdec::engine {
@@ -78,9 +79,18 @@ class DFlashDraftSession {
   void Extend(const at::Tensor& features);
   // Drafts block_size - 1 tokens after `last`.
   absl::StatusOr<std::vector<int32_t>> DraftBlock(int32_t last, int32_t block_size);
+  // DraftBlock for several sessions (each at most once) in one batched drafter pass: continuous
+  // batching. If the batch is rejected, every session drafts alone so each error lands on its
+  // own request.
+  static std::vector<absl::StatusOr<std::vector<int32_t>>> DraftBlockBatch(
+      std::span<DFlashDraftSession* const> sessions, std::span<const int32_t> lasts,
+      std::span<const int32_t> block_sizes);
   int64_t context_length() const { return cache_->length(); }
 
  private:
+  model::DraftInput Input(int32_t last, int32_t block_size) const;
+  static std::vector<int32_t> Argmax(const at::Tensor& logits);
+
   const model::DFlashDrafter& drafter_;
   std::unique_ptr<model::KvCache> cache_;
   std::vector<at::Tensor> pending_;

@@ -70,12 +70,19 @@ struct DrafterMetrics {
                      .Name("specdec_active_sessions")
                      .Help("Open Session streams")
                      .Register(r)
-                     .Add({{"service", "drafter"}})) {}
+                     .Add({{"service", "drafter"}})),
+        batch(prometheus::BuildHistogram()
+                  .Name("specdec_drafter_batch_size")
+                  .Help("Sessions per batched DFlash draft pass")
+                  .Register(r)
+                  .Add({}, prometheus::Histogram::BucketBoundaries{1, 2, 3, 4, 6, 8, 12, 16, 24, 32,
+                                                                   48, 64})) {}
   prometheus::Family<prometheus::Counter>& ops;
   prometheus::Family<prometheus::Histogram>& compute;
   prometheus::Gauge& handles;
   prometheus::Gauge& kv_bytes;
   prometheus::Gauge& sessions;
+  prometheus::Histogram& batch;
 };
 
 // One request's draft state: exactly one of the two sessions.
@@ -86,10 +93,12 @@ struct DraftEntry {
 
 class DrafterCore {
  public:
+  using Loop = SessionLoop<v1::DrafterRequest, v1::DrafterResponse>;
   DrafterCore(std::unique_ptr<model::Transformer> target,
               std::unique_ptr<model::DFlashDrafter> dflash,
               std::unique_ptr<model::Transformer> draft_lm,
-              HandleTable<DraftEntry>::Options table_options, DrafterMetrics* metrics)
+              HandleTable<DraftEntry>::Options table_options, DrafterMetrics* metrics,
+              int max_batch)
       : target_(std::move(target)),
         dflash_(std::move(dflash)),
         draft_lm_(std::move(draft_lm)),
@@ -98,9 +107,15 @@ class DrafterCore {
     SessionLoop<v1::DrafterRequest, v1::DrafterResponse>::Hooks h;
     h.execute = [this](uint64_t owner, const v1::DrafterRequest& r, v1::DrafterResponse* resp) {
       absl::Status s = Execute(owner, r, resp);
+      if (r.has_draft_block() && s.ok()) metrics_->batch.Observe(1);
       UpdateGauges();
       return s;
     };
+    h.execute_batch = [this](std::vector<Loop::Op>& ops) {
+      ExecuteBatch(ops);
+      UpdateGauges();
+    };
+    h.max_batch = static_cast<size_t>(std::max(1, max_batch));
     h.observe = [this](const v1::DrafterRequest& r, const absl::Status& s, double, double c) {
       const char* op = OpName(r.op_case());
       metrics_->ops.Add({{"op", op}, {"code", absl::StatusCodeToString(s.code())}}).Increment();
@@ -148,13 +163,10 @@ class DrafterCore {
         return absl::OkStatus();
       }
       case v1::DrafterRequest::kDraftBlock: {
-        const v1::DraftBlock& b = r.draft_block();
-        ASSIGN_OR_RETURN(DraftEntry * e, Get(owner, b.handle()));
-        if (!e->dflash) return absl::FailedPreconditionError("handle is not a DFlash session");
-        if (b.has_new_features()) RETURN_IF_ERROR(Extend(e, {}, b.new_features(), true));
-        ASSIGN_OR_RETURN(auto tokens, e->dflash->DraftBlock(b.last_token(), b.block_size()));
-        for (int32_t t : tokens) resp->mutable_drafted()->add_tokens(t);
-        resp->mutable_drafted()->set_forward_passes(1);
+        ASSIGN_OR_RETURN(DraftEntry * e, PrepareDraftBlock(owner, r.draft_block()));
+        ASSIGN_OR_RETURN(auto tokens, e->dflash->DraftBlock(r.draft_block().last_token(),
+                                                            r.draft_block().block_size()));
+        FillDrafted(tokens, resp);
         return absl::OkStatus();
       }
       case v1::DrafterRequest::kDraftChain: {
@@ -248,6 +260,51 @@ class DrafterCore {
     return absl::OkStatus();
   }
 
+  // Looks the DFlash session up and takes in the features the request carries.
+  absl::StatusOr<DraftEntry*> PrepareDraftBlock(uint64_t owner, const v1::DraftBlock& b) {
+    ASSIGN_OR_RETURN(DraftEntry * e, Get(owner, b.handle()));
+    if (!e->dflash) return absl::FailedPreconditionError("handle is not a DFlash session");
+    if (b.has_new_features()) RETURN_IF_ERROR(Extend(e, {}, b.new_features(), true));
+    return e;
+  }
+
+  static void FillDrafted(const std::vector<int32_t>& tokens, v1::DrafterResponse* resp) {
+    for (int32_t t : tokens) resp->mutable_drafted()->add_tokens(t);
+    resp->mutable_drafted()->set_forward_passes(1);
+  }
+
+  // Continuous batching: the DFlash block drafts of different sessions run as one batched
+  // drafter pass; every other operation runs on its own.
+  void ExecuteBatch(std::vector<Loop::Op>& ops) {
+    std::vector<size_t> blocks;
+    std::vector<engine::DFlashDraftSession*> sessions;
+    std::vector<int32_t> lasts, sizes;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      Loop::Op& op = ops[i];
+      if (!op.request->has_draft_block()) {
+        op.status = Execute(op.owner, *op.request, op.response);
+        continue;
+      }
+      auto e = PrepareDraftBlock(op.owner, op.request->draft_block());
+      if (!e.ok()) {
+        op.status = e.status();
+        continue;
+      }
+      blocks.push_back(i);
+      sessions.push_back((*e)->dflash.get());
+      lasts.push_back(op.request->draft_block().last_token());
+      sizes.push_back(op.request->draft_block().block_size());
+    }
+    if (blocks.empty()) return;
+    auto results = engine::DFlashDraftSession::DraftBlockBatch(sessions, lasts, sizes);
+    metrics_->batch.Observe(static_cast<double>(blocks.size()));
+    for (size_t k = 0; k < blocks.size(); ++k) {
+      Loop::Op& op = ops[blocks[k]];
+      op.status = results[k].status();
+      if (results[k].ok()) FillDrafted(*results[k], op.response);
+    }
+  }
+
   absl::Status Extend(DraftEntry* e, const google::protobuf::RepeatedField<int32_t>& tokens,
                       const v1::Tensor& features, bool has_features) {
     if (e->ar) {
@@ -280,7 +337,7 @@ class DrafterCore {
   std::unique_ptr<model::Transformer> draft_lm_;
   HandleTable<DraftEntry> table_;
   DrafterMetrics* metrics_;
-  std::unique_ptr<SessionLoop<v1::DrafterRequest, v1::DrafterResponse>> loop_;  // stops first
+  std::unique_ptr<Loop> loop_;  // stops first
 };
 
 class DrafterServiceImpl final : public v1::Drafter::CallbackService {
@@ -356,8 +413,9 @@ absl::StatusOr<std::unique_ptr<DrafterServer>> DrafterServer::Start(
   to.replica = options.replica;
   to.budget_bytes = options.kv_budget_bytes;
   to.lease = std::chrono::milliseconds(options.lease_ms);
-  impl->core = std::make_unique<DrafterCore>(std::move(target), std::move(dflash),
-                                             std::move(draft_lm), to, impl->metrics.get());
+  impl->core =
+      std::make_unique<DrafterCore>(std::move(target), std::move(dflash), std::move(draft_lm), to,
+                                    impl->metrics.get(), options.max_batch);
   impl->service = std::make_unique<DrafterServiceImpl>(impl->core.get());
   if (!options.metrics_address.empty()) {
     RETURN_IF_ERROR(impl->metrics_server.Listen(options.metrics_address));

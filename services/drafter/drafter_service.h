@@ -26,6 +26,9 @@ struct DrafterServerOptions {
   int64_t lease_ms = 60000;
   int threads = 0;
   int drain_ms = 2000;
+  // Continuous batching: DFlash block drafts of up to this many sessions queued together run as
+  // one batched drafter pass (1 = one at a time).
+  int max_batch = 32;
 };
 
 // A running drafter server. Start/Shutdown from one thread; the service is thread-safe.

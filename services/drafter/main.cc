@@ -25,6 +25,8 @@ int main(int argc, char** argv) {
   app.add_option("--lease-ms", o.lease_ms, "idle timeout of a handle")->envname("SPECDEC_LEASE_MS");
   app.add_option("--threads", o.threads, "compute threads (0 = all cores)")
       ->envname("SPECDEC_THREADS");
+  app.add_option("--max-batch", o.max_batch, "sessions per batched DFlash draft (1 = no batching)")
+      ->envname("SPECDEC_MAX_BATCH");
   app.add_option("--drain-ms", o.drain_ms, "graceful shutdown budget")->envname("SPECDEC_DRAIN_MS");
   CLI11_PARSE(app, argc, argv);
   return specdec::services::RunDrafterServer(o);

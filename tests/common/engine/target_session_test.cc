@@ -1,12 +1,15 @@
 // TargetSession::VerifyBatch (continuous batching): several sessions verified in one ragged
 // forward pass give the results each would get alone (chains, trees, features, sampling), a bad
 // request fails alone and leaves its session untouched, and CanShareBatch keeps sessions with
-// different feature layers apart.
+// different feature layers apart. DFlashDraftSession::DraftBlockBatch likewise equals drafting
+// alone and isolates a bad request.
 #include "common/engine/target_session.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include "common/engine/draft_session.h"
+#include "common/model/dflash_drafter.h"
 #include "common/model/transformer.h"
 #include "common/util/status_matchers.h"
 
@@ -128,6 +131,53 @@ TEST(VerifyBatch, SessionsWithDifferentFeatureLayersDoNotShareABatch) {
   EXPECT_TRUE(TargetSession::CanShareBatch(a, with, c, with));
   EXPECT_TRUE(TargetSession::CanShareBatch(a, with, b, without));
   EXPECT_FALSE(TargetSession::CanShareBatch(a, with, a, with));  // one session, one op per pass
+}
+
+TEST(DraftBlockBatch, EqualsEachSessionDraftingAlone) {
+  auto target = Target();
+  model::DFlashConfig fc;
+  fc.layers = target->config();
+  fc.layers.num_hidden_layers = 1;
+  fc.block_size = 5;
+  fc.mask_token_id = 60;
+  fc.target_layer_ids = {0, 2};
+  auto drafter = *model::DFlashDrafter::FromTensors(
+      fc, model::DFlashDrafter::RandomWeights(fc, 32, 7, 0.3), *target);
+  const int64_t width = 2 * 32;
+  at::manual_seed(3);
+  std::vector<at::Tensor> ctx = {at::randn({4, width}), at::randn({2, width}),
+                                 at::randn({6, width}), at::randn({3, width})};
+  const std::vector<int32_t> lasts = {5, 17, 33, 2};
+  std::vector<int32_t> sizes = {5, 3, 8, 5};
+  std::vector<std::unique_ptr<DFlashDraftSession>> alone, batched;
+  std::vector<DFlashDraftSession*> ptrs;
+  for (size_t i = 0; i < ctx.size(); ++i) {
+    alone.push_back(std::make_unique<DFlashDraftSession>(*drafter));
+    batched.push_back(std::make_unique<DFlashDraftSession>(*drafter));
+    alone[i]->Extend(ctx[i]);
+    batched[i]->Extend(ctx[i]);
+    ptrs.push_back(batched[i].get());
+  }
+  // Two rounds: the second drafts on top of the context the first one cached.
+  for (int round = 0; round < 2; ++round) {
+    auto results = DFlashDraftSession::DraftBlockBatch(ptrs, lasts, sizes);
+    for (size_t i = 0; i < ctx.size(); ++i) {
+      SPECDEC_ASSERT_OK_AND_ASSIGN(auto want, alone[i]->DraftBlock(lasts[i], sizes[i]));
+      ASSERT_TRUE(results[i].ok()) << results[i].status();
+      EXPECT_EQ(*results[i], want) << "round " << round << " session " << i;
+      EXPECT_EQ(batched[i]->context_length(), alone[i]->context_length());
+      alone[i]->Extend(ctx[i].narrow(0, 0, 1));
+      batched[i]->Extend(ctx[i].narrow(0, 0, 1));
+    }
+  }
+  sizes[1] = 1;  // invalid: the batch is rejected, every session drafts alone
+  auto results = DFlashDraftSession::DraftBlockBatch(ptrs, lasts, sizes);
+  EXPECT_EQ(results[1].status().code(), absl::StatusCode::kInvalidArgument);
+  for (size_t i : {0u, 2u, 3u}) {
+    SPECDEC_ASSERT_OK_AND_ASSIGN(auto want, alone[i]->DraftBlock(lasts[i], sizes[i]));
+    ASSERT_TRUE(results[i].ok()) << results[i].status();
+    EXPECT_EQ(*results[i], want) << i;
+  }
 }
 
 }  // namespace
