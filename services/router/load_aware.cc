@@ -40,10 +40,12 @@ LoadAwareChooser::Arm LoadAwareChooser::Choose(int64_t in_flight) {
 
 void LoadAwareChooser::Observe(int64_t in_flight, Arm arm, int64_t tokens, double decode_seconds) {
   if (tokens <= 0 || decode_seconds <= 0) return;
-  const double rate = static_cast<double>(tokens) / decode_seconds;
   std::lock_guard<std::mutex> lock(mu_);
   Cell& c = cells_[Level(in_flight)][static_cast<int>(arm)];
-  c.rate = c.samples == 0 ? rate : (1 - options_.alpha) * c.rate + options_.alpha * rate;
+  const double keep = c.samples == 0 ? 0.0 : 1 - options_.alpha;
+  c.tokens = keep * c.tokens + static_cast<double>(tokens);
+  c.seconds = keep * c.seconds + decode_seconds;
+  c.rate = c.tokens / c.seconds;
   ++c.samples;
 }
 

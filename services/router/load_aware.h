@@ -14,19 +14,20 @@ namespace specdec::services {
 // the drafter time; under load the target's batched AR steps can deliver more tokens per second
 // to every request than speculative ones. This model keeps, for each load level (requests in
 // flight at the request's start, in buckets 1, 2, 3-4, 5-8, 9-16, 17+) and each arm (AR or
-// speculative), an exponentially weighted mean of the decode rate requests saw (committed tokens
-// per second of decode time). A request alone always speculates (BlockPilot then picks its block
-// size); under load it takes the arm with the higher mean at its load level;
-// until both arms have `min_samples` at that level the choice alternates (exploration), and a
-// small share of later requests keeps exploring so the estimate follows changing conditions.
-// Thread-safe.
+// speculative), the decode rate requests saw: exponentially decayed sums of committed tokens
+// and of decode seconds, whose ratio weighs long requests more than a mean of per-request
+// rates would (per-request rates vary with each prompt's acceptance). A request alone always
+// speculates (BlockPilot then picks its block size); under load it takes the arm with the higher
+// mean at its load level; until both arms have `min_samples` at that level the choice alternates
+// (exploration), and a small share of later requests keeps exploring so the estimate follows
+// changing conditions. Thread-safe.
 class LoadAwareChooser {
  public:
   enum class Arm { kAr = 0, kSpeculative = 1 };
   struct Options {
     int min_samples = 4;        // per arm and level before exploiting
     double explore_every = 16;  // then every n-th request at a level tries the other arm
-    double alpha = 0.2;         // EWMA weight of a new sample
+    double alpha = 0.1;         // decay of the sums per new sample
   };
   static constexpr int kLevels = 6;
 
@@ -49,9 +50,10 @@ class LoadAwareChooser {
 
  private:
   struct Cell {
-    double rate = 0;
-    int64_t samples = 0;  // finished requests measured
-    int64_t chosen = 0;   // requests sent down this arm
+    double tokens = 0, seconds = 0;  // decayed sums
+    double rate = 0;                 // tokens / seconds
+    int64_t samples = 0;             // finished requests measured
+    int64_t chosen = 0;              // requests sent down this arm
   };
   Options options_;
   mutable std::mutex mu_;
