@@ -4,6 +4,7 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include <chrono>
+#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 
@@ -18,6 +19,11 @@ absl::StatusOr<StartedServer> StartServer(const std::string& address,
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &out.port);
   builder.SetMaxReceiveMessageSize(64 << 20);
   builder.SetMaxSendMessageSize(64 << 20);
+  // Connections are recycled (GOAWAY; streams in flight finish on the old connection) so that
+  // clients re-resolve DNS and find replicas added behind one name (a headless Service).
+  int age_ms = 60000;
+  if (const char* env = std::getenv("SPECDEC_MAX_CONNECTION_AGE_MS")) age_ms = std::atoi(env);
+  if (age_ms > 0) builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS, age_ms);
   for (grpc::Service* s : services) builder.RegisterService(s);
   out.server = builder.BuildAndStart();
   if (out.server == nullptr || out.port == 0) {

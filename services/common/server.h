@@ -20,7 +20,8 @@ struct StartedServer {
 
 // Builds and starts a server on `address` ("host:port") with the given services, gRPC health
 // checking (every service reported SERVING) and reflection. UNAVAILABLE if the address cannot be
-// bound.
+// bound. Connections are closed gracefully after SPECDEC_MAX_CONNECTION_AGE_MS (default 60000;
+// 0 = never) so that clients re-resolve the server's DNS name.
 absl::StatusOr<StartedServer> StartServer(const std::string& address,
                                           const std::vector<grpc::Service*>& services);
 
