@@ -99,6 +99,12 @@ def script_text(cells: Sequence[Dict[str, object]], *, terminal: str = "pngcairo
         logx = mode == "closed" and min(levels) > 0 and len(set(levels)) > 1
         xtics = ", ".join(f"{lv:g}" for lv in sorted(set(levels)))
         out.append(f"set xtics ({xtics})")
+        lo, hi = min(levels), max(levels)
+        if logx:  # a margin around the outermost levels keeps their tics and points visible
+            out.append(f"set xrange [{lo / 1.25:g}:{hi * 1.25:g}]")
+        else:
+            pad = (hi - lo) * 0.05 if hi > lo else max(abs(lo) * 0.5, 0.5)
+            out.append(f"set xrange [{max(lo - pad, 0):g}:{hi + pad:g}]")
 
         def series(col: str, label: str = "", dash: int = 1) -> List[str]:
             return [f"{dat} index {i} using 1:{_COL[col]} lc {i + 1} dt {dash} pt {i + 1} lw 2 "
@@ -118,8 +124,7 @@ def script_text(cells: Sequence[Dict[str, object]], *, terminal: str = "pngcairo
         ):
             out += _plot(png, title, x, ylabel, ser, logx)
             pngs.append(png)
-        out.append("unset xtics")
-        out.append("set xtics")
+        out += ["unset xtics", "set xtics", "set autoscale x"]
     if rss:
         out += ["unset logscale x", "set xtics", "set autoscale x",
                 "set output 'rss.png'", "set title 'Resident memory of the watched processes'",
