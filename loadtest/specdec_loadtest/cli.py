@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import json
 import os
 import platform
 import sys
@@ -78,7 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "decoding methods side by side, latency percentiles, JSON and PNG reports.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_argument_group("target and load")
-    g.add_argument("--router", required=True, metavar="HOST:PORT", help="the router's address")
+    g.add_argument("--router", metavar="HOST:PORT",
+                   help="the router's address (required unless --from-json)")
     g.add_argument("--methods", type=_methods, default=_methods(DEFAULT_METHODS),
                    metavar="M,M,...",
                    help=f"decoding methods to compare (default {DEFAULT_METHODS}); any of AR, "
@@ -145,6 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--timeline", type=float, default=10.0, metavar="S",
                    help="store per-cell throughput per S-second bucket (0 = off; default 10)")
     g.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    g.add_argument("--from-json", metavar="FILE",
+                   help="run nothing: print the table of a saved results.json and redraw its "
+                        "plots into --out (default: the file's directory)")
 
     g = p.add_argument_group("service metrics, memory and checks")
     g.add_argument("--metrics-url", type=prom.split_list, default=[], metavar="URL,...",
@@ -171,6 +176,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _check_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
+    if a.from_json:
+        return
+    if not a.router:
+        p.error("--router is required")
     if not a.concurrency and not a.rate:
         a.concurrency = [1]
     if a.duration < 0 or a.warmup < 0 or a.cooldown < 0:
@@ -225,10 +234,38 @@ def _loadavg() -> Optional[float]:
         return None
 
 
+def replot(a: argparse.Namespace) -> int:
+    """--from-json: the table and the plots of a saved results.json."""
+    try:
+        with open(a.from_json, encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as e:
+        print(f"specdec_loadtest: {a.from_json}: {e}", file=sys.stderr)
+        return 2
+    problems = report.validate(doc)
+    if problems:
+        print(f"specdec_loadtest: {a.from_json} is not a load-test result: {problems[:5]}",
+              file=sys.stderr)
+        return 2
+    print(report.format_table(doc["cells"], a.table))
+    if not a.no_plots:
+        out = a.out or os.path.dirname(os.path.abspath(a.from_json))
+        n = doc.get("config", {}).get("max_new_tokens")
+        made, err = plots.render(doc["cells"], out, memory=doc.get("memory"),
+                                 title_suffix=f"{n} new tokens" if n else "")
+        if err:
+            print(f"specdec_loadtest: plots: {err}", file=sys.stderr)
+            return 1
+        _log(a.quiet, f"specdec_loadtest: wrote {len(made)} plots into {out}")
+    return 0
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     a = parser.parse_args(argv)
     _check_args(parser, a)
+    if a.from_json:
+        return replot(a)
     try:
         prompt_list = prompts.load_prompts(a.prompts, fmt=a.prompt_format, limit=a.max_prompts,
                                            shuffle=a.shuffle, seed=a.seed)

@@ -473,6 +473,29 @@ class CliTest(unittest.TestCase):
             finally:
                 sys.stderr = old
 
+    def test_from_json_prints_and_replots(self):
+        import contextlib
+        import io
+        import shutil
+        from specdec_loadtest.cli import main
+        doc = report.results_document(config={"max_new_tokens": 8}, router={}, cells=fake_cells(),
+                                      host={}, started_at="", finished_at="")
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "results.json")
+            report.write_json(path, doc)
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                rc = main(["--from-json", path, "--out", os.path.join(d, "plots"), "--quiet"]
+                          + ([] if shutil.which("gnuplot") else ["--no-plots"]))
+            self.assertEqual(rc, 0)
+            self.assertIn("DFLASH_ADAPTIVE", out.getvalue())
+            if shutil.which("gnuplot"):
+                self.assertTrue(plots.is_png(os.path.join(d, "plots", "throughput_closed.png")))
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump({"cells": []}, f)
+            with contextlib.redirect_stderr(io.StringIO()):
+                self.assertEqual(main(["--from-json", path, "--no-plots"]), 2)
+
 
 def _sdk_available():
     sys.path.insert(0, os.path.join(_REPO, "clients", "python"))
