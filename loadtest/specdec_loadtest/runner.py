@@ -93,10 +93,6 @@ class _Active:
         with self.lock:
             return rec.seq in self.aborted
 
-    def __len__(self) -> int:
-        with self.lock:
-            return len(self.streams)
-
     def abort_all(self) -> int:
         """Marks the cell closing and cancels every stream in flight; returns how many."""
         with self.lock:
@@ -313,6 +309,16 @@ class Runner:
         threads: List[threading.Thread] = []
         lags: List[float] = []
         dropped = 0
+        inflight = [0]  # requests started and not finished (registered or not)
+        inflight_lock = threading.Lock()
+
+        def run_one(rec: RequestRecord) -> None:
+            try:
+                self.run_request(rec, method, tag, active)
+            finally:
+                with inflight_lock:
+                    inflight[0] -= 1
+
         tag = f"{method}-r{rate:g}"
         cpu0 = time.process_time()
         t_begin = perf_counter()
@@ -328,13 +334,17 @@ class Runner:
             measured = offset >= c.warmup_s
             if measured:
                 self._window_open()
-            if len(active) >= c.max_inflight:
+            with inflight_lock:
+                full = inflight[0] >= c.max_inflight
+                if not full:
+                    inflight[0] += 1
+            if full:
                 dropped += int(measured)
                 continue
             rec = self.new_record(seq, measured)
             records.append(rec)
-            t = threading.Thread(target=self.run_request, args=(rec, method, tag, active),
-                                 name=f"lt-{tag}-{seq}", daemon=True)
+            t = threading.Thread(target=run_one, args=(rec,), name=f"lt-{tag}-{seq}",
+                                 daemon=True)
             t.start()
             threads.append(t)
         delay = w1 - perf_counter()

@@ -623,6 +623,16 @@ class RunnerTest(unittest.TestCase):
         self.assertEqual(cell["completed"] + cell["unfinished"], cell["requests"])
         self.assertEqual(client.in_flight, 0)
 
+    def test_open_loop_drops_beyond_max_inflight(self):
+        from specdec_loadtest.runner import LoadConfig, Runner
+        client = FakeClient(tokens=4, gap=0.2)  # 0.8 s per request: they pile up
+        cfg = LoadConfig(max_new_tokens=4, warmup_s=0.0, duration_s=0.6, seed=5, max_inflight=2)
+        run = Runner(client, ["p"], cfg).open_loop("AR", 30.0)
+        cell = report.cell_dict(run, max_new_tokens=4, ignore_eos=True)
+        self.assertGreater(cell["dropped"], 0)
+        self.assertEqual(client.max_in_flight, 2)
+        self.assertEqual(cell["requests"] + cell["dropped"], cell["measured_arrivals"])
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
