@@ -1,0 +1,638 @@
+"""Unit tests of the load tester (loadtest/specdec_loadtest) on synthetic data, no cluster.
+
+Percentiles, the ITL / TPOT / throughput definitions, cell aggregation, seeded Poisson arrivals
+and cancels, prompt loading, /metrics parsing and the kv-handle check (against a local HTTP
+server), results.json assembly and validation, the table, gnuplot script generation (and a real
+PNG when gnuplot is installed), RSS sampling, and the closed/open-loop runner over a fake client
+(when the Python SDK imports).
+
+    /usr/bin/python3 -m unittest -v tests/loadtest/test_loadtest_unit.py
+"""
+
+import gzip
+import http.server
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+import unittest
+from types import SimpleNamespace
+
+_REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(_REPO, "loadtest"))
+
+from specdec_loadtest import plots, prom, prompts, report, schedule, stats  # noqa: E402
+from specdec_loadtest.cli import build_parser  # noqa: E402
+from specdec_loadtest.procwatch import RssWatcher, parse_pids, read_rss_kib  # noqa: E402
+from specdec_loadtest.stats import RequestRecord  # noqa: E402
+
+
+def rec(seq, t_start, chunks, *, status=stats.OK, measured=True, t_end=None, **kw):
+    """A record with chunks [(time, tokens), ...]."""
+    r = RequestRecord(seq=seq, prompt_index=seq, measured=measured, t_start=t_start)
+    r.chunk_times = [t for t, _ in chunks]
+    r.chunk_tokens = [n for _, n in chunks]
+    r.status = status
+    r.t_end = t_end if t_end is not None else (chunks[-1][0] if chunks else t_start)
+    for k, v in kw.items():
+        setattr(r, k, v)
+    return r
+
+
+class PercentileTest(unittest.TestCase):
+    def test_linear_interpolation(self):
+        data = [4.0, 1.0, 3.0, 2.0]  # unsorted on purpose
+        self.assertEqual(stats.percentile(data, 0), 1.0)
+        self.assertEqual(stats.percentile(data, 100), 4.0)
+        self.assertAlmostEqual(stats.percentile(data, 50), 2.5)
+        self.assertAlmostEqual(stats.percentile(data, 90), 3.7)  # numpy: 3.7
+        self.assertAlmostEqual(stats.percentile(data, 99), 3.97)
+        self.assertAlmostEqual(stats.percentile(list(range(101)), 37), 37.0)
+        self.assertEqual(stats.percentile([5.0], 99), 5.0)
+
+    def test_bad_input(self):
+        with self.assertRaises(ValueError):
+            stats.percentile([], 50)
+        with self.assertRaises(ValueError):
+            stats.percentile([1.0], 101)
+
+    def test_summarize(self):
+        s = stats.summarize([0.001, 0.002, 0.003], 1e3)
+        self.assertEqual(s["count"], 3)
+        self.assertAlmostEqual(s["mean"], 2.0)
+        self.assertAlmostEqual(s["p50"], 2.0)
+        self.assertAlmostEqual(s["min"], 1.0)
+        self.assertAlmostEqual(s["max"], 3.0)
+        empty = stats.summarize([])
+        self.assertEqual(empty["count"], 0)
+        self.assertIsNone(empty["p99"])
+
+
+class DefinitionsTest(unittest.TestCase):
+    def test_itl_is_gap_over_chunk_tokens_per_token(self):
+        # chunk 0 (1 token) at 0.10; 4 tokens 40 ms later; 1 token 10 ms later.
+        samples = stats.itl_samples([0.10, 0.14, 0.15], [1, 4, 1])
+        self.assertEqual(len(samples), 5)
+        for s in samples:
+            self.assertAlmostEqual(s, 0.01)
+
+    def test_empty_chunks_carry_their_gap(self):
+        samples = stats.itl_samples([0.0, 0.01, 0.03], [1, 0, 2])
+        self.assertEqual(len(samples), 2)
+        self.assertAlmostEqual(samples[0], 0.015)
+        self.assertEqual(stats.chunk_gaps([0.0, 0.01, 0.03], [1, 0, 2]), [0.03])
+
+    def test_tpot_is_the_mean_itl(self):
+        times, toks = [1.0, 1.2, 1.3, 1.6], [1, 3, 1, 2]
+        self.assertAlmostEqual(stats.tpot(times, toks), 0.6 / 6)
+        itl = stats.itl_samples(times, toks)
+        self.assertAlmostEqual(sum(itl) / len(itl), stats.tpot(times, toks))
+        self.assertIsNone(stats.tpot([1.0], [1]))
+
+    def test_tokens_in_window(self):
+        a = rec(0, 0.0, [(0.5, 1), (1.5, 2), (2.5, 4)])
+        b = rec(1, 0.0, [(1.0, 1), (3.0, 8)])
+        self.assertEqual(stats.tokens_in_window([a, b], 1.0, 2.5), 2 + 4 + 1)
+
+    def test_aggregate_cell(self):
+        w0, w1 = 10.0, 20.0
+        records = [
+            # warm-up request: unmeasured, but its tokens inside the window count
+            rec(0, 9.0, [(9.5, 1), (10.5, 3)], measured=False, tau=2.0, completion_tokens=4),
+            rec(1, 11.0, [(11.1, 1), (11.3, 3)], t_end=11.35, tau=3.0, verify_steps=1,
+                committed_tokens=3, drafted_tokens=15, accepted_tokens=2, completion_tokens=4,
+                block_size=16, method_run="DFLASH"),
+            rec(2, 12.0, [(12.2, 1), (12.4, 1), (12.6, 2)], t_end=12.7, tau=1.5, verify_steps=2,
+                committed_tokens=3, drafted_tokens=30, accepted_tokens=1, completion_tokens=4,
+                block_size=14, method_run="DFLASH"),
+            rec(3, 13.0, [(13.1, 1)], status=stats.CANCELLED, t_end=13.1),
+            rec(4, 14.0, [], status=stats.ERROR, error_code="UNAVAILABLE",
+                error_message="no target"),
+            rec(5, 19.0, [(19.5, 1), (20.5, 3)], status=stats.ABORTED, t_end=20.6),
+            # finishes after the window: latency counts, tokens after w1 do not
+            rec(6, 19.9, [(19.95, 1), (20.2, 3)], t_end=20.3, tau=3.0, verify_steps=1,
+                committed_tokens=3, completion_tokens=4, block_size=16),
+        ]
+        c = stats.aggregate_cell(records, w0, w1, max_new_tokens=4, ignore_eos=True,
+                                 timeline_bucket_s=5.0)
+        self.assertEqual(c["requests"], 6)
+        self.assertEqual((c["completed"], c["cancelled"], c["unfinished"]), (3, 1, 1))
+        self.assertEqual(c["unexpected_errors"], 1)
+        self.assertEqual(c["errors"], {"UNAVAILABLE": {"count": 1, "sample": "no target"}})
+        self.assertEqual(c["output_tokens"], 3 + 4 + 4 + 1 + 1 + 1)
+        self.assertAlmostEqual(c["throughput_tok_s"], 14 / 10)
+        # records 0 (warm-up), 1, 2 completed inside the window; 6 ended after it
+        self.assertAlmostEqual(c["requests_per_s"], 3 / 10)
+        self.assertEqual(c["ttft_ms"]["count"], 4)  # completed + cancelled
+        self.assertAlmostEqual(c["ttft_ms"]["min"], 50.0)
+        self.assertEqual(c["e2e_ms"]["count"], 3)
+        self.assertAlmostEqual(c["e2e_ms"]["p50"], 400.0)
+        self.assertEqual(c["itl_ms"]["count"], 3 + 3 + 3)
+        self.assertAlmostEqual(c["tau_mean"], 2.5)
+        self.assertAlmostEqual(c["tau_aggregate"], 9 / 4)
+        self.assertEqual(c["block_sizes"], {"14": 1, "16": 2})
+        self.assertEqual(list(c["block_sizes"]), ["14", "16"])
+        self.assertEqual((c["drafted_tokens"], c["accepted_tokens"]), (45, 3))
+        self.assertEqual(c["short_completions"], 0)
+        self.assertEqual(c["stream_mismatches"], 0)
+        self.assertEqual(c["methods_run"], ["DFLASH"])
+        self.assertEqual(len(c["timeline"]), 2)
+        self.assertAlmostEqual(sum(b["tok_s"] * 5 for b in c["timeline"]), 14)
+
+    def test_short_completion_and_mismatch(self):
+        r = rec(0, 0.0, [(0.1, 1), (0.2, 1)], completion_tokens=3)
+        c = stats.aggregate_cell([r], 0.0, 1.0, max_new_tokens=4, ignore_eos=True)
+        self.assertEqual(c["short_completions"], 1)
+        self.assertEqual(c["stream_mismatches"], 1)
+        c = stats.aggregate_cell([r], 0.0, 1.0, max_new_tokens=4, ignore_eos=False)
+        self.assertEqual(c["short_completions"], 0)
+
+
+class ScheduleTest(unittest.TestCase):
+    def test_poisson_is_deterministic_per_seed(self):
+        a = schedule.poisson_arrivals(2.0, 30.0, seed=7)
+        self.assertEqual(a, schedule.poisson_arrivals(2.0, 30.0, seed=7))
+        self.assertNotEqual(a, schedule.poisson_arrivals(2.0, 30.0, seed=8))
+        self.assertNotEqual(a, schedule.poisson_arrivals(3.0, 30.0, seed=7))
+        self.assertEqual(a, sorted(a))
+        self.assertTrue(all(0 <= t < 30.0 for t in a))
+        # a prefix property: a longer run starts with the same arrivals
+        self.assertEqual(schedule.poisson_arrivals(2.0, 60.0, seed=7)[:len(a)], a)
+
+    def test_poisson_rate(self):
+        n = len(schedule.poisson_arrivals(10.0, 1000.0, seed=1))
+        self.assertLess(abs(n - 10000), 400)  # 4 sigma
+        gaps = schedule.poisson_arrivals(5.0, 2000.0, seed=3)
+        diffs = [b - a for a, b in zip(gaps, gaps[1:])]
+        self.assertAlmostEqual(sum(diffs) / len(diffs), 0.2, delta=0.01)
+        with self.assertRaises(ValueError):
+            schedule.poisson_arrivals(0.0, 1.0, seed=1)
+
+    def test_cancel_points(self):
+        pts = [schedule.cancel_point(5, i, 0.05, 64) for i in range(20000)]
+        self.assertEqual(pts, [schedule.cancel_point(5, i, 0.05, 64) for i in range(20000)])
+        hits = [p for p in pts if p is not None]
+        self.assertAlmostEqual(len(hits) / len(pts), 0.05, delta=0.01)
+        self.assertTrue(all(1 <= p <= 63 for p in hits))
+        self.assertIsNone(schedule.cancel_point(5, 1, 0.0, 64))
+        self.assertIsNone(schedule.cancel_point(5, 1, 1.0, 1))
+        self.assertIsNotNone(schedule.cancel_point(5, 1, 1.0, 2))
+        self.assertNotEqual(schedule.request_seed(1, 2), schedule.request_seed(1, 3))
+
+
+class PromptsTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.addCleanup(self.dir.cleanup)
+
+    def write(self, name, text, gz=False):
+        path = os.path.join(self.dir.name, name)
+        if gz:
+            with gzip.open(path, "wt", encoding="utf-8") as f:
+                f.write(text)
+        else:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+        return path
+
+    def test_jsonl_fields(self):
+        lines = [{"task_id": "a", "prompt": "def f():\n"}, {"question": "2+2?", "answer": "4"},
+                 {"text": "Write a function.", "code": "x"}, {"turns": ["Hi", "More"]}]
+        path = self.write("mix.jsonl.gz", "\n".join(json.dumps(x) for x in lines) + "\n\n",
+                          gz=True)
+        self.assertEqual(prompts.load_prompts(path),
+                         ["def f():\n", "2+2?", "Write a function.", "Hi"])
+        bad = self.write("bad.jsonl", '{"other": 1}\n')
+        with self.assertRaises(ValueError):
+            prompts.load_prompts(bad)
+
+    def test_text_formats(self):
+        path = self.write("p.txt", "first line\nsecond\n\nthird\n")
+        self.assertEqual(prompts.load_prompts(path), ["first line", "second", "third"])
+        self.assertEqual(prompts.load_prompts(path, fmt="paragraphs"),
+                         ["first line\nsecond", "third"])
+        self.assertEqual(prompts.load_prompts(path, limit=2), ["first line", "second"])
+        shuffled = prompts.load_prompts(path, shuffle=True, seed=3)
+        self.assertEqual(sorted(shuffled), sorted(["first line", "second", "third"]))
+        self.assertEqual(shuffled, prompts.load_prompts(path, shuffle=True, seed=3))
+        with self.assertRaises(ValueError):
+            prompts.load_prompts(os.path.join(self.dir.name, "missing.txt"))
+
+    def test_shared_datasets(self):
+        counts = {"humaneval": 164, "gsm8k": 1319, "mbpp": 974, "mt_bench": 80}
+        for name, n in counts.items():
+            path = prompts.resolve(name)
+            if not os.path.isfile(path):
+                self.skipTest(f"{path} is not present")
+            ps = prompts.load_prompts(name)
+            self.assertEqual(len(ps), n, name)
+            self.assertTrue(all(isinstance(p, str) and p for p in ps))
+        self.assertTrue(prompts.load_prompts("humaneval")[0].startswith("from typing import"))
+
+
+METRICS_TEXT = """\
+# HELP specdec_requests_total Requests by code
+# TYPE specdec_requests_total counter
+specdec_requests_total{code="OK"} 10
+specdec_requests_total{code="CANCELLED"} 2
+# TYPE specdec_kv_handles gauge
+specdec_kv_handles{service="target"} %d
+# TYPE specdec_target_compute_seconds histogram
+specdec_target_compute_seconds_bucket{op="verify",le="0.1"} 4
+specdec_target_compute_seconds_sum{op="verify"} 0.5
+specdec_target_compute_seconds_count{op="verify"} 5
+garbage line without value
+"""
+
+
+class _MetricsHandler(http.server.BaseHTTPRequestHandler):
+    handles = 0
+
+    def do_GET(self):  # noqa: N802 (http.server API)
+        body = (METRICS_TEXT % type(self).handles).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+class PromTest(unittest.TestCase):
+    def test_parse_and_delta(self):
+        samples, types = prom.parse(METRICS_TEXT % 3)
+        self.assertEqual(samples['specdec_requests_total{code="OK"}'], 10.0)
+        self.assertEqual(types["specdec_target_compute_seconds"], "histogram")
+        self.assertEqual(prom.kv_handles(METRICS_TEXT % 3), 3.0)
+        self.assertIsNone(prom.kv_handles("other_metric 1\n"))
+        sel = prom.select(samples, prom.DEFAULT_SELECT)
+        self.assertNotIn('specdec_target_compute_seconds_bucket{op="verify",le="0.1"}', sel)
+        self.assertIn('specdec_target_compute_seconds_sum{op="verify"}', sel)
+        after = dict(sel)
+        after['specdec_requests_total{code="OK"}'] = 15.0
+        after['specdec_requests_total{code="UNAVAILABLE"}'] = 1.0
+        after['specdec_kv_handles{service="target"}'] = 0.0
+        d = prom.delta(sel, after, types)
+        self.assertEqual(d["counters"], {'specdec_requests_total{code="OK"}': 5.0,
+                                         'specdec_requests_total{code="UNAVAILABLE"}': 1.0})
+        self.assertEqual(d["gauges"]['specdec_kv_handles{service="target"}'],
+                         {"before": 3.0, "after": 0.0})
+        self.assertEqual(prom.normalize_url("127.0.0.1:9091"), "http://127.0.0.1:9091/metrics")
+        self.assertEqual(prom.normalize_url("http://h:1/x"), "http://h:1/x")
+
+    def test_check_handles_against_a_server(self):
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _MetricsHandler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        self.addCleanup(server.server_close)
+        self.addCleanup(server.shutdown)
+        url = f"127.0.0.1:{server.server_address[1]}"
+        _MetricsHandler.handles = 0
+        r = prom.check_handles([url], grace_s=1.0)
+        self.assertTrue(r["ok"], r)
+        _MetricsHandler.handles = 2
+        t0 = time.monotonic()
+        r = prom.check_handles([url], grace_s=0.3, interval_s=0.1)
+        self.assertFalse(r["ok"])
+        self.assertGreaterEqual(time.monotonic() - t0, 0.3)
+        self.assertEqual(list(r["endpoints"].values())[0]["kv_handles"], 2.0)
+        # leaked handles released during the grace period: passes
+        threading.Timer(0.3, lambda: setattr(_MetricsHandler, "handles", 0)).start()
+        r = prom.check_handles([url], grace_s=5.0, interval_s=0.1)
+        self.assertTrue(r["ok"])
+        # an endpoint that does not answer fails the check
+        r = prom.check_handles(["127.0.0.1:1"], grace_s=0.0)
+        self.assertFalse(r["ok"])
+        self.assertIn("error", r["endpoints"]["http://127.0.0.1:1/metrics"])
+        scraper = prom.Scraper([url])
+        before = scraper.snapshot()
+        _MetricsHandler.handles = 1
+        diff = prom.Scraper.diff(before, scraper.snapshot())
+        self.assertEqual(diff[prom.normalize_url(url)]["gauges"]
+                         ['specdec_kv_handles{service="target"}'], {"before": 0.0, "after": 1.0})
+
+
+def fake_run(mode, method, level, seed):
+    t = 100.0
+    records = []
+    for i in range(6):
+        s = t + i * 0.5
+        records.append(rec(i, s, [(s + 0.02, 1), (s + 0.05, 3), (s + 0.08, 4)],
+                           t_end=s + 0.09, tau=1.0 if method == "AR" else 2.5 + seed * 0.1,
+                           verify_steps=7, committed_tokens=7, completion_tokens=8,
+                           block_size=0 if method == "AR" else 16))
+    return SimpleNamespace(mode=mode, method=method, level=level, records=records, w0=t,
+                           w1=t + 3.0, t_begin=t - 1.0, t_end=t + 3.5, client_cpu_s=0.05,
+                           extra={"stuck_threads": 0})
+
+
+def fake_cells():
+    cells = []
+    for mode, levels in (("closed", (1, 2, 4)), ("open", (0.5, 1.0))):
+        for lv in levels:
+            for i, m in enumerate(("AR", "DFLASH_ADAPTIVE")):
+                cells.append(report.cell_dict(fake_run(mode, m, lv, i), max_new_tokens=8,
+                                              ignore_eos=True, timeline_bucket_s=1.0))
+    return cells
+
+
+class ReportTest(unittest.TestCase):
+    def test_document_is_valid_json_with_schema(self):
+        cells = fake_cells()
+        doc = report.results_document(
+            config={"methods": ["AR"]}, router={"address": "x", "info": {}}, cells=cells,
+            host={"cpus": 2}, started_at="a", finished_at="b", plots=["throughput_closed.png"])
+        self.assertEqual(report.validate(doc), [])
+        self.assertTrue(doc["ok"])
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "sub", "results.json")
+            report.write_json(path, doc)
+            with open(path, encoding="utf-8") as f:
+                back = json.load(f)
+        self.assertEqual(report.validate(back), [])
+        self.assertEqual(back["cells"][0]["concurrency"], 1)
+        self.assertEqual(back["cells"][-1]["rate"], 1.0)
+        self.assertEqual(back["cells"][1]["block_sizes"], {"16": 6})
+        self.assertAlmostEqual(back["cells"][0]["client_cpu_util"], 0.05 / 4.5)
+
+    def test_validate_finds_problems(self):
+        cells = fake_cells()
+        del cells[0]["itl_ms"]
+        cells[1]["requests"] += 1
+        cells[2]["ttft_ms"]["p50"] = 1e9
+        cells[3]["errors"] = {"INTERNAL": {"count": 2, "sample": "x"}}
+        doc = report.results_document(config={}, router={}, cells=cells, host={},
+                                      started_at="", finished_at="", failures=["boom"])
+        self.assertFalse(doc["ok"])
+        problems = "\n".join(report.validate(doc))
+        self.assertIn("cells[0] lacks 'itl_ms'", problems)
+        self.assertIn("cells[1]: completed + cancelled", problems)
+        self.assertIn("cells[2].ttft_ms percentiles are not ordered", problems)
+        self.assertIn("cells[3]: errors by code sum to 2", problems)
+        self.assertIn("schema", "\n".join(report.validate({"cells": []})))
+
+    def test_table(self):
+        cells = fake_cells()
+        text = report.format_table(cells)
+        lines = text.splitlines()
+        self.assertEqual(len(lines), 1 + len(cells))
+        self.assertIn("TTFT p50/p99 ms", lines[0])
+        self.assertTrue(lines[1].startswith("c=1"))
+        self.assertIn("DFLASH_ADAPTIVE", lines[2])
+        self.assertIn("16:6", lines[2])
+        self.assertTrue(lines[-1].startswith("r=1/s"))
+        md = report.format_table(cells, "markdown").splitlines()
+        self.assertTrue(md[0].startswith("| load | method"))
+        self.assertTrue(md[1].startswith("| --- |"))
+        self.assertEqual(report.format_errors(cells), "")
+
+
+class PlotsTest(unittest.TestCase):
+    def test_data_and_script(self):
+        cells = fake_cells()
+        dat = plots.data_text(cells, "closed")
+        blocks = dat.strip().split("\n\n\n")
+        self.assertEqual(len(blocks), 2)
+        self.assertTrue(blocks[0].startswith("# AR:"))
+        rows = blocks[1].splitlines()[1:]
+        self.assertEqual([float(r.split()[0]) for r in rows], [1.0, 2.0, 4.0])
+        self.assertEqual(len(rows[0].split()), len(plots.COLUMNS))
+        script, pngs = plots.script_text(cells, terminal="pngcairo", rss=True)
+        self.assertEqual(pngs, ["throughput_closed.png", "itl_p50_closed.png", "ttft_closed.png",
+                                "e2e_closed.png", "throughput_open.png", "itl_p50_open.png",
+                                "ttft_open.png", "e2e_open.png", "rss.png"])
+        for png in pngs:
+            self.assertIn(f"set output '{png}'", script)
+        self.assertIn("set terminal pngcairo noenhanced", script)
+        self.assertIn("set logscale x 2", script)
+        self.assertIn("'plot_closed.dat' index 1 using 1:2", script)  # DFLASH_ADAPTIVE tok/s
+        self.assertIn("title 'DFLASH_ADAPTIVE p99'", script)
+        closed_only = [c for c in cells if c["mode"] == "closed"]
+        _, pngs = plots.script_text(closed_only)
+        self.assertNotIn("throughput_open.png", pngs)
+
+    def test_render_png(self):
+        import shutil
+        if not shutil.which("gnuplot"):
+            self.skipTest("gnuplot is not installed")
+        memory = {"1": {"name": "svc", "samples": [[0, 10.0], [1, 11.0], [2, 11.5]]}}
+        with tempfile.TemporaryDirectory() as d:
+            made, err = plots.render(fake_cells(), d, memory=memory)
+            self.assertEqual(err, "")
+            self.assertEqual(len(made), 9)
+            for png in made:
+                self.assertTrue(plots.is_png(os.path.join(d, png)), png)
+            self.assertTrue(os.path.isfile(os.path.join(d, "plots.gp")))
+            self.assertFalse(plots.is_png(os.path.join(d, "plots.gp")))
+
+
+class ProcWatchTest(unittest.TestCase):
+    def test_rss_of_self(self):
+        me = os.getpid()
+        self.assertGreater(read_rss_kib(me), 0)
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "a.pid"), "w") as f:
+                f.write(f"{me}\n")
+            self.assertEqual(parse_pids([str(me), os.path.join(d, "a.pid"), d]), [me, me, me])
+            with self.assertRaises(ValueError):
+                parse_pids([os.path.join(d, "missing.pid")])
+        w = RssWatcher([me], interval=0.05).start()
+        time.sleep(0.1)
+        w.mark_baseline()
+        blob = bytearray(32 * 1024 * 1024)  # grows RSS by ~32 MiB once touched
+        for i in range(0, len(blob), 4096):
+            blob[i] = 1
+        time.sleep(0.15)
+        w.stop()
+        m = w.report()[str(me)]
+        self.assertTrue(m["alive"])
+        self.assertGreater(m["growth_pct"], 0.0)
+        self.assertGreaterEqual(m["max_mib"], m["last_mib"])
+        self.assertGreaterEqual(len(m["samples"]), 3)
+        del blob
+
+
+class CliTest(unittest.TestCase):
+    def test_parse(self):
+        a = build_parser().parse_args(["--router", "h:1", "--concurrency", "1,2,4",
+                                       "--rate", "0.5,2", "--methods", "ar,dflash",
+                                       "--check-handles", "h:2,h:3"])
+        self.assertEqual(a.concurrency, [1, 2, 4])
+        self.assertEqual(a.rate, [0.5, 2.0])
+        self.assertEqual(a.methods, ["AR", "DFLASH"])
+        self.assertEqual(a.check_handles, ["h:2", "h:3"])
+        with open(os.devnull, "w") as devnull:
+            old = sys.stderr
+            sys.stderr = devnull
+            try:
+                with self.assertRaises(SystemExit):
+                    build_parser().parse_args(["--router", "h:1", "--concurrency", "0"])
+            finally:
+                sys.stderr = old
+
+    def test_from_json_prints_and_replots(self):
+        import contextlib
+        import io
+        import shutil
+        from specdec_loadtest.cli import main
+        doc = report.results_document(config={"max_new_tokens": 8}, router={}, cells=fake_cells(),
+                                      host={}, started_at="", finished_at="")
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "results.json")
+            report.write_json(path, doc)
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                rc = main(["--from-json", path, "--out", os.path.join(d, "plots"), "--quiet"]
+                          + ([] if shutil.which("gnuplot") else ["--no-plots"]))
+            self.assertEqual(rc, 0)
+            self.assertIn("DFLASH_ADAPTIVE", out.getvalue())
+            if shutil.which("gnuplot"):
+                self.assertTrue(plots.is_png(os.path.join(d, "plots", "throughput_closed.png")))
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump({"cells": []}, f)
+            with contextlib.redirect_stderr(io.StringIO()):
+                self.assertEqual(main(["--from-json", path, "--no-plots"]), 2)
+
+
+def _sdk_available():
+    sys.path.insert(0, os.path.join(_REPO, "clients", "python"))
+    try:
+        import specdec  # noqa: F401
+        return True
+    except Exception:  # noqa: BLE001 - no grpc / protobuf / grpc_tools
+        return False
+
+
+class FakeStream:
+    """Yields `tokens` one-token chunks, one every `gap` seconds; honours cancel()."""
+
+    def __init__(self, tokens, gap, summary):
+        self.tokens, self.gap, self._summary = tokens, gap, summary
+        self.summary = None
+        self.cancelled = threading.Event()
+
+    def __iter__(self):
+        from specdec import SpecdecError
+        import grpc
+        for i in range(self.tokens):
+            if self.cancelled.wait(self.gap):
+                raise SpecdecError(grpc.StatusCode.CANCELLED, "Locally cancelled")
+            yield SimpleNamespace(token_ids=(i,), step=None)
+        self.summary = self._summary
+
+    def cancel(self):
+        self.cancelled.set()
+
+
+class FakeClient:
+    def __init__(self, tokens=8, gap=0.005, fail_every=0):
+        self.tokens, self.gap, self.fail_every = tokens, gap, fail_every
+        self.calls = 0
+        self.lock = threading.Lock()
+        self.in_flight = 0
+        self.max_in_flight = 0
+
+    def generate_stream(self, prompt, opts, timeout=None):
+        from specdec import SpecdecError
+        import grpc
+        with self.lock:
+            self.calls += 1
+            n = self.calls
+        if self.fail_every and n % self.fail_every == 0:
+            raise SpecdecError(grpc.StatusCode.RESOURCE_EXHAUSTED, "caches full")
+        summary = SimpleNamespace(tau=2.0, verify_steps=4, drafted_tokens=8, accepted_tokens=3,
+                                  committed_tokens=7, completion_tokens=opts.max_new_tokens,
+                                  block_size=16, finish_reason="LENGTH", drafter_fallback=False,
+                                  policy_fallback=False, method=opts.method)
+        client = self
+
+        class Counted(FakeStream):
+            def __iter__(self):
+                with client.lock:
+                    client.in_flight += 1
+                    client.max_in_flight = max(client.max_in_flight, client.in_flight)
+                try:
+                    yield from super().__iter__()
+                finally:
+                    with client.lock:
+                        client.in_flight -= 1
+
+        return Counted(opts.max_new_tokens, self.gap, summary)
+
+
+@unittest.skipUnless(_sdk_available(), "the specdec Python SDK (grpc) does not import")
+class RunnerTest(unittest.TestCase):
+    def test_closed_loop_keeps_concurrency_and_counts(self):
+        from specdec_loadtest.runner import LoadConfig, Runner
+        client = FakeClient(gap=0.002)
+        cfg = LoadConfig(max_new_tokens=8, warmup_s=0.1, duration_s=0.4, cancel_fraction=0.2,
+                         seed=1)
+        opened = []
+        run = Runner(client, ["p1", "p2"], cfg, on_window_open=lambda: opened.append(1)) \
+            .closed_loop("DFLASH", 3)
+        self.assertEqual(opened, [1])
+        self.assertEqual(client.max_in_flight, 3)
+        self.assertAlmostEqual(run.w1 - run.w0, 0.4, delta=1e-6)
+        cell = report.cell_dict(run, max_new_tokens=8, ignore_eos=True)
+        self.assertGreater(cell["requests"], 10)
+        self.assertEqual(cell["unfinished"], 0)
+        self.assertEqual(cell["unexpected_errors"], 0)
+        self.assertGreater(cell["cancelled"], 0)
+        self.assertEqual(cell["completed"] + cell["cancelled"], cell["requests"])
+        self.assertEqual(cell["completion_tokens"]["min"], 8)
+        self.assertEqual(cell["stream_mismatches"], 0)
+        self.assertEqual(cell["tau_mean"], 2.0)
+        # every measured request was issued inside the window
+        for r in run.records:
+            if r.measured:
+                self.assertTrue(run.w0 <= r.t_start < run.w1 + 0.01)
+        # the cancelled ones stopped where planned
+        for r in run.records:
+            if r.status == stats.CANCELLED:
+                self.assertEqual(r.streamed_tokens, r.cancel_after)
+        self.assertEqual(report.validate(report.results_document(
+            config={}, router={}, cells=[cell], host={}, started_at="", finished_at="")), [])
+
+    def test_closed_loop_request_bound_and_errors(self):
+        from specdec_loadtest.runner import LoadConfig, Runner
+        client = FakeClient(gap=0.001, fail_every=4)
+        cfg = LoadConfig(max_new_tokens=4, warmup_s=0.0, duration_s=0.0, max_requests=12)
+        run = Runner(client, ["p"], cfg).closed_loop("AR", 2)
+        cell = report.cell_dict(run, max_new_tokens=4, ignore_eos=True)
+        self.assertEqual(cell["requests"], 12)
+        self.assertEqual(cell["unexpected_errors"], 3)
+        self.assertEqual(cell["errors"]["RESOURCE_EXHAUSTED"]["sample"], "caches full")
+        self.assertEqual(cell["completed"], 9)
+
+    def test_open_loop_counts_and_cancels_unfinished(self):
+        from specdec_loadtest.runner import LoadConfig, Runner
+        client = FakeClient(tokens=4, gap=0.05)  # 0.2 s per request
+        cfg = LoadConfig(max_new_tokens=4, warmup_s=0.2, duration_s=0.8, seed=3)
+        t0 = time.monotonic()
+        run = Runner(client, ["p"], cfg).open_loop("AR", 20.0)
+        self.assertLess(time.monotonic() - t0, 2.5)  # in-flight requests were cancelled
+        cell = report.cell_dict(run, max_new_tokens=4, ignore_eos=True)
+        expected = sum(1 for a in schedule.poisson_arrivals(20.0, 1.0, 3) if a >= 0.2)
+        self.assertEqual(cell["requests"], expected)
+        self.assertEqual(cell["measured_arrivals"], expected)
+        self.assertGreater(cell["unfinished"], 0)
+        self.assertEqual(cell["unexpected_errors"], 0)
+        self.assertEqual(cell["completed"] + cell["unfinished"], cell["requests"])
+        self.assertEqual(client.in_flight, 0)
+
+    def test_open_loop_drops_beyond_max_inflight(self):
+        from specdec_loadtest.runner import LoadConfig, Runner
+        client = FakeClient(tokens=4, gap=0.2)  # 0.8 s per request: they pile up
+        cfg = LoadConfig(max_new_tokens=4, warmup_s=0.0, duration_s=0.6, seed=5, max_inflight=2)
+        run = Runner(client, ["p"], cfg).open_loop("AR", 30.0)
+        cell = report.cell_dict(run, max_new_tokens=4, ignore_eos=True)
+        self.assertGreater(cell["dropped"], 0)
+        self.assertEqual(client.max_in_flight, 2)
+        self.assertEqual(cell["requests"] + cell["dropped"], cell["measured_arrivals"])
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
