@@ -580,6 +580,7 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
     step.set_verify_ms(ms);
     step.set_draft_ms(draft_ms);
     step.set_block_size(stats.block_size());
+    step.set_batch_size(std::max(1, vresp.verify().batch_size()));
     record(static_cast<int32_t>(rows.size()) - 1, vresp.verify().num_accepted(), positions, &step);
     last = vresp.verify().next_token();
     features = vresp.verify().features();
