@@ -21,6 +21,7 @@
 #include "train/lm_model.h"
 #include "train/optimizer.h"
 #include "train/progress.h"
+#include "train/time_budget.h"
 #include "train/token_file.h"
 #include "train/train_common.h"
 
@@ -29,8 +30,7 @@ namespace {
 
 // Generates `o.gen_sequences` sequences of prompt_len + gen_len tokens with the target: prompts
 // are windows of the prompt tokens, continuations greedy or sampled at T=1.
-absl::StatusOr<std::vector<int32_t>> GenerateData(const model::ModelConfig& tc,
-                                                  const TensorMap& tp,
+absl::StatusOr<std::vector<int32_t>> GenerateData(const model::ModelConfig& tc, const TensorMap& tp,
                                                   std::span<const int32_t> prompt_ids,
                                                   const DFlashTrainOptions& o, at::ScalarType dt,
                                                   const at::Device& device) {
@@ -56,8 +56,8 @@ absl::StatusOr<std::vector<int32_t>> GenerateData(const model::ModelConfig& tc,
 
 struct StepMetrics {
   at::Tensor loss;
-  at::Tensor accuracy;   // [b-1] per block position
-  at::Tensor tau;        // scalar: mean accepted prefix + 1
+  at::Tensor accuracy;  // [b-1] per block position
+  at::Tensor tau;       // scalar: mean accepted prefix + 1
 };
 
 StepMetrics DFlashLoss(const model::DFlashConfig& dc, const TensorMap& dp,
@@ -81,7 +81,7 @@ StepMetrics DFlashLoss(const model::DFlashConfig& dc, const TensorMap& dp,
       (at::rand({bsz, span}, gen).argsort(1, false).narrow(1, 0, a) + lo).to(seqs.device());
   DFlashBatch batch{seqs, features, anchors};
   at::Tensor hidden = DFlashForward(dc, dp, tc, tp, batch, o.block_size, dt);  // [B,A,b-1,H]
-  at::Tensor logits = LmLogits(tc, tp, hidden);                                  // f32
+  at::Tensor logits = LmLogits(tc, tp, hidden);                                // f32
   at::Tensor k = at::arange(1, b, seqs.options().dtype(at::kLong));
   at::Tensor label_pos = anchors.unsqueeze(2) + k;  // [B,A,b-1]
   at::Tensor labels = seqs.gather(1, label_pos.reshape({bsz, -1})).view(label_pos.sizes());
@@ -136,7 +136,8 @@ absl::Status TrainDFlash(const DFlashTrainOptions& o) {
   dc.target_layer_ids = model::DefaultTargetLayerIds(tc.num_hidden_layers, o.layers);
   const double gamma = o.gamma > 0 ? o.gamma : (o.block_size >= 16 ? 7.0 : 4.0);
 
-  const std::string ckpt_dir = o.checkpoint_dir.empty() ? o.out_dir + "/checkpoint" : o.checkpoint_dir;
+  const std::string ckpt_dir =
+      o.checkpoint_dir.empty() ? o.out_dir + "/checkpoint" : o.checkpoint_dir;
   std::filesystem::create_directories(ckpt_dir);
   const std::string gen_path = ckpt_dir + "/generated.tok";
   std::vector<int32_t> data;
@@ -183,23 +184,34 @@ absl::Status TrainDFlash(const DFlashTrainOptions& o) {
   } else if (!absl::IsNotFound(resumed.status())) {
     return resumed.status();
   }
-  nlohmann::json options = {
-      {"target", o.target_dir},     {"layers", o.layers},         {"block_size", o.block_size},
-      {"gamma", gamma},             {"gen_sequences", o.gen_sequences}, {"prompt_len", o.prompt_len},
-      {"gen_len", o.gen_len},       {"greedy_frac", o.greedy_frac}, {"batch_size", o.batch_size},
-      {"anchors", o.anchors},       {"steps", o.steps},           {"lr", o.lr},
-      {"warmup_frac", o.warmup_frac}, {"weight_decay", o.weight_decay}, {"clip", o.clip},
-      {"dtype", o.dtype},           {"device", o.device},         {"seed", o.seed},
-      {"target_layer_ids", dc.target_layer_ids}, {"mask_token_id", dc.mask_token_id}};
+  nlohmann::json options = {{"target", o.target_dir},
+                            {"layers", o.layers},
+                            {"block_size", o.block_size},
+                            {"gamma", gamma},
+                            {"gen_sequences", o.gen_sequences},
+                            {"prompt_len", o.prompt_len},
+                            {"gen_len", o.gen_len},
+                            {"greedy_frac", o.greedy_frac},
+                            {"batch_size", o.batch_size},
+                            {"anchors", o.anchors},
+                            {"steps", o.steps},
+                            {"lr", o.lr},
+                            {"warmup_frac", o.warmup_frac},
+                            {"weight_decay", o.weight_decay},
+                            {"clip", o.clip},
+                            {"dtype", o.dtype},
+                            {"device", o.device},
+                            {"seed", o.seed},
+                            {"target_layer_ids", dc.target_layer_ids},
+                            {"mask_token_id", dc.mask_token_id}};
   const std::string log_path = ckpt_dir + "/log.jsonl";
   std::fprintf(stderr, "dflash: %lld parameters, %lld train / %lld held-out sequences of %lld\n",
                static_cast<long long>(CountElements(dp)), static_cast<long long>(train_seqs),
                static_cast<long long>(heldout), static_cast<long long>(seq_len));
   const int64_t warmup = static_cast<int64_t>(o.warmup_frac * o.steps);
   int64_t total_steps = o.steps;
-  const int64_t first_step = step;
-  auto warm_time = std::chrono::steady_clock::now();
   const auto t0 = std::chrono::steady_clock::now();
+  TimeBudget budget(o.time_budget_s, step, t0);
   Progress progress("dflash", o.steps, step);
   double ema = NAN, tau_ema = NAN, eval_tau = NAN, eval_loss = NAN;
   std::vector<double> eval_acc;
@@ -221,18 +233,9 @@ absl::Status TrainDFlash(const DFlashTrainOptions& o) {
       const double tau = m.tau.item<double>();
       ema = std::isnan(ema) ? loss : 0.98 * ema + 0.02 * loss;
       tau_ema = std::isnan(tau_ema) ? tau : 0.98 * tau_ema + 0.02 * tau;
-      if (o.time_budget_s > 0 && step == first_step + 10) warm_time = std::chrono::steady_clock::now();
-      if (o.time_budget_s > 0 && step == first_step + 60) {
-        // Rate from steps 10..60, past the first steps' start-up costs.
-        const auto now = std::chrono::steady_clock::now();
-        const double spent = std::chrono::duration<double>(now - t0).count();
-        const double per_step = std::chrono::duration<double>(now - warm_time).count() / 50.0;
-        const int64_t fit = step + static_cast<int64_t>((o.time_budget_s - spent) / per_step);
-        if (fit < total_steps) {
-          total_steps = std::max(step + 1, fit);
-          std::fprintf(stderr, "\n%.4f s/step: %lld steps fit the %.0f s budget\n", per_step,
-                       static_cast<long long>(total_steps), o.time_budget_s);
-        }
+      if (const double per_step = budget.AfterStep(step, &total_steps); per_step > 0) {
+        std::fprintf(stderr, "\n%.4f s/step: %lld steps fit the %.0f s budget\n", per_step,
+                     static_cast<long long>(total_steps), o.time_budget_s);
       }
       const bool last = step == total_steps;
       if ((o.eval_every > 0 && step % o.eval_every == 0) || last) {
@@ -245,18 +248,24 @@ absl::Status TrainDFlash(const DFlashTrainOptions& o) {
         eval_tau = em.tau.item<double>();
         at::Tensor acc = em.accuracy.to(at::kCPU).to(at::kDouble).contiguous();
         eval_acc.assign(acc.data_ptr<double>(), acc.data_ptr<double>() + acc.numel());
-        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        nlohmann::json line = {{"step", step}, {"train_loss", ema}, {"train_tau", tau_ema},
-                               {"heldout_loss", eval_loss}, {"heldout_tau", eval_tau},
-                               {"heldout_accuracy_by_position", eval_acc}, {"lr", lr},
-                               {"grad_norm", gnorm}, {"elapsed_s", secs}};
+        const double secs =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        nlohmann::json line = {{"step", step},
+                               {"train_loss", ema},
+                               {"train_tau", tau_ema},
+                               {"heldout_loss", eval_loss},
+                               {"heldout_tau", eval_tau},
+                               {"heldout_accuracy_by_position", eval_acc},
+                               {"lr", lr},
+                               {"grad_norm", gnorm},
+                               {"elapsed_s", secs}};
         RETURN_IF_ERROR(AppendJsonLine(log_path, line.dump()));
       }
       if ((o.checkpoint_every > 0 && step % o.checkpoint_every == 0) || last) {
         RETURN_IF_ERROR(SaveTrainCheckpoint(ckpt_dir, dp, opt, step, options.dump()));
       }
-      progress.Update(step, absl::StrFormat("loss %.3f tau %.2f heldout tau %.2f", ema, tau_ema,
-                                            eval_tau));
+      progress.Update(
+          step, absl::StrFormat("loss %.3f tau %.2f heldout tau %.2f", ema, tau_ema, eval_tau));
     }
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("drafter training step ", step, " failed: ", e.what()));
@@ -265,11 +274,15 @@ absl::Status TrainDFlash(const DFlashTrainOptions& o) {
   RETURN_IF_ERROR(WriteTextFile(o.out_dir + "/config.json", model::DFlashConfigToJson(dc)));
   RETURN_IF_ERROR(SaveTensorMap(o.out_dir + "/model.safetensors", dp, export_dt));
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  nlohmann::json summary = {{"command", "specdec train dflash"}, {"finished", NowIso8601()},
-                            {"parameters", CountElements(dp)}, {"final_train_loss_ema", ema},
-                            {"heldout_loss", eval_loss}, {"heldout_tau_teacher_forced", eval_tau},
+  nlohmann::json summary = {{"command", "specdec train dflash"},
+                            {"finished", NowIso8601()},
+                            {"parameters", CountElements(dp)},
+                            {"final_train_loss_ema", ema},
+                            {"heldout_loss", eval_loss},
+                            {"heldout_tau_teacher_forced", eval_tau},
                             {"heldout_accuracy_by_position", eval_acc},
-                            {"wall_seconds_this_run", secs}, {"options", options}};
+                            {"wall_seconds_this_run", secs},
+                            {"options", options}};
   RETURN_IF_ERROR(WriteTextFile(o.out_dir + "/training.json", summary.dump(2)));
   std::fprintf(stderr, "dflash: wrote %s\n", o.out_dir.c_str());
   return absl::OkStatus();

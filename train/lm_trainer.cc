@@ -19,6 +19,7 @@
 #include "train/lm_model.h"
 #include "train/optimizer.h"
 #include "train/progress.h"
+#include "train/time_budget.h"
 #include "train/token_file.h"
 #include "train/train_common.h"
 
@@ -26,14 +27,22 @@ namespace specdec::train {
 namespace {
 
 nlohmann::json OptionsJson(const LmTrainOptions& o, const model::ModelConfig& c) {
-  return {{"train_tokens", o.train_tokens},   {"heldout_tokens", o.heldout_tokens},
-          {"batch_size", o.batch_size},       {"seq_len", o.seq_len},
-          {"grad_accum", o.grad_accum},       {"steps", o.steps},
-          {"lr", o.lr},                       {"min_lr_ratio", o.min_lr_ratio},
-          {"warmup_frac", o.warmup_frac},     {"weight_decay", o.weight_decay},
-          {"clip", o.clip},                   {"init_std", o.init_std},
-          {"dtype", o.dtype},                 {"device", o.device},
-          {"seed", o.seed},                   {"config", nlohmann::json::parse(model::ModelConfigToJson(c))}};
+  return {{"train_tokens", o.train_tokens},
+          {"heldout_tokens", o.heldout_tokens},
+          {"batch_size", o.batch_size},
+          {"seq_len", o.seq_len},
+          {"grad_accum", o.grad_accum},
+          {"steps", o.steps},
+          {"lr", o.lr},
+          {"min_lr_ratio", o.min_lr_ratio},
+          {"warmup_frac", o.warmup_frac},
+          {"weight_decay", o.weight_decay},
+          {"clip", o.clip},
+          {"init_std", o.init_std},
+          {"dtype", o.dtype},
+          {"device", o.device},
+          {"seed", o.seed},
+          {"config", nlohmann::json::parse(model::ModelConfigToJson(c))}};
 }
 
 double HeldoutLoss(const model::ModelConfig& c, const TensorMap& params,
@@ -73,8 +82,8 @@ absl::Status TrainLm(const LmTrainOptions& o) {
   model::ModelConfig c = o.config;
   if (c.vocab_size == 0) c.vocab_size = tok->vocab_size();
   if (c.vocab_size < tok->vocab_size()) {
-    return absl::InvalidArgumentError(absl::StrCat("vocab_size ", c.vocab_size,
-                                                   " is below the tokenizer's ", tok->vocab_size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("vocab_size ", c.vocab_size, " is below the tokenizer's ", tok->vocab_size()));
   }
   for (int32_t id : train_ids) {
     if (id < 0 || id >= c.vocab_size) {
@@ -85,7 +94,8 @@ absl::Status TrainLm(const LmTrainOptions& o) {
   c.torch_dtype = export_dt == at::kBFloat16 ? "bfloat16" : "float32";
   if (tok->bos_id()) c.bos_token_id = *tok->bos_id();
   if (tok->eos_id()) c.eos_token_ids = {*tok->eos_id()};
-  const std::string ckpt_dir = o.checkpoint_dir.empty() ? o.out_dir + "/checkpoint" : o.checkpoint_dir;
+  const std::string ckpt_dir =
+      o.checkpoint_dir.empty() ? o.out_dir + "/checkpoint" : o.checkpoint_dir;
 
   TensorMap params;
   try {
@@ -115,9 +125,8 @@ absl::Status TrainLm(const LmTrainOptions& o) {
 
   const int64_t warmup = static_cast<int64_t>(o.warmup_frac * o.steps);
   int64_t total_steps = o.steps;
-  const int64_t first_step = step;
-  auto warm_time = std::chrono::steady_clock::now();
   const auto t0 = std::chrono::steady_clock::now();
+  TimeBudget budget(o.time_budget_s, step, t0);
   Progress progress("lm", o.steps, step);
   double ema = NAN, last_heldout = NAN;
   try {
@@ -139,33 +148,29 @@ absl::Status TrainLm(const LmTrainOptions& o) {
       opt.Step(lr);
       ++step;
       ema = std::isnan(ema) ? loss_sum : 0.98 * ema + 0.02 * loss_sum;
-      if (o.time_budget_s > 0 && step == first_step + 10) warm_time = std::chrono::steady_clock::now();
-      if (o.time_budget_s > 0 && step == first_step + 60) {
-        // Rate from steps 10..60, past the first steps' start-up costs.
-        const auto now = std::chrono::steady_clock::now();
-        const double spent = std::chrono::duration<double>(now - t0).count();
-        const double per_step = std::chrono::duration<double>(now - warm_time).count() / 50.0;
-        const int64_t fit = step + static_cast<int64_t>((o.time_budget_s - spent) / per_step);
-        if (fit < total_steps) {
-          total_steps = std::max(step + 1, fit);
-          std::fprintf(stderr, "\n%.4f s/step: %lld steps fit the %.0f s budget\n", per_step,
-                       static_cast<long long>(total_steps), o.time_budget_s);
-        }
+      if (const double per_step = budget.AfterStep(step, &total_steps); per_step > 0) {
+        std::fprintf(stderr, "\n%.4f s/step: %lld steps fit the %.0f s budget\n", per_step,
+                     static_cast<long long>(total_steps), o.time_budget_s);
       }
       const bool last = step == total_steps;
       if ((o.eval_every > 0 && step % o.eval_every == 0) || last) {
         last_heldout = HeldoutLoss(c, params, heldout_ids, o, dt, device);
-        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        nlohmann::json line = {{"step", step},         {"train_loss", ema},
-                               {"heldout_loss", last_heldout}, {"lr", lr},
-                               {"grad_norm", gnorm},   {"tokens", step * o.batch_size * o.grad_accum * o.seq_len},
+        const double secs =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        nlohmann::json line = {{"step", step},
+                               {"train_loss", ema},
+                               {"heldout_loss", last_heldout},
+                               {"lr", lr},
+                               {"grad_norm", gnorm},
+                               {"tokens", step * o.batch_size * o.grad_accum * o.seq_len},
                                {"elapsed_s", secs}};
         RETURN_IF_ERROR(AppendJsonLine(log_path, line.dump()));
       }
       if ((o.checkpoint_every > 0 && step % o.checkpoint_every == 0) || last) {
         RETURN_IF_ERROR(SaveTrainCheckpoint(ckpt_dir, params, opt, step, options_json));
       }
-      progress.Update(step, absl::StrFormat("loss %.3f heldout %.3f lr %.2e", ema, last_heldout, lr));
+      progress.Update(step,
+                      absl::StrFormat("loss %.3f heldout %.3f lr %.2e", ema, last_heldout, lr));
     }
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("training step ", step, " failed: ", e.what()));
@@ -180,12 +185,9 @@ absl::Status TrainLm(const LmTrainOptions& o) {
   RETURN_IF_ERROR(WriteTextFile(o.out_dir + "/generation_config.json", gen.dump(2)));
   RETURN_IF_ERROR(SaveTensorMap(o.out_dir + "/model.safetensors", params, export_dt));
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  nlohmann::json summary = {{"command", "specdec train lm"},
-                            {"finished", NowIso8601()},
-                            {"parameters", c.NumParameters()},
-                            {"final_train_loss_ema", ema},
-                            {"final_heldout_loss", last_heldout},
-                            {"wall_seconds_this_run", secs},
+  nlohmann::json summary = {{"command", "specdec train lm"},      {"finished", NowIso8601()},
+                            {"parameters", c.NumParameters()},    {"final_train_loss_ema", ema},
+                            {"final_heldout_loss", last_heldout}, {"wall_seconds_this_run", secs},
                             {"options", OptionsJson(o, c)}};
   RETURN_IF_ERROR(WriteTextFile(o.out_dir + "/training.json", summary.dump(2)));
   std::fprintf(stderr, "lm: wrote %s (heldout loss %.4f)\n", o.out_dir.c_str(), last_heldout);
