@@ -4,6 +4,11 @@
 //
 //   specdec-cluster-bench --router 127.0.0.1:50050 --target DIR [--draft DIR] [--dflash DIR]
 //       [--policy DIR] --prompts FILE [--methods AR,DRAFT_CHAIN] [-n 64] [--max-prompts 8]
+//       [--warmup 2]
+//
+// The first `--warmup` prompts run through both sides and are not counted: the first requests
+// of a fresh cluster pay for channel and stream set-up, lazily created sessions and cold caches,
+// which is start-up cost, not per-request overhead.
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
@@ -27,7 +32,7 @@ using Clock = std::chrono::steady_clock;
 int main(int argc, char** argv) {
   std::string router, target_dir, draft_dir, dflash_dir, policy_dir, prompts_file, json_path;
   std::string methods = "AR,DRAFT_CHAIN";
-  int n = 64, max_prompts = 8, threads = 0;
+  int n = 64, max_prompts = 8, threads = 0, warmup = 2;
   CLI::App app{"specdec cluster overhead benchmark (router vs in-process engine)"};
   app.add_option("--router", router, "router address")->required();
   app.add_option("--target", target_dir, "target checkpoint (same as the cluster's)")->required();
@@ -40,6 +45,7 @@ int main(int argc, char** argv) {
   app.add_option("--max-prompts", max_prompts, "prompts to run");
   app.add_option("--threads", threads, "in-process compute threads");
   app.add_option("--json", json_path, "write results as JSON");
+  app.add_option("--warmup", warmup, "leading prompts run on both sides but not counted");
   CLI11_PARSE(app, argc, argv);
   using namespace specdec;
   model::ConfigureComputeThreads(threads);
@@ -65,7 +71,7 @@ int main(int argc, char** argv) {
     policy = *model::BlockPilot::Load(policy_dir);
     em.policy = policy.get();
   }
-  auto prompts = cli::LoadPrompts(prompts_file, max_prompts);
+  auto prompts = cli::LoadPrompts(prompts_file, max_prompts + std::max(0, warmup));
   if (!prompts.ok()) {
     std::cerr << prompts.status() << "\n";
     return 1;
@@ -78,7 +84,9 @@ int main(int argc, char** argv) {
     int equal = 0, n = 0;
   };
   std::map<std::string, Agg> aggs;
+  int prompt_index = 0;
   for (const auto& p : *prompts) {
+    const bool counted = prompt_index++ >= warmup;
     auto ids = (*tok)->Encode(p.text, (*tok)->add_bos_by_default());
     if (!ids.ok()) continue;
     for (const std::string& m : std::vector<std::string>(absl::StrSplit(methods, ','))) {
@@ -107,6 +115,7 @@ int main(int argc, char** argv) {
         std::cerr << m << ": " << (local.ok() ? remote.status() : local.status()) << "\n";
         return 1;
       }
+      if (!counted) continue;
       Agg& a = aggs[m];
       a.local_ms += local_ms;
       a.cluster_ms += cluster_ms;
