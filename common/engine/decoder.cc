@@ -1,6 +1,7 @@
 #include "common/engine/decoder.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
 
 #include <algorithm>
 #include <chrono>
@@ -287,6 +288,8 @@ class Runner {
 
 absl::StatusOr<DecodeResult> Decode(const EngineModels& models, std::span<const int32_t> prompt,
                                     const DecodeOptions& options, const CommitCallback& on_commit) {
+  // Inference only: skip autograd bookkeeping on every op (tensors made here never leave).
+  c10::InferenceMode inference;
   if (models.target == nullptr) return absl::FailedPreconditionError("no target model loaded");
   if (prompt.empty()) return absl::InvalidArgumentError("prompt is empty");
   if (options.max_new_tokens < 0) {

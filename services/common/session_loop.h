@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "services/common/batch_coalescer.h"
 
 namespace specdec::services {
 
@@ -44,6 +45,9 @@ class SessionLoop {
     // pass, setting every op's status and response. Unset: `execute` runs them one at a time.
     std::function<void(std::vector<Op>& ops)> execute_batch;
     size_t max_batch = 32;
+    // With execute_batch: the longest a batch is held for streams expected back soon (see
+    // BatchCoalescer; zero: never held).
+    std::chrono::microseconds batch_wait_max{0};
     // After every operation: (request, status, queue seconds, compute seconds; for a batched
     // operation the batch's compute time).
     std::function<void(const Req&, const absl::Status&, double, double)> observe;
@@ -52,9 +56,14 @@ class SessionLoop {
     // the stream queued, so no operation ever sees its state freed underneath it.
     std::function<void(uint64_t owner)> stream_done;
     std::function<void(int delta)> sessions;  // +1 / -1 as streams open and close
+    // Runs first on the scheduler thread (e.g. to put the thread in inference mode).
+    std::function<void()> thread_start;
   };
 
-  explicit SessionLoop(Hooks hooks) : hooks_(std::move(hooks)), loop_([this] { Loop(); }) {}
+  explicit SessionLoop(Hooks hooks)
+      : hooks_(std::move(hooks)),
+        coalescer_(CoalescerOptions(hooks_)),
+        loop_([this] { Loop(); }) {}
   ~SessionLoop() {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -173,7 +182,23 @@ class SessionLoop {
     cv_.notify_one();
   }
 
+  static BatchCoalescer::Options CoalescerOptions(const Hooks& h) {
+    BatchCoalescer::Options o;
+    o.max_wait = h.execute_batch && h.max_batch > 1 ? h.batch_wait_max : Clock::duration::zero();
+    return o;
+  }
+
+  // Moves the queue into `items`, telling the coalescer which streams came back.
+  void TakeQueueLocked(std::deque<Work>& items) {
+    for (Work& w : queue_) {
+      if (!w.stream_ended) coalescer_.Arrived(w.owner, w.enqueued);
+      items.push_back(std::move(w));
+    }
+    queue_.clear();
+  }
+
   void Loop() {
+    if (hooks_.thread_start) hooks_.thread_start();
     auto last_periodic = Clock::now();
     while (true) {
       std::deque<Work> items;
@@ -182,7 +207,15 @@ class SessionLoop {
         cv_.wait_for(lock, std::chrono::milliseconds(200),
                      [&] { return stopping_ || !queue_.empty(); });
         if (stopping_ && queue_.empty()) return;
-        items.swap(queue_);
+        TakeQueueLocked(items);
+        // Hold the batch briefly for streams expected back within a fraction of a step.
+        if (coalescer_.enabled() && !items.empty()) {
+          const std::optional<Clock::time_point> until = coalescer_.WaitUntil(Clock::now());
+          while (until && !stopping_ && coalescer_.Awaited(Clock::now()) > 0) {
+            if (!cv_.wait_until(lock, *until, [&] { return stopping_ || !queue_.empty(); })) break;
+            TakeQueueLocked(items);
+          }
+        }
       }
       if (hooks_.periodic && Clock::now() - last_periodic > std::chrono::milliseconds(200)) {
         hooks_.periodic();
@@ -193,6 +226,7 @@ class SessionLoop {
         if (w.stream_ended) {
           RunBatch(batch);
           if (hooks_.stream_done) hooks_.stream_done(w.owner);
+          coalescer_.Ended(w.owner);
           continue;
         }
         bool seen = false;
@@ -227,6 +261,7 @@ class SessionLoop {
         compute[i] = std::chrono::duration<double>(Clock::now() - ti).count();
       }
     }
+    coalescer_.Computed(std::chrono::duration<double>(Clock::now() - t0).count());
     for (size_t i = 0; i < batch.size(); ++i) {
       Work& w = *batch[i];
       Resp& resp = resps[i];
@@ -240,13 +275,17 @@ class SessionLoop {
         e->set_message(std::string(s.message()));
         if (s.code() == absl::StatusCode::kResourceExhausted) e->set_retry_after_ms(100);
       }
-      std::lock_guard<std::mutex> lock(w.stream->mu);
-      if (w.stream->reactor != nullptr) w.stream->reactor->Send(std::move(resp));
+      {
+        std::lock_guard<std::mutex> lock(w.stream->mu);
+        if (w.stream->reactor != nullptr) w.stream->reactor->Send(std::move(resp));
+      }
+      coalescer_.Sent(w.owner, Clock::now());
     }
     batch.clear();
   }
 
   Hooks hooks_;
+  BatchCoalescer coalescer_;  // scheduler thread only
   std::atomic<uint64_t> next_stream_{1};
   std::mutex mu_;
   std::condition_variable cv_;

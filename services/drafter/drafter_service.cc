@@ -1,6 +1,7 @@
 #include "services/drafter/drafter_service.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
@@ -98,7 +99,7 @@ class DrafterCore {
               std::unique_ptr<model::DFlashDrafter> dflash,
               std::unique_ptr<model::Transformer> draft_lm,
               HandleTable<DraftEntry>::Options table_options, DrafterMetrics* metrics,
-              int max_batch)
+              int max_batch, int batch_wait_max_us)
       : target_(std::move(target)),
         dflash_(std::move(dflash)),
         draft_lm_(std::move(draft_lm)),
@@ -116,6 +117,7 @@ class DrafterCore {
       UpdateGauges();
     };
     h.max_batch = static_cast<size_t>(std::max(1, max_batch));
+    h.batch_wait_max = std::chrono::microseconds(std::max(0, batch_wait_max_us));
     h.observe = [this](const v1::DrafterRequest& r, const absl::Status& s, double, double c) {
       const char* op = OpName(r.op_case());
       metrics_->ops.Add({{"op", op}, {"code", absl::StatusCodeToString(s.code())}}).Increment();
@@ -132,6 +134,12 @@ class DrafterCore {
       UpdateGauges();
     };
     h.sessions = [this](int d) { metrics_->sessions.Increment(d); };
+    // Every tensor op runs on the scheduler thread, and none is ever differentiated: inference
+    // mode for the thread's lifetime skips autograd bookkeeping on every op.
+    h.thread_start = [] {
+      static thread_local c10::InferenceMode inference;
+      (void)inference;
+    };
     loop_ = std::make_unique<SessionLoop<v1::DrafterRequest, v1::DrafterResponse>>(std::move(h));
   }
 
@@ -415,7 +423,8 @@ absl::StatusOr<std::unique_ptr<DrafterServer>> DrafterServer::Start(
   to.lease = std::chrono::milliseconds(options.lease_ms);
   impl->core =
       std::make_unique<DrafterCore>(std::move(target), std::move(dflash), std::move(draft_lm), to,
-                                    impl->metrics.get(), options.max_batch);
+                                    impl->metrics.get(), options.max_batch,
+                                    options.batch_wait_max_us);
   impl->service = std::make_unique<DrafterServiceImpl>(impl->core.get());
   if (!options.metrics_address.empty()) {
     RETURN_IF_ERROR(impl->metrics_server.Listen(options.metrics_address));

@@ -29,6 +29,10 @@ struct DrafterServerOptions {
   // Continuous batching: DFlash block drafts of up to this many sessions queued together run as
   // one batched drafter pass (1 = one at a time).
   int max_batch = 32;
+  // With max_batch > 1: the longest a batch is held for sessions whose next operation is
+  // expected within a quarter of a pass (concurrent requests otherwise fall into lockstep and
+  // never share a pass); 0 = never held.
+  int batch_wait_max_us = 2000;
 };
 
 // A running drafter server. Start/Shutdown from one thread; the service is thread-safe.

@@ -24,6 +24,9 @@ int main(int argc, char** argv) {
       ->envname("SPECDEC_THREADS");
   app.add_option("--max-batch", o.max_batch, "sessions per batched verify pass (1 = no batching)")
       ->envname("SPECDEC_MAX_BATCH");
+  app.add_option("--batch-wait-max-us", o.batch_wait_max_us,
+                 "longest wait for sessions expected back soon before a batched pass (0 = none)")
+      ->envname("SPECDEC_BATCH_WAIT_MAX_US");
   app.add_option("--drain-ms", o.drain_ms, "graceful shutdown budget")->envname("SPECDEC_DRAIN_MS");
   CLI11_PARSE(app, argc, argv);
   return specdec::services::RunTargetServer(o);

@@ -1,6 +1,7 @@
 #include "services/target/target_service.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
@@ -107,7 +108,7 @@ class TargetCore {
   using Loop = SessionLoop<v1::TargetRequest, v1::TargetResponse>;
   TargetCore(std::unique_ptr<model::Transformer> model,
              HandleTable<engine::TargetSession>::Options table_options, TargetMetrics* metrics,
-             int max_batch)
+             int max_batch, int batch_wait_max_us)
       : model_(std::move(model)), table_(std::move(table_options)), metrics_(metrics) {
     SessionLoop<v1::TargetRequest, v1::TargetResponse>::Hooks h;
     h.execute = [this](uint64_t owner, const v1::TargetRequest& r, v1::TargetResponse* resp) {
@@ -121,6 +122,7 @@ class TargetCore {
       UpdateGauges();
     };
     h.max_batch = static_cast<size_t>(std::max(1, max_batch));
+    h.batch_wait_max = std::chrono::microseconds(std::max(0, batch_wait_max_us));
     h.observe = [this](const v1::TargetRequest& r, const absl::Status& s, double queued,
                        double compute) {
       const char* op = OpName(r.op_case());
@@ -136,6 +138,12 @@ class TargetCore {
       UpdateGauges();
     };
     h.sessions = [this](int d) { metrics_->sessions.Increment(d); };
+    // Every tensor op runs on the scheduler thread, and none is ever differentiated: inference
+    // mode for the thread's lifetime skips autograd bookkeeping on every op.
+    h.thread_start = [] {
+      static thread_local c10::InferenceMode inference;
+      (void)inference;
+    };
     loop_ = std::make_unique<SessionLoop<v1::TargetRequest, v1::TargetResponse>>(std::move(h));
   }
 
@@ -410,7 +418,8 @@ absl::StatusOr<std::unique_ptr<TargetServer>> TargetServer::Start(
   to.budget_bytes = options.kv_budget_bytes;
   to.lease = std::chrono::milliseconds(options.lease_ms);
   impl->core =
-      std::make_unique<TargetCore>(std::move(m), to, impl->metrics.get(), options.max_batch);
+      std::make_unique<TargetCore>(std::move(m), to, impl->metrics.get(), options.max_batch,
+                                    options.batch_wait_max_us);
   impl->service = std::make_unique<TargetServiceImpl>(impl->core.get());
   if (!options.metrics_address.empty()) {
     RETURN_IF_ERROR(impl->metrics_server.Listen(options.metrics_address));
