@@ -24,8 +24,11 @@ int main(int argc, char** argv) {
   app.add_option("--default-max-new-tokens", o.default_max_new_tokens, "when a request sets 0");
   app.add_option("--connect-timeout-ms", o.connect_timeout_ms, "wait for the target at startup");
   app.add_option("--load-aware", o.load_aware,
-                 "DFLASH_ADAPTIVE may run as AR when AR measures faster at the current load")
+                 "DFLASH_ADAPTIVE steps may run as AR when AR measures faster at the current load")
       ->envname("SPECDEC_LOAD_AWARE");
+  app.add_option("--load-aware-epoch-ms", o.load_aware_epoch_ms,
+                 "length of the epochs in which every load-aware step takes one arm")
+      ->envname("SPECDEC_LOAD_AWARE_EPOCH_MS");
   app.add_option("--health-interval-ms", o.health_interval_ms, "replica health probe period")
       ->envname("SPECDEC_HEALTH_INTERVAL_MS");
   app.add_option("--drain-ms", o.drain_ms, "graceful shutdown budget")->envname("SPECDEC_DRAIN_MS");

@@ -39,6 +39,19 @@ grpc::Status ToGrpc(const absl::Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
 }
 
+// Appends the rows of the [rows, F] tensor `src` to `dst` (same dtype and width; the target sends
+// every feature block in one layout).
+void AppendRows(const v1::Tensor& src, v1::Tensor* dst) {
+  if (src.data().empty()) return;
+  if (dst->data().empty() || dst->shape_size() != 2 || src.shape_size() != 2 ||
+      dst->dtype() != src.dtype() || dst->shape(1) != src.shape(1)) {
+    *dst = src;
+    return;
+  }
+  dst->set_shape(0, dst->shape(0) + src.shape(0));
+  dst->mutable_data()->append(src.data());
+}
+
 prometheus::Histogram::BucketBoundaries LatencyBuckets() {
   return {0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30};
 }
@@ -122,9 +135,14 @@ struct RouterMetrics {
                           .Register(r)),
         load_aware(prometheus::BuildCounter()
                        .Name("specdec_load_aware_choices_total")
-                       .Help("DFLASH_ADAPTIVE requests by load level (requests in flight) and "
-                             "the arm chosen (AR or speculative)")
+                       .Help("Load-aware speculation epochs by load level (requests in flight) "
+                             "and the arm chosen for them (AR or speculative)")
                        .Register(r)),
+        load_aware_steps(prometheus::BuildCounter()
+                             .Name("specdec_load_aware_steps_total")
+                             .Help("Steps of DFLASH_ADAPTIVE requests by the arm load-aware "
+                                   "speculation ran them as")
+                             .Register(r)),
         load_aware_rate(prometheus::BuildGauge()
                             .Name("specdec_load_aware_decode_rate")
                             .Help("Measured per-request decode tokens/s by load level and arm")
@@ -147,6 +165,7 @@ struct RouterMetrics {
   prometheus::Family<prometheus::Gauge>& replica_healthy;
   prometheus::Family<prometheus::Counter>& replica_picks;
   prometheus::Family<prometheus::Counter>& load_aware;
+  prometheus::Family<prometheus::Counter>& load_aware_steps;
   prometheus::Family<prometheus::Gauge>& load_aware_rate;
 };
 
@@ -261,7 +280,7 @@ struct RouterServer::Impl {
   int workers = 0;
   std::atomic<double> ar_step_ms{0};  // running mean of single-token target steps
   std::atomic<int64_t> in_flight{0};  // requests being served
-  LoadAwareChooser chooser;
+  std::unique_ptr<LoadAwareSpeculation> load_aware;  // set in Start
 
   void Spawn(std::shared_ptr<Outbox> box, v1::GenerateRequest req,
              std::chrono::system_clock::time_point deadline) {
@@ -272,9 +291,11 @@ struct RouterServer::Impl {
     std::thread([this, box, req = std::move(req), deadline] {
       metrics->active.Increment();
       ++in_flight;
+      load_aware->RequestStarted(Clock::now());
       const auto t0 = Clock::now();
       absl::Status s = Serve(req, deadline, *box);
       --in_flight;
+      load_aware->RequestFinished(Clock::now());
       metrics->active.Decrement();
       metrics->outcomes.Add({{"code", absl::StatusCodeToString(s.code())}}).Increment();
       metrics->e2e.Observe(MsSince(t0) / 1000.0);
@@ -389,17 +410,11 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
   }
   v1::Method method = req.method();
   if (method == v1::METHOD_UNSPECIFIED) method = DefaultMethod();
-  // Load awareness: an adaptive request may run as AR when AR decodes faster at this load.
+  // Load awareness: each step of an adaptive request may run as plain AR when AR steps were
+  // measured to decode faster at the current load (LoadAwareSpeculation).
   const int64_t load = in_flight.load();
-  std::optional<LoadAwareChooser::Arm> arm;
-  if (method == v1::DFLASH_ADAPTIVE && options.load_aware && req.block_size() == 0 && drafters) {
-    arm = chooser.Choose(load);
-    metrics->load_aware
-        .Add({{"level", LoadAwareChooser::LevelName(LoadAwareChooser::Level(load))},
-              {"arm", LoadAwareChooser::ArmName(*arm)}})
-        .Increment();
-    if (*arm == LoadAwareChooser::Arm::kAr) method = v1::AR;
-  }
+  const bool load_aware_on =
+      method == v1::DFLASH_ADAPTIVE && options.load_aware && req.block_size() == 0 && drafters;
   std::vector<int32_t> stops(req.stop_token_ids().begin(), req.stop_token_ids().end());
   if (!req.ignore_eos())
     stops.insert(stops.end(), target_info.eos_token_ids().begin(),
@@ -410,10 +425,7 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
   // ---- state of the request.
   v1::RequestStats stats;
   stats.set_method(method);
-  if (arm) {
-    stats.set_in_flight_at_start(static_cast<int32_t>(load));
-    stats.set_load_aware_ar(*arm == LoadAwareChooser::Arm::kAr);
-  }
+  if (load_aware_on) stats.set_in_flight_at_start(static_cast<int32_t>(load));
   std::vector<int32_t> out;
   bool stopped = false;
   int32_t stop_token = -1;
@@ -583,7 +595,7 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
     step.set_batch_size(std::max(1, vresp.verify().batch_size()));
     record(static_cast<int32_t>(rows.size()) - 1, vresp.verify().num_accepted(), positions, &step);
     last = vresp.verify().next_token();
-    features = vresp.verify().features();
+    AppendRows(vresp.verify().features(), &features);
     std::vector<int32_t> committed(vresp.verify().committed().begin(),
                                    vresp.verify().committed().end());
     stats.set_committed_tokens(stats.committed_tokens() + static_cast<int64_t>(committed.size()));
@@ -684,6 +696,7 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
   const int32_t k = req.draft_length() > 0 ? req.draft_length() : 4;
   const int32_t budget = req.tree_budget() > 0 ? req.tree_budget() : 16;
   const int32_t depth = req.tree_max_depth() > 0 ? req.tree_max_depth() : 8;
+  uint64_t la_epoch = 0;  // epoch of this request's previous load-aware step
   while (!finished) {
     if (cancelled()) return absl::CancelledError("cancelled by the client");
     const int32_t remaining = max_new - static_cast<int32_t>(out.size());
@@ -692,6 +705,26 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
       continue;
     }
     const auto td = Clock::now();
+    std::optional<LoadAwareSpeculation::Step> la;
+    if (load_aware_on) {
+      la = load_aware->Next(td);
+      if (la->new_epoch) {
+        metrics->load_aware
+            .Add({{"level", LoadAwareSpeculation::LevelName(la->level)},
+                  {"arm", LoadAwareSpeculation::ArmName(la->arm)}})
+            .Increment();
+      }
+      metrics->load_aware_steps.Add({{"arm", LoadAwareSpeculation::ArmName(la->arm)}}).Increment();
+      if (la->arm == LoadAwareSpeculation::Arm::kAr) {
+        // A plain AR step that still collects the features the drafter will need later.
+        RETURN_IF_ERROR(verify({last}, {}, v1::TargetVerify::ONE_HOT, nullptr, true, 0, 0));
+        stats.set_load_aware_ar_steps(stats.load_aware_ar_steps() + 1);
+        load_aware->Observe(*la, static_cast<int64_t>(last_committed.size()), MsSince(td) / 1000.0,
+                           la_epoch == la->epoch);
+        la_epoch = la->epoch;
+        continue;
+      }
+    }
     v1::DrafterRequest dr;
     std::vector<int32_t> rows = {last}, parents;
     int32_t positions = 0;
@@ -701,6 +734,8 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
       blk->set_handle(dhandle);
       blk->set_last_token(last);
       blk->set_block_size(std::min(b, remaining));
+      // Every feature row since the last draft: one per committed token, however many steps
+      // (speculative or, under load awareness, AR) committed them.
       if (features.data().size() > 0) *blk->mutable_new_features() = features;
       proposal = v1::TargetVerify::ONE_HOT;
     } else if (method == v1::DYSPEC_TREE) {
@@ -721,6 +756,7 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
       drafter_failed(drafted.status());
       continue;
     }
+    if (dflash) features.Clear();  // the drafter has them now
     const v1::Drafted& d = drafted->drafted();
     const double draft_ms = MsSince(td);
     stats.mutable_timings()->set_draft_ms(stats.timings().draft_ms() + draft_ms);
@@ -738,6 +774,11 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
       positions = d.tokens_size();
     }
     RETURN_IF_ERROR(verify(rows, parents, proposal, &d.probs(), dflash, positions, draft_ms));
+    if (la) {
+      load_aware->Observe(*la, static_cast<int64_t>(last_committed.size()), MsSince(td) / 1000.0,
+                         la_epoch == la->epoch);
+      la_epoch = la->epoch;
+    }
     if (!dflash && dclient && !finished) {
       v1::DrafterRequest cm;
       cm.mutable_commit()->set_handle(dhandle);
@@ -769,14 +810,18 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
              prometheus::Histogram::BucketBoundaries{0.5, 0.75, 1, 1.25, 1.5, 2, 2.5, 3, 4, 5, 6})
         .Observe(stats.estimated_speedup());
   }
-  if (arm && !stats.drafter_fallback() && stats.committed_tokens() > 0) {
-    const double decode_s = MsSince(t_start) / 1000.0 - stats.timings().prefill_ms() / 1000.0;
-    chooser.Observe(load, *arm, stats.committed_tokens(), decode_s);
-    const int level = LoadAwareChooser::Level(load);
-    metrics->load_aware_rate
-        .Add({{"level", LoadAwareChooser::LevelName(level)},
-              {"arm", LoadAwareChooser::ArmName(*arm)}})
-        .Set(chooser.Rate(level, *arm));
+  if (load_aware_on) {
+    stats.set_load_aware_ar(stats.load_aware_ar_steps() > 0 &&
+                            stats.load_aware_ar_steps() == stats.verify_steps());
+    for (int level = 0; level < LoadAwareSpeculation::kLevels; ++level) {
+      for (auto a : {LoadAwareSpeculation::Arm::kAr, LoadAwareSpeculation::Arm::kSpeculative}) {
+        if (load_aware->Epochs(level, a) == 0) continue;
+        metrics->load_aware_rate
+            .Add({{"level", LoadAwareSpeculation::LevelName(level)},
+                  {"arm", LoadAwareSpeculation::ArmName(a)}})
+            .Set(load_aware->Rate(level, a));
+      }
+    }
   }
   *sum->mutable_stats() = stats;
   sum->mutable_usage()->set_prompt_tokens(static_cast<int32_t>(prompt.size()));
@@ -829,6 +874,9 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
   }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
+  LoadAwareSpeculation::Options lo;
+  lo.epoch = std::chrono::milliseconds(std::max(1, options.load_aware_epoch_ms));
+  impl->load_aware = std::make_unique<LoadAwareSpeculation>(lo);
   impl->metrics = std::make_unique<RouterMetrics>(impl->metrics_server.registry());
   if (!options.tokenizer_dir.empty()) {
     ASSIGN_OR_RETURN(impl->tokenizer,

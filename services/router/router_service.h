@@ -20,9 +20,11 @@ struct RouterServerOptions {
   std::string drafter_address;    // optional: speculative methods need it
   std::string policy_address;     // optional: DFLASH_ADAPTIVE's block size
   int health_interval_ms = 1000;  // how often every replica's health service is probed
-  // DFLASH_ADAPTIVE requests without a fixed block size run as AR when AR was measured to decode
-  // faster per request at the current load (LoadAwareChooser).
+  // Steps of DFLASH_ADAPTIVE requests without a fixed block size run as plain AR steps when AR
+  // steps were measured to decode faster at the current load (LoadAwareSpeculation), learned in
+  // epochs of this length.
   bool load_aware = true;
+  int load_aware_epoch_ms = 250;
   std::string tokenizer_dir;          // tokenizer.json for text prompts (optional)
   std::string model_name = "target";  // label of the spec-decode metrics
   int default_max_new_tokens = 128;

@@ -85,6 +85,11 @@ class ClusterTest : public ::testing::Test {
  protected:
   void SetUp() override { StartAll(true, true); }
 
+  void RestartRouterWithLoadAwareEpochMs(int ms) {
+    router_.reset();
+    StartRouter(ms);
+  }
+
   void StartAll(bool with_drafter, bool with_policy) {
     const Dirs& d = Checkpoints();
     TargetServerOptions to;
@@ -111,7 +116,11 @@ class ClusterTest : public ::testing::Test {
       po.policy_dir = d.policy;
       policy_ = *PolicyServer::Start(po);
     }
+    StartRouter(250);
+  }
+  void StartRouter(int load_aware_epoch_ms) {
     RouterServerOptions ro;
+    ro.load_aware_epoch_ms = load_aware_epoch_ms;
     ro.address = "127.0.0.1:0";
     ro.metrics_address = "";
     ro.target_address = Addr(target_->port());
@@ -383,11 +392,20 @@ TEST_F(ClusterTest, ClientCancelReleasesTargetAndDrafterHandles) {
   EXPECT_EQ(drafter_->handles_in_use(), 0u);
 }
 
-double Sum(prometheus::Registry& r, const std::string& name) {
+// The sum of counter `name` over the children whose labels include every pair of `labels`.
+double Sum(prometheus::Registry& r, const std::string& name,
+           const std::map<std::string, std::string>& labels = {}) {
   double total = 0;
   for (const auto& f : r.Collect()) {
     if (f.name != name) continue;
-    for (const auto& m : f.metric) total += m.counter.value;
+    for (const auto& m : f.metric) {
+      size_t matched = 0;
+      for (const auto& l : m.label) {
+        auto it = labels.find(l.name);
+        matched += it != labels.end() && it->second == l.value;
+      }
+      if (matched == labels.size()) total += m.counter.value;
+    }
   }
   return total;
 }
@@ -487,25 +505,52 @@ TEST_F(ClusterTest, LoadAwareAdaptiveRequestsUnderLoadEqualAr) {
     });
   }
   for (auto& t : clients) t.join();
-  int loaded = 0, as_ar = 0;
-  std::map<int, int> per_level;  // loaded requests per load level
+  int loaded = 0, ar_steps = 0, steps = 0;
   for (int i = 0; i < kClients; ++i) {
     ASSERT_TRUE(got[i].status.ok()) << got[i].status.error_message();
     EXPECT_EQ(got[i].tokens, want[i]) << i;
     const auto& st = got[i].summary.stats();
+    EXPECT_EQ(st.method(), v1::DFLASH_ADAPTIVE);
     loaded += st.in_flight_at_start() >= 2;
-    if (st.in_flight_at_start() >= 2) ++per_level[LoadAwareChooser::Level(st.in_flight_at_start())];
-    as_ar += st.load_aware_ar();
-    EXPECT_EQ(st.method(), st.load_aware_ar() ? v1::AR : v1::DFLASH_ADAPTIVE);
+    ar_steps += st.load_aware_ar_steps();
+    steps += st.verify_steps();
+    EXPECT_LE(st.load_aware_ar_steps(), st.verify_steps());
+    EXPECT_EQ(st.load_aware_ar(), st.load_aware_ar_steps() == st.verify_steps());
   }
   EXPECT_GT(loaded, 0) << "the requests never overlapped";
-  EXPECT_EQ(Sum(router_->registry(), "specdec_load_aware_choices_total"), kClients);
-  // Exploration alternates the arms per load level: two loaded requests at one level mean one
-  // of them ran as AR.
-  int max_per_level = 0;
-  for (auto [level, n] : per_level) max_per_level = std::max(max_per_level, n);
-  if (max_per_level >= 2) {
-    EXPECT_GT(as_ar, 0);
+  // Every load-aware step was counted by arm, and at least one epoch was chosen.
+  EXPECT_EQ(Sum(router_->registry(), "specdec_load_aware_steps_total"),
+            Sum(router_->registry(), "specdec_load_aware_steps_total", {{"arm", "AR"}}) +
+                Sum(router_->registry(), "specdec_load_aware_steps_total",
+                    {{"arm", "speculative"}}));
+  EXPECT_EQ(Sum(router_->registry(), "specdec_load_aware_steps_total", {{"arm", "AR"}}), ar_steps);
+  EXPECT_GE(Sum(router_->registry(), "specdec_load_aware_choices_total"), 1);
+  // Exploration starts with speculation and then alternates: the requests ran some speculative
+  // steps.
+  EXPECT_LT(ar_steps, steps);
+}
+
+TEST_F(ClusterTest, LoadAwareRequestSwitchingArmsMidRequestEqualsAr) {
+  // Short epochs so that a single request crosses many of them and runs both kinds of steps;
+  // the drafter must receive the features of the AR-committed tokens to stay in sync.
+  RestartRouterWithLoadAwareEpochMs(5);
+  auto target = model::Transformer::Load(Checkpoints().target);
+  engine::EngineModels em{target->get()};
+  for (int p = 0; p < 3; ++p) {
+    const std::vector<int32_t> prompt = {40 + p, 7, 3, 11};
+    engine::DecodeOptions ar;
+    ar.max_new_tokens = 80;
+    auto want = engine::Decode(em, prompt, ar);
+    ASSERT_TRUE(want.ok());
+    Result got = Generate(Request(prompt, v1::DFLASH_ADAPTIVE, 80));
+    ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+    EXPECT_EQ(got.tokens, want->tokens) << p;
+    const auto& st = got.summary.stats();
+    EXPECT_FALSE(st.drafter_fallback()) << st.note();
+    if (p == 2) {
+      EXPECT_GT(st.load_aware_ar_steps(), 0);
+      EXPECT_LT(st.load_aware_ar_steps(), st.verify_steps());
+    }
   }
 }
 

@@ -1,72 +1,171 @@
-// LoadAwareChooser: a lone request speculates; under load both arms are explored until each has
-// enough samples, then the faster one wins with periodic re-exploration; levels are independent.
+// LoadAwareSpeculation: epochs in which every load-aware step takes one arm; per (load level,
+// arm) decode rates from the clean steps of those epochs; exploration, then the faster arm with
+// periodic re-exploration; levels independent.
 #include "services/router/load_aware.h"
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 namespace specdec::services {
 namespace {
 
-using Arm = LoadAwareChooser::Arm;
+using Arm = LoadAwareSpeculation::Arm;
+using Clock = LoadAwareSpeculation::Clock;
+using std::chrono::milliseconds;
 
-TEST(LoadAwareChooser, LevelsBucketRequestsInFlight) {
-  EXPECT_EQ(LoadAwareChooser::Level(0), 0);
-  EXPECT_EQ(LoadAwareChooser::Level(1), 0);
-  EXPECT_EQ(LoadAwareChooser::Level(2), 1);
-  EXPECT_EQ(LoadAwareChooser::Level(4), 2);
-  EXPECT_EQ(LoadAwareChooser::Level(5), 3);
-  EXPECT_EQ(LoadAwareChooser::Level(16), 4);
-  EXPECT_EQ(LoadAwareChooser::Level(100), 5);
-  EXPECT_STREQ(LoadAwareChooser::LevelName(3), "5-8");
+TEST(LoadAwareSpeculation, LevelsBucketRequestsInFlight) {
+  EXPECT_EQ(LoadAwareSpeculation::Level(0), 0);
+  EXPECT_EQ(LoadAwareSpeculation::Level(1), 0);
+  EXPECT_EQ(LoadAwareSpeculation::Level(1.4), 0);
+  EXPECT_EQ(LoadAwareSpeculation::Level(1.6), 1);
+  EXPECT_EQ(LoadAwareSpeculation::Level(2), 1);
+  EXPECT_EQ(LoadAwareSpeculation::Level(4), 2);
+  EXPECT_EQ(LoadAwareSpeculation::Level(5), 3);
+  EXPECT_EQ(LoadAwareSpeculation::Level(16), 4);
+  EXPECT_EQ(LoadAwareSpeculation::Level(100), 5);
+  EXPECT_STREQ(LoadAwareSpeculation::LevelName(3), "5-8");
 }
 
-TEST(LoadAwareChooser, AloneAlwaysSpeculates) {
-  LoadAwareChooser c;
-  for (int i = 0; i < 10; ++i) c.Observe(1, Arm::kAr, 100, 0.1);  // AR looks much faster
-  for (int i = 0; i < 20; ++i) EXPECT_EQ(c.Choose(1), Arm::kSpeculative);
-}
-
-TEST(LoadAwareChooser, ExploresThenExploitsTheFasterArmPerLevel) {
-  LoadAwareChooser::Options o;
-  o.min_samples = 3;
-  o.explore_every = 5;
-  LoadAwareChooser c(o);
-  // Exploration alternates until both arms have 3 samples at level 5-8.
-  int ar = 0, spec = 0;
-  for (int i = 0; i < 6; ++i) {
-    Arm a = c.Choose(8);
-    (a == Arm::kAr ? ar : spec)++;
-    // Under this load AR decodes 300 tok/s per request, speculation 200.
-    c.Observe(8, a, a == Arm::kAr ? 300 : 200, 1.0);
+// A closed loop of `n` requests that each step in turn: an AR step commits 1 token in `ar_ms`, a
+// speculative one `tau` tokens in `spec_ms`. Returns the epochs run per arm.
+struct Sim {
+  LoadAwareSpeculation& la;
+  Clock::time_point now;
+  std::map<Arm, int> steps;
+  void Run(int n, double ar_ms, double spec_ms, int tau, int total_steps) {
+    std::vector<uint64_t> prev(n, 0);
+    for (int i = 0; i < total_steps; ++i) {
+      const int r = i % n;
+      LoadAwareSpeculation::Step s = la.Next(now);
+      const bool ar = s.arm == Arm::kAr;
+      const double ms = ar ? ar_ms : spec_ms;
+      la.Observe(s, ar ? 1 : tau, ms / 1000.0, prev[r] == s.epoch);
+      prev[r] = s.epoch;
+      ++steps[s.arm];
+      // The n requests step concurrently: the clock moves one step time per n steps.
+      now += std::chrono::duration_cast<Clock::duration>(
+          std::chrono::duration<double, std::milli>(ms / n));
+    }
   }
-  EXPECT_EQ(ar, 3);
-  EXPECT_EQ(spec, 3);
-  EXPECT_DOUBLE_EQ(c.Rate(3, Arm::kAr), 300);
-  // Exploiting: AR, except one in every 5 requests re-explores speculation.
-  ar = spec = 0;
-  for (int i = 0; i < 20; ++i) (c.Choose(8) == Arm::kAr ? ar : spec)++;
-  EXPECT_EQ(spec, 4);
-  EXPECT_EQ(ar, 16);
-  // Another level knows nothing yet and explores on its own.
-  EXPECT_EQ(c.Choose(2), Arm::kSpeculative);
-  EXPECT_EQ(c.Samples(1, Arm::kAr), 0);
+};
+
+TEST(LoadAwareSpeculation, OneArmPerEpochThenANewEpoch) {
+  LoadAwareSpeculation la;
+  const auto t0 = Clock::now();
+  la.RequestStarted(t0);
+  auto a = la.Next(t0);
+  EXPECT_TRUE(a.new_epoch);
+  auto b = la.Next(t0 + milliseconds(100));
+  EXPECT_FALSE(b.new_epoch);
+  EXPECT_EQ(a.epoch, b.epoch);
+  EXPECT_EQ(a.arm, b.arm);
+  auto c = la.Next(t0 + milliseconds(260));
+  EXPECT_TRUE(c.new_epoch);
+  EXPECT_EQ(c.epoch, a.epoch + 1);
 }
 
-TEST(LoadAwareChooser, EstimatesFollowChangingConditions) {
-  LoadAwareChooser::Options o;
-  o.min_samples = 1;
-  o.explore_every = 0;
-  o.alpha = 0.5;
-  LoadAwareChooser c(o);
-  c.Observe(4, Arm::kAr, 300, 1.0);
-  c.Observe(4, Arm::kSpeculative, 200, 1.0);
-  EXPECT_EQ(c.Choose(4), Arm::kAr);
-  for (int i = 0; i < 4; ++i) c.Observe(4, Arm::kAr, 100, 1.0);  // AR slowed down
-  EXPECT_LT(c.Rate(2, Arm::kAr), 200);
-  EXPECT_EQ(c.Choose(4), Arm::kSpeculative);
-  c.Observe(4, Arm::kAr, 0, 1.0);  // empty samples are ignored
-  c.Observe(4, Arm::kAr, 10, 0.0);
-  EXPECT_EQ(c.Samples(2, Arm::kAr), 5);
+TEST(LoadAwareSpeculation, LearnsThatArWinsUnderLoadAndSpeculationAlone) {
+  LoadAwareSpeculation la;
+  Sim sim{la, Clock::now()};
+  // Eight requests in flight: AR steps take 8 ms (1 token), speculative ones 30 ms (2 tokens):
+  // 125 against 67 tokens/s per request.
+  for (int i = 0; i < 8; ++i) la.RequestStarted(sim.now);
+  sim.Run(8, 8, 30, 2, 8 * 400);
+  const int level = LoadAwareSpeculation::Level(8);
+  EXPECT_GE(la.Epochs(level, Arm::kAr), 2);
+  EXPECT_GE(la.Epochs(level, Arm::kSpeculative), 2);
+  EXPECT_NEAR(la.Rate(level, Arm::kAr), 125, 1);
+  EXPECT_NEAR(la.Rate(level, Arm::kSpeculative), 66.7, 1);
+  // Most steps ran as AR once both arms were measured.
+  EXPECT_GT(sim.steps[Arm::kAr], 3 * sim.steps[Arm::kSpeculative]);
+
+  // One request alone: AR 4 ms per token, speculation 6 ms per 2 tokens.
+  for (int i = 0; i < 7; ++i) la.RequestFinished(sim.now);
+  sim.now += milliseconds(1000);  // an idle spell between the two phases
+  sim.steps.clear();
+  sim.Run(1, 4, 6, 2, 1500);
+  EXPECT_NEAR(la.Rate(0, Arm::kAr), 250, 1);
+  EXPECT_NEAR(la.Rate(0, Arm::kSpeculative), 333.3, 1);
+  EXPECT_GT(sim.steps[Arm::kSpeculative], 2 * sim.steps[Arm::kAr]);
+  // The level-8 estimates were not touched by the lone request's epochs.
+  EXPECT_NEAR(la.Rate(level, Arm::kAr), 125, 1);
+}
+
+TEST(LoadAwareSpeculation, ExploresThenExploitsWithPeriodicReexploration) {
+  LoadAwareSpeculation::Options o;
+  o.explore_every = 4;
+  o.min_epochs = 2;
+  LoadAwareSpeculation la(o);
+  Sim sim{la, Clock::now()};
+  for (int i = 0; i < 4; ++i) la.RequestStarted(sim.now);
+  // Record the arm of every epoch.
+  std::vector<Arm> epochs;
+  uint64_t last = 0;
+  std::vector<uint64_t> prev(4, 0);
+  for (int i = 0; i < 4 * 600; ++i) {
+    auto s = la.Next(sim.now);
+    if (s.epoch != last) epochs.push_back(s.arm);
+    last = s.epoch;
+    const bool ar = s.arm == Arm::kAr;
+    la.Observe(s, ar ? 1 : 3, (ar ? 5 : 10) / 1000.0, prev[i % 4] == s.epoch);  // spec wins
+    prev[i % 4] = s.epoch;
+    sim.now += milliseconds(ar ? 5 : 10) / 4;
+  }
+  ASSERT_GE(epochs.size(), 12u);
+  // Exploration alternates, speculation first.
+  EXPECT_EQ(epochs[0], Arm::kSpeculative);
+  EXPECT_EQ(epochs[1], Arm::kAr);
+  EXPECT_EQ(epochs[2], Arm::kSpeculative);
+  EXPECT_EQ(epochs[3], Arm::kAr);
+  // Then speculation, with every 4th epoch at the level re-exploring AR.
+  int ar = 0;
+  for (size_t i = 4; i < epochs.size(); ++i) ar += epochs[i] == Arm::kAr;
+  const int later = static_cast<int>(epochs.size()) - 4;
+  EXPECT_NEAR(ar, later / 4, 1);
+}
+
+TEST(LoadAwareSpeculation, UncleanLateAndSparseStepsAreNotMeasured) {
+  LoadAwareSpeculation::Options o;
+  o.min_steps = 4;
+  LoadAwareSpeculation la(o);
+  auto t = Clock::now();
+  la.RequestStarted(t);
+  auto s = la.Next(t);
+  // Only unclean steps (the request's previous step was in another epoch) and 3 clean ones.
+  for (int i = 0; i < 10; ++i) la.Observe(s, 5, 0.001, false);
+  for (int i = 0; i < 3; ++i) la.Observe(s, 5, 0.001, true);
+  t += milliseconds(260);
+  auto s2 = la.Next(t);  // closes the first epoch: too few clean steps to count
+  EXPECT_EQ(la.Epochs(0, s.arm), 0);
+  // A step of the closed epoch finishing now is dropped.
+  for (int i = 0; i < 10; ++i) la.Observe(s, 5, 0.001, true);
+  for (int i = 0; i < 4; ++i) la.Observe(s2, 1, 0.004, true);
+  t += milliseconds(260);
+  la.Next(t);
+  EXPECT_EQ(la.Epochs(0, s2.arm), 1);
+  EXPECT_NEAR(la.Rate(0, s2.arm), 250, 1e-6);
+  // An epoch that ran idle for more than another epoch's length is not measured either.
+  auto s3 = la.Next(t);
+  for (int i = 0; i < 8; ++i) la.Observe(s3, 1, 0.004, true);
+  t += milliseconds(900);
+  la.Next(t);
+  EXPECT_EQ(la.Epochs(0, s3.arm), s3.arm == s2.arm ? 1 : 0);
+}
+
+TEST(LoadAwareSpeculation, EpochLevelIsTheTimeAveragedLoad) {
+  LoadAwareSpeculation la;
+  auto t = Clock::now();
+  la.RequestStarted(t);
+  auto s = la.Next(t);
+  EXPECT_EQ(s.level, 0);
+  la.RequestStarted(t + milliseconds(10));  // two in flight for almost the whole epoch
+  for (int i = 0; i < 8; ++i) la.Observe(s, 1, 0.005, true);
+  auto s2 = la.Next(t + milliseconds(250));
+  EXPECT_EQ(s2.level, 1);
+  EXPECT_EQ(la.Epochs(1, s.arm), 1);  // measured at level 2 where it ran
+  EXPECT_EQ(la.Epochs(0, s.arm), 0);
+  EXPECT_EQ(la.in_flight(), 2);
 }
 
 }  // namespace
