@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
   std::string target_dir, batches_s = "1,2,4,8,16", rows_s = "1,4,17", json_path;
   int prompt_len = 128, repeats = 20, threads = 1;
   bool grad_mode = false;
+  std::string capture_s;
   CLI::App app{"specdec batched-verify benchmark (target continuous batching)"};
   app.add_option("--target", target_dir, "target checkpoint")->required();
   app.add_option("--prompt-len", prompt_len, "prompt tokens per session");
@@ -48,6 +49,8 @@ int main(int argc, char** argv) {
   app.add_option("--repeats", repeats, "timed passes per cell (median reported)");
   app.add_option("--threads", threads, "compute threads");
   app.add_option("--json", json_path, "write results as JSON");
+  app.add_option("--capture", capture_s,
+                 "capture-layer ids (e.g. 1,5): sessions keep and return DFlash features");
   app.add_flag("--grad-mode", grad_mode, "run with autograd bookkeeping (not in inference mode)");
   CLI11_PARSE(app, argc, argv);
   std::optional<c10::InferenceMode> inference;
@@ -61,6 +64,10 @@ int main(int argc, char** argv) {
   }
   const int vocab = static_cast<int>((*target)->config().vocab_size);
   const std::vector<int> batches = ParseList(batches_s), rows_list = ParseList(rows_s);
+  std::vector<int64_t> capture;
+  if (!capture_s.empty()) {
+    for (int l : ParseList(capture_s)) capture.push_back(l);
+  }
   std::mt19937 rng(1);
   std::uniform_int_distribution<int> tok(4, vocab - 1);
   std::printf("%8s %5s %14s %15s %10s %18s\n", "sessions", "rows", "batched ms", "separate ms",
@@ -72,7 +79,7 @@ int main(int argc, char** argv) {
       std::vector<std::unique_ptr<engine::TargetSession>> sessions;
       for (int i = 0; i < std::max(n, 1); ++i) {
         sessions.push_back(std::make_unique<engine::TargetSession>(
-            **target, sampling::SamplingParams{}, std::vector<int64_t>{}));
+            **target, sampling::SamplingParams{}, capture));
         std::vector<int32_t> prompt(prompt_len + 13 * i);  // ragged, as in service
         for (auto& t : prompt) t = tok(rng);
         if (auto p = sessions.back()->Prefill(prompt); !p.ok()) {
@@ -89,6 +96,7 @@ int main(int argc, char** argv) {
           for (auto& t : toks[i]) t = tok(rng);
           reqs[i].tokens = toks[i];
           reqs[i].proposal = engine::Proposal::kOneHot;
+          reqs[i].want_features = !capture.empty();
           ptrs.push_back(sessions[i].get());
         }
         auto t0 = Clock::now();

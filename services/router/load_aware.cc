@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace specdec::services {
 namespace {
@@ -52,31 +53,51 @@ void LoadAwareSpeculation::CloseEpochLocked(Clock::time_point now) {
   const double span = Seconds(now - start_);
   // An epoch that outlived itself by a whole epoch was idle for part of it: its load average
   // says nothing about the load its steps saw, so it is not measured.
-  if (steps_ < options_.min_steps || seconds_ <= 0 || span > 2 * Seconds(options_.epoch)) return;
+  if (steps_ < options_.min_steps || seconds_ <= 0 || span > 2 * Seconds(options_.epoch)) {
+    last_.valid = false;
+    return;
+  }
   const int level = Level(load_integral_ / span);
+  const double rate = tokens_ / seconds_;
   Cell& c = cells_[level][static_cast<int>(arm_)];
-  const double keep = c.epochs == 0 ? 0.0 : 1 - options_.alpha;
-  c.tokens = keep * c.tokens + tokens_;
-  c.seconds = keep * c.seconds + seconds_;
-  c.rate = c.tokens / c.seconds;
+  c.rate = c.epochs == 0 ? rate : (1 - options_.alpha) * c.rate + options_.alpha * rate;
   ++c.epochs;
+  // A pair: the previous epoch was measured at this level with the other arm, right before.
+  if (last_.valid && last_.level == level && last_.arm != arm_ &&
+      Seconds(start_ - last_.end) < Seconds(options_.epoch)) {
+    const double spec = arm_ == Arm::kSpeculative ? rate : last_.rate;
+    const double ar = arm_ == Arm::kAr ? rate : last_.rate;
+    const double x = std::log(spec / ar);
+    LevelState& l = levels_[level];
+    l.samples.push_back(x);
+    while (static_cast<int>(l.samples.size()) > std::max(1, options_.window)) l.samples.pop_front();
+    std::vector<double> sorted(l.samples.begin(), l.samples.end());
+    std::sort(sorted.begin(), sorted.end());
+    const size_t m = sorted.size();
+    l.log_advantage = m % 2 ? sorted[m / 2] : (sorted[m / 2 - 1] + sorted[m / 2]) / 2;
+    ++l.pairs;
+  }
+  last_ = Measured{true, level, arm_, rate, now};
 }
 
 LoadAwareSpeculation::Arm LoadAwareSpeculation::ChooseLocked(int level) {
-  Cell& ar = cells_[level][0];
-  Cell& spec = cells_[level][1];
-  const int64_t n = ++epochs_at_level_[level];
-  Arm pick;
-  if (ar.epochs < options_.min_epochs || spec.epochs < options_.min_epochs) {
-    // Explore: the arm run less often at this level so far, speculation first.
-    pick = ar.chosen < spec.chosen ? Arm::kAr : Arm::kSpeculative;
-  } else {
-    const Arm best = ar.rate > spec.rate ? Arm::kAr : Arm::kSpeculative;
-    const bool explore = options_.explore_every > 0 && n % options_.explore_every == 0;
-    pick = explore ? (best == Arm::kAr ? Arm::kSpeculative : Arm::kAr) : best;
+  LevelState& l = levels_[level];
+  ++l.epochs;
+  // arm_ and level_ still describe the epoch that just ended (if any).
+  const bool after_same_level = epoch_ > 0 && level_ == level;
+  auto other = [](Arm a) { return a == Arm::kAr ? Arm::kSpeculative : Arm::kAr; };
+  if (l.pairs < options_.min_pairs) {
+    // Explore: alternate, so that every epoch pairs with the one before it; speculation first.
+    return after_same_level ? other(arm_) : Arm::kSpeculative;
   }
-  ++cells_[level][static_cast<int>(pick)].chosen;
-  return pick;
+  const Arm best = l.log_advantage > 0 ? Arm::kSpeculative : Arm::kAr;
+  // The clearer the advantage, the rarer the exploration: every explore_every epochs when the
+  // arms are even, up to 5x as seldom when one is 40% (log 0.4) ahead.
+  const double every =
+      options_.explore_every * (1 + std::min(4.0, std::abs(l.log_advantage) / 0.1));
+  const bool explore = options_.explore_every > 0 && ++l.since_explore >= every;
+  if (explore) l.since_explore = 0;
+  return explore ? other(best) : best;
 }
 
 LoadAwareSpeculation::Step LoadAwareSpeculation::Next(Clock::time_point now) {
@@ -93,8 +114,9 @@ LoadAwareSpeculation::Step LoadAwareSpeculation::Next(Clock::time_point now) {
       if (recent && span > 0) load = load_integral_ / span;
       CloseEpochLocked(now);
     }
-    level_ = Level(std::max(1.0, load));
-    arm_ = ChooseLocked(level_);
+    const int level = Level(std::max(1.0, load));
+    arm_ = ChooseLocked(level);
+    level_ = level;
     open_ = true;
     ++epoch_;
     start_ = now;
@@ -118,6 +140,16 @@ void LoadAwareSpeculation::Observe(const Step& step, int64_t tokens, double seco
   tokens_ += static_cast<double>(tokens);
   seconds_ += seconds;
   ++steps_;
+}
+
+double LoadAwareSpeculation::LogAdvantage(int level) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return levels_[level].log_advantage;
+}
+
+int64_t LoadAwareSpeculation::Pairs(int level) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return levels_[level].pairs;
 }
 
 double LoadAwareSpeculation::Rate(int level, Arm arm) const {

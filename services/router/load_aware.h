@@ -6,6 +6,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <mutex>
 
 namespace specdec::services {
@@ -19,25 +20,33 @@ namespace specdec::services {
 // request takes the same arm, so the population is homogeneous and the step costs measured in
 // it are the costs that arm has at that load (a per-request measure in a mixed population is
 // misleading: speculative requests riding in batches with AR ones look faster than either
-// population alone). The load level of an epoch is the time-averaged number of requests in
-// flight (buckets 1, 2, 3-4, 5-8, 9-16, 17+). Each (level, arm) cell keeps exponentially
-// decayed sums of committed tokens and step seconds of the clean steps of its epochs (a step is
-// clean when the request's previous step ran in the same epoch, so no step of the other arm
-// overlapped it); their ratio is the per-request decode rate, which at equal load is
-// proportional to the system's throughput. A new epoch takes the faster arm at the current
-// level; until both arms have `min_epochs` samples at a level the arms alternate, and then every
-// `explore_every`-th epoch at a level runs the other arm so the estimates follow changing
-// conditions. Thread-safe.
+// population alone). An epoch's rate is committed tokens over step seconds of its clean steps
+// (a step is clean when the request's previous step ran in the same epoch, so no step of the
+// other arm overlapped it): the per-request decode rate, which at equal load is proportional to
+// the system's throughput. Its load level is the time-averaged number of requests in flight
+// (buckets 1, 2, 3-4, 5-8, 9-16, 17+).
+//
+// Epoch rates are noisy (which prompts are in flight, their acceptance, prefills, a shared
+// machine), so arms are compared in pairs: two adjacent epochs at the same level with different
+// arms saw mostly the same requests and the same machine, and the log of their rate ratio
+// (speculative over AR) is one sample of the level's advantage of speculation. The estimate is
+// the median of the last `window` samples: one epoch hit by a burst of prefills (or a stalled
+// machine) sits in two pairs, and a mean would follow it. Until a level has `min_pairs` samples
+// its epochs alternate; then each epoch takes the arm the median favours, except that now and
+// then one runs the other arm, which makes new pairs with its neighbours so the estimate follows
+// changing conditions: every `explore_every` epochs while the arms are even, up to five times as
+// seldom when one is clearly ahead (exploring a losing arm is what this costs). Thread-safe.
 class LoadAwareSpeculation {
  public:
   using Clock = std::chrono::steady_clock;
   enum class Arm { kAr = 0, kSpeculative = 1 };
   struct Options {
     Clock::duration epoch = std::chrono::milliseconds(250);
-    int min_epochs = 2;     // per arm and level before exploiting
-    int explore_every = 8;  // then every n-th epoch at a level runs the other arm (0 = never)
-    double alpha = 0.2;     // weight of a new epoch in the decayed sums
-    int min_steps = 4;      // clean steps an epoch needs to count as a sample
+    int min_pairs = 4;       // paired samples per level before exploiting
+    int explore_every = 10;  // then the other arm every n-th epoch at a level, at the most often
+    int window = 15;         // paired samples the median is taken over
+    double alpha = 0.15;     // weight of a new epoch in the per-arm rate means (metrics)
+    int min_steps = 4;       // clean steps an epoch needs to be measured
   };
   static constexpr int kLevels = 6;
 
@@ -65,17 +74,34 @@ class LoadAwareSpeculation {
   // the same epoch.
   void Observe(const Step& step, int64_t tokens, double seconds, bool clean);
 
-  // The current estimate (tokens/s per request; 0 when unknown) and the epochs behind it.
+  // Decayed mean per-request decode rate of an arm's epochs at a level (tokens/s; 0 when
+  // unknown) and the epochs measured.
   double Rate(int level, Arm arm) const;
   int64_t Epochs(int level, Arm arm) const;
+  // The median of log(speculative rate / AR rate) over the recent adjacent epoch pairs at a
+  // level, and the pairs measured there so far.
+  double LogAdvantage(int level) const;
+  int64_t Pairs(int level) const;
   int64_t in_flight() const;
 
  private:
   struct Cell {
-    double tokens = 0, seconds = 0;  // decayed sums
-    double rate = 0;
+    double rate = 0;     // decayed mean of epoch rates
     int64_t epochs = 0;  // epochs measured
-    int64_t chosen = 0;  // epochs run
+  };
+  struct LevelState {
+    std::deque<double> samples;  // recent paired log(spec rate / AR rate), oldest first
+    double log_advantage = 0;    // their median
+    int64_t pairs = 0;
+    int64_t epochs = 0;         // epochs run
+    int64_t since_explore = 0;  // epochs since the last exploring one
+  };
+  struct Measured {  // the last epoch that was measured
+    bool valid = false;
+    int level = 0;
+    Arm arm = Arm::kAr;
+    double rate = 0;
+    Clock::time_point end{};
   };
   void AdvanceLoadLocked(Clock::time_point now);
   void CloseEpochLocked(Clock::time_point now);
@@ -84,7 +110,8 @@ class LoadAwareSpeculation {
   Options options_;
   mutable std::mutex mu_;
   std::array<std::array<Cell, 2>, kLevels> cells_{};
-  std::array<int64_t, kLevels> epochs_at_level_{};
+  std::array<LevelState, kLevels> levels_{};
+  Measured last_;
   int64_t in_flight_ = 0;
   Clock::time_point load_since_{};  // load integral measured up to here
   // The current epoch.

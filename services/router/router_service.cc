@@ -620,77 +620,85 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
     if (drafter_index) NoteFailure(*drafters, *drafter_index, why);
     fallback(why);
   };
-  if (method != v1::AR && !finished) {
-    if (!drafter_index) {
-      fallback(drafter_down);
-    } else {
-      auto c = DrafterClient::Open(drafter_stubs[*drafter_index].get(), deadline);
-      if (!c.ok()) {
-        drafter_failed(c.status());
+  int32_t b = 0;
+  // Opens the drafter session and picks the block size (BlockPilot for DFLASH_ADAPTIVE).
+  auto start_drafter = [&]() {
+    if (method != v1::AR && !finished) {
+      if (!drafter_index) {
+        fallback(drafter_down);
       } else {
-        dclient = *std::move(c);
-        v1::DrafterRequest o;
-        o.mutable_open()->set_kind(dflash ? v1::DFLASH_DRAFTER : v1::AR_DRAFT_LM);
-        *o.mutable_open()->mutable_sampling() = sampling;
-        auto opened = dclient->Call(o, "drafter open");
-        if (!opened.ok()) {
-          drafter_failed(opened.status());
+        auto c = DrafterClient::Open(drafter_stubs[*drafter_index].get(), deadline);
+        if (!c.ok()) {
+          drafter_failed(c.status());
         } else {
-          dhandle = opened->opened().id();
-          if (!dflash) {
-            v1::DrafterRequest e;
-            e.mutable_extend()->set_handle(dhandle);
-            for (int32_t t : prompt) e.mutable_extend()->add_tokens(t);
-            auto ext = dclient->Call(e, "drafter extend");
-            if (!ext.ok()) drafter_failed(ext.status());
+          dclient = *std::move(c);
+          v1::DrafterRequest o;
+          o.mutable_open()->set_kind(dflash ? v1::DFLASH_DRAFTER : v1::AR_DRAFT_LM);
+          *o.mutable_open()->mutable_sampling() = sampling;
+          auto opened = dclient->Call(o, "drafter open");
+          if (!opened.ok()) {
+            drafter_failed(opened.status());
+          } else {
+            dhandle = opened->opened().id();
+            if (!dflash) {
+              v1::DrafterRequest e;
+              e.mutable_extend()->set_handle(dhandle);
+              for (int32_t t : prompt) e.mutable_extend()->add_tokens(t);
+              auto ext = dclient->Call(e, "drafter extend");
+              if (!ext.ok()) drafter_failed(ext.status());
+            }
           }
         }
       }
     }
-  }
-  int32_t b = 0;
-  if (dflash && dclient) {
-    b = req.block_size() > 0 ? req.block_size() : dinfo.block_size();
-    if (method == v1::DFLASH_ADAPTIVE && req.block_size() == 0) {
-      const auto tp = Clock::now();
-      absl::Status why = absl::UnavailableError("no policy configured");
-      std::optional<size_t> pi;
-      if (policies) {
-        pi = Pick(*policies, "policy");
-        if (!pi) {
-          why = absl::UnavailableError(
-              absl::StrCat("no healthy policy replica: ", policies->Describe()));
+    if (dflash && dclient) {
+      b = req.block_size() > 0 ? req.block_size() : dinfo.block_size();
+      if (method == v1::DFLASH_ADAPTIVE && req.block_size() == 0) {
+        const auto tp = Clock::now();
+        absl::Status why = absl::UnavailableError("no policy configured");
+        std::optional<size_t> pi;
+        if (policies) {
+          pi = Pick(*policies, "policy");
+          if (!pi) {
+            why = absl::UnavailableError(
+                absl::StrCat("no healthy policy replica: ", policies->Describe()));
+          }
         }
-      }
-      if (pi) {
-        grpc::ClientContext pctx;
-        pctx.set_deadline(
-            std::min(deadline, std::chrono::system_clock::now() + std::chrono::milliseconds(500)));
-        v1::PredictBlockSizeRequest preq2;
-        *preq2.mutable_logits() = presp->prefill().last_logits();
-        v1::PredictBlockSizeResponse pres;
-        grpc::Status ps = policy_stubs[*pi]->PredictBlockSize(&pctx, preq2, &pres);
-        if (ps.ok()) {
-          b = pres.block_size();
-          stats.set_block_size_from_policy(true);
-          why = absl::OkStatus();
-        } else {
-          why = absl::Status(static_cast<absl::StatusCode>(ps.error_code()), ps.error_message());
-          NoteFailure(*policies, *pi, why);
+        if (pi) {
+          grpc::ClientContext pctx;
+          pctx.set_deadline(
+              std::min(deadline, std::chrono::system_clock::now() + std::chrono::milliseconds(500)));
+          v1::PredictBlockSizeRequest preq2;
+          *preq2.mutable_logits() = presp->prefill().last_logits();
+          v1::PredictBlockSizeResponse pres;
+          grpc::Status ps = policy_stubs[*pi]->PredictBlockSize(&pctx, preq2, &pres);
+          if (ps.ok()) {
+            b = pres.block_size();
+            stats.set_block_size_from_policy(true);
+            why = absl::OkStatus();
+          } else {
+            why = absl::Status(static_cast<absl::StatusCode>(ps.error_code()), ps.error_message());
+            NoteFailure(*policies, *pi, why);
+          }
         }
+        if (!why.ok()) {
+          stats.set_policy_fallback(true);
+          stats.set_note(absl::StrCat("policy unavailable (", why.message(),
+                                      "); using the drafter's training block size ", b));
+          metrics->fallbacks.Add({{"kind", "policy"}}).Increment();
+        }
+        stats.mutable_timings()->set_policy_ms(MsSince(tp));
       }
-      if (!why.ok()) {
-        stats.set_policy_fallback(true);
-        stats.set_note(absl::StrCat("policy unavailable (", why.message(),
-                                    "); using the drafter's training block size ", b));
-        metrics->fallbacks.Add({{"kind", "policy"}}).Increment();
-      }
-      stats.mutable_timings()->set_policy_ms(MsSince(tp));
+      if (b < 2) b = 2;
+      stats.set_block_size(b);
+      metrics->block_size.Add({{"block_size", std::to_string(b)}}).Increment();
     }
-    if (b < 2) b = 2;
-    stats.set_block_size(b);
-    metrics->block_size.Add({{"block_size", std::to_string(b)}}).Increment();
-  }
+  };
+  // A load-aware request starts its drafter at its first speculative step: under load it may
+  // never take one, and then it pays neither the drafter session nor the policy call.
+  bool drafter_started = !load_aware_on;
+  if (drafter_started) start_drafter();
+  const bool may_speculate = method != v1::AR && !finished;
 
   // ---- decode loop.
   const int32_t k = req.draft_length() > 0 ? req.draft_length() : 4;
@@ -700,11 +708,12 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
   while (!finished) {
     if (cancelled()) return absl::CancelledError("cancelled by the client");
     const int32_t remaining = max_new - static_cast<int32_t>(out.size());
-    if (!dclient || remaining <= 1) {
+    const bool drafting = dclient || (!drafter_started && may_speculate);
+    if (!drafting || remaining <= 1) {
       RETURN_IF_ERROR(ar_step());
       continue;
     }
-    const auto td = Clock::now();
+    auto td = Clock::now();
     std::optional<LoadAwareSpeculation::Step> la;
     if (load_aware_on) {
       la = load_aware->Next(td);
@@ -724,6 +733,12 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
         la_epoch = la->epoch;
         continue;
       }
+    }
+    if (!drafter_started) {
+      drafter_started = true;
+      start_drafter();
+      if (!dclient) continue;  // the drafter is gone: the request goes on as AR
+      td = Clock::now();       // a once-per-request cost, not the step's
     }
     v1::DrafterRequest dr;
     std::vector<int32_t> rows = {last}, parents;
@@ -811,8 +826,7 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
         .Observe(stats.estimated_speedup());
   }
   if (load_aware_on) {
-    stats.set_load_aware_ar(stats.load_aware_ar_steps() > 0 &&
-                            stats.load_aware_ar_steps() == stats.verify_steps());
+    stats.set_load_aware_ar(stats.load_aware_ar_steps() > 0 && stats.drafted_tokens() == 0);
     for (int level = 0; level < LoadAwareSpeculation::kLevels; ++level) {
       for (auto a : {LoadAwareSpeculation::Arm::kAr, LoadAwareSpeculation::Arm::kSpeculative}) {
         if (load_aware->Epochs(level, a) == 0) continue;

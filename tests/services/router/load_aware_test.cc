@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 
 namespace specdec::services {
@@ -75,6 +76,8 @@ TEST(LoadAwareSpeculation, LearnsThatArWinsUnderLoadAndSpeculationAlone) {
   const int level = LoadAwareSpeculation::Level(8);
   EXPECT_GE(la.Epochs(level, Arm::kAr), 2);
   EXPECT_GE(la.Epochs(level, Arm::kSpeculative), 2);
+  EXPECT_GE(la.Pairs(level), 4);
+  EXPECT_NEAR(la.LogAdvantage(level), std::log(66.67 / 125), 0.01);
   EXPECT_NEAR(la.Rate(level, Arm::kAr), 125, 1);
   EXPECT_NEAR(la.Rate(level, Arm::kSpeculative), 66.7, 1);
   // Most steps ran as AR once both arms were measured.
@@ -95,7 +98,7 @@ TEST(LoadAwareSpeculation, LearnsThatArWinsUnderLoadAndSpeculationAlone) {
 TEST(LoadAwareSpeculation, ExploresThenExploitsWithPeriodicReexploration) {
   LoadAwareSpeculation::Options o;
   o.explore_every = 4;
-  o.min_epochs = 2;
+  o.min_pairs = 3;
   LoadAwareSpeculation la(o);
   Sim sim{la, Clock::now()};
   for (int i = 0; i < 4; ++i) la.RequestStarted(sim.now);
@@ -103,7 +106,7 @@ TEST(LoadAwareSpeculation, ExploresThenExploitsWithPeriodicReexploration) {
   std::vector<Arm> epochs;
   uint64_t last = 0;
   std::vector<uint64_t> prev(4, 0);
-  for (int i = 0; i < 4 * 600; ++i) {
+  for (int i = 0; i < 4 * 8000; ++i) {
     auto s = la.Next(sim.now);
     if (s.epoch != last) epochs.push_back(s.arm);
     last = s.epoch;
@@ -118,11 +121,76 @@ TEST(LoadAwareSpeculation, ExploresThenExploitsWithPeriodicReexploration) {
   EXPECT_EQ(epochs[1], Arm::kAr);
   EXPECT_EQ(epochs[2], Arm::kSpeculative);
   EXPECT_EQ(epochs[3], Arm::kAr);
-  // Then speculation, with every 4th epoch at the level re-exploring AR.
+  // Then speculation. Its advantage is log(300 / 200) = 0.41, clearly ahead, so AR is
+  // re-explored five times as seldom as explore_every says: every 20th epoch.
   int ar = 0;
   for (size_t i = 4; i < epochs.size(); ++i) ar += epochs[i] == Arm::kAr;
   const int later = static_cast<int>(epochs.size()) - 4;
-  EXPECT_NEAR(ar, later / 4, 1);
+  EXPECT_GE(later, 60);
+  EXPECT_NEAR(ar, later / 20, 1);
+}
+
+TEST(LoadAwareSpeculation, PairedEpochsCancelSlowDriftOfTheMachine) {
+  // Speculation is 10% faster than AR at every moment, but the machine slows down threefold over
+  // the run (a busy neighbour): every epoch's rate carries the drift, the pairs do not.
+  LoadAwareSpeculation la;
+  auto t0 = Clock::now();
+  auto now = t0;
+  for (int i = 0; i < 4; ++i) la.RequestStarted(now);
+  std::vector<uint64_t> prev(4, 0);
+  int spec = 0, total = 0;
+  const double run_s = 30;
+  for (int i = 0;; ++i) {
+    const double at = std::chrono::duration<double>(now - t0).count();
+    if (at > run_s) break;
+    const double slow = 1 + 2 * at / run_s;
+    auto s = la.Next(now);
+    const bool ar = s.arm == Arm::kAr;
+    const double ms = (ar ? 5.0 : 5.0 * 2 / 1.1) * slow;  // AR 1 token, speculation 2
+    la.Observe(s, ar ? 1 : 2, ms / 1000, prev[i % 4] == s.epoch);
+    prev[i % 4] = s.epoch;
+    if (at > 5) {
+      ++total;
+      spec += !ar;
+    }
+    now += std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double, std::milli>(ms / 4));
+  }
+  const int level = LoadAwareSpeculation::Level(4);
+  EXPECT_NEAR(la.LogAdvantage(level), std::log(1.1), 0.03);
+  EXPECT_GT(spec, total * 3 / 4);
+}
+
+TEST(LoadAwareSpeculation, AnOutlierEpochDoesNotFlipTheChoice) {
+  // AR 250 tokens/s per request against speculation's 200 (log advantage -0.22), but every
+  // seventh epoch the machine stalls to a quarter of its speed: those epochs sit in two pairs
+  // each, with a log ratio of +1.2 or -1.6.
+  LoadAwareSpeculation::Options o;
+  o.explore_every = 3;
+  LoadAwareSpeculation la(o);
+  auto now = Clock::now();
+  for (int i = 0; i < 2; ++i) la.RequestStarted(now);
+  std::vector<uint64_t> prev(2, 0);
+  int flips = 0;
+  bool was_negative = false;
+  for (int i = 0; i < 2 * 4000; ++i) {
+    auto s = la.Next(now);
+    const bool ar = s.arm == Arm::kAr;
+    const double slow = s.epoch % 7 == 0 ? 4 : 1;
+    const double ms = (ar ? 4.0 : 10.0) * slow;
+    la.Observe(s, ar ? 1 : 2, ms / 1000, prev[i % 2] == s.epoch);
+    prev[i % 2] = s.epoch;
+    now += std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double, std::milli>(ms / 2));
+    if (la.Pairs(1) >= 4) {
+      const bool negative = la.LogAdvantage(1) < 0;
+      flips += negative != was_negative && was_negative;
+      was_negative = negative;
+    }
+  }
+  EXPECT_GE(la.Pairs(1), 10);
+  EXPECT_LT(la.LogAdvantage(1), 0);
+  EXPECT_EQ(flips, 0) << "an outlier pair turned the estimate towards speculation";
 }
 
 TEST(LoadAwareSpeculation, UncleanLateAndSparseStepsAreNotMeasured) {
