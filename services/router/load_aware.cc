@@ -47,29 +47,23 @@ void LoadAwareSpeculation::RequestFinished(Clock::time_point now) {
   in_flight_ = std::max<int64_t>(0, in_flight_ - 1);
 }
 
-void LoadAwareSpeculation::CloseEpochLocked(Clock::time_point now) {
-  AdvanceLoadLocked(now);
-  open_ = false;
-  const double span = Seconds(now - start_);
-  // An epoch that outlived itself by a whole epoch was idle for part of it: its load average
-  // says nothing about the load its steps saw, so it is not measured.
-  if (steps_ < options_.min_steps || seconds_ <= 0 || span > 2 * Seconds(options_.epoch)) {
+void LoadAwareSpeculation::MeasureLocked(const Closed& e) {
+  if (e.epoch == 0) return;
+  if (!e.measurable || e.steps < options_.min_steps || e.seconds <= 0) {
     last_.valid = false;
     return;
   }
-  const int level = Level(load_integral_ / span);
-  const double rate = tokens_ / seconds_;
-  Cell& c = cells_[level][static_cast<int>(arm_)];
+  const int level = Level(e.load);
+  const double rate = e.tokens / e.seconds;
+  Cell& c = cells_[level][static_cast<int>(e.arm)];
   c.rate = c.epochs == 0 ? rate : (1 - options_.alpha) * c.rate + options_.alpha * rate;
   ++c.epochs;
-  // A pair: the previous epoch was measured at this level with the other arm, right before.
-  if (last_.valid && last_.level == level && last_.arm != arm_ &&
-      Seconds(start_ - last_.end) < Seconds(options_.epoch)) {
-    const double spec = arm_ == Arm::kSpeculative ? rate : last_.rate;
-    const double ar = arm_ == Arm::kAr ? rate : last_.rate;
-    const double x = std::log(spec / ar);
+  // A pair: the epoch right before was measured at this level with the other arm.
+  if (last_.valid && last_.epoch + 1 == e.epoch && last_.level == level && last_.arm != e.arm) {
+    const double spec = e.arm == Arm::kSpeculative ? rate : last_.rate;
+    const double ar = e.arm == Arm::kAr ? rate : last_.rate;
     LevelState& l = levels_[level];
-    l.samples.push_back(x);
+    l.samples.push_back(std::log(spec / ar));
     while (static_cast<int>(l.samples.size()) > std::max(1, options_.window)) l.samples.pop_front();
     std::vector<double> sorted(l.samples.begin(), l.samples.end());
     std::sort(sorted.begin(), sorted.end());
@@ -77,7 +71,7 @@ void LoadAwareSpeculation::CloseEpochLocked(Clock::time_point now) {
     l.log_advantage = m % 2 ? sorted[m / 2] : (sorted[m / 2 - 1] + sorted[m / 2]) / 2;
     ++l.pairs;
   }
-  last_ = Measured{true, level, arm_, rate, now};
+  last_ = Measured{true, e.epoch, level, e.arm, rate};
 }
 
 LoadAwareSpeculation::Arm LoadAwareSpeculation::ChooseLocked(int level) {
@@ -112,7 +106,15 @@ LoadAwareSpeculation::Step LoadAwareSpeculation::Next(Clock::time_point now) {
       AdvanceLoadLocked(now);
       const double span = Seconds(now - start_);
       if (recent && span > 0) load = load_integral_ / span;
-      CloseEpochLocked(now);
+      // The epoch before the one ending now has had all its steps finish: measure it. The one
+      // ending now waits for its straggling steps.
+      MeasureLocked(closed_);
+      closed_ = Closed{epoch_, arm_, false, 0, tokens_, seconds_, steps_};
+      // An epoch that outlived itself by a whole epoch was idle for part of it: its load
+      // average says nothing about the load its steps saw, so it is not measured.
+      closed_.measurable = span > 0 && span <= 2 * Seconds(options_.epoch);
+      closed_.load = span > 0 ? load_integral_ / span : 0;
+      open_ = false;
     }
     const int level = Level(std::max(1.0, load));
     arm_ = ChooseLocked(level);
@@ -136,10 +138,15 @@ LoadAwareSpeculation::Step LoadAwareSpeculation::Next(Clock::time_point now) {
 void LoadAwareSpeculation::Observe(const Step& step, int64_t tokens, double seconds, bool clean) {
   if (!clean || tokens <= 0 || seconds <= 0) return;
   std::lock_guard<std::mutex> lock(mu_);
-  if (!open_ || step.epoch != epoch_) return;  // finished after its epoch closed
-  tokens_ += static_cast<double>(tokens);
-  seconds_ += seconds;
-  ++steps_;
+  if (open_ && step.epoch == epoch_) {
+    tokens_ += static_cast<double>(tokens);
+    seconds_ += seconds;
+    ++steps_;
+  } else if (step.epoch == closed_.epoch) {
+    closed_.tokens += static_cast<double>(tokens);
+    closed_.seconds += seconds;
+    ++closed_.steps;
+  }  // else: it outlived the epoch after its own and is not counted
 }
 
 double LoadAwareSpeculation::LogAdvantage(int level) const {

@@ -71,7 +71,8 @@ class LoadAwareSpeculation {
   // The arm of the next step of a load-aware request.
   Step Next(Clock::time_point now);
   // That step committed `tokens` in `seconds`; `clean` when the request's previous step ran in
-  // the same epoch.
+  // the same epoch. A step counts for the epoch it began in, if it ends before the epoch after
+  // that one closes.
   void Observe(const Step& step, int64_t tokens, double seconds, bool clean);
 
   // Decayed mean per-request decode rate of an arm's epochs at a level (tokens/s; 0 when
@@ -98,13 +99,24 @@ class LoadAwareSpeculation {
   };
   struct Measured {  // the last epoch that was measured
     bool valid = false;
+    uint64_t epoch = 0;
     int level = 0;
     Arm arm = Arm::kAr;
     double rate = 0;
-    Clock::time_point end{};
+  };
+  // A closed epoch whose last steps may still be running: it is measured when the next epoch
+  // closes, so that slow steps that straddle its end count too (dropping them would favour the
+  // arm with the longer steps, whose slow steps are the likelier to straddle).
+  struct Closed {
+    uint64_t epoch = 0;  // 0: none
+    Arm arm = Arm::kAr;
+    bool measurable = false;
+    double load = 0;  // time-averaged requests in flight
+    double tokens = 0, seconds = 0;
+    int64_t steps = 0;
   };
   void AdvanceLoadLocked(Clock::time_point now);
-  void CloseEpochLocked(Clock::time_point now);
+  void MeasureLocked(const Closed& e);
   Arm ChooseLocked(int level);
 
   Options options_;
@@ -123,6 +135,7 @@ class LoadAwareSpeculation {
   double load_integral_ = 0;  // request-seconds since start_
   double tokens_ = 0, seconds_ = 0;
   int64_t steps_ = 0;
+  Closed closed_;  // the epoch before the current one
 };
 
 }  // namespace specdec::services

@@ -193,32 +193,42 @@ TEST(LoadAwareSpeculation, AnOutlierEpochDoesNotFlipTheChoice) {
   EXPECT_EQ(flips, 0) << "an outlier pair turned the estimate towards speculation";
 }
 
-TEST(LoadAwareSpeculation, UncleanLateAndSparseStepsAreNotMeasured) {
+TEST(LoadAwareSpeculation, StepsCountForTheEpochTheyBeganInUnlessUncleanOrTooLate) {
   LoadAwareSpeculation::Options o;
   o.min_steps = 4;
   LoadAwareSpeculation la(o);
   auto t = Clock::now();
   la.RequestStarted(t);
-  auto s = la.Next(t);
-  // Only unclean steps (the request's previous step was in another epoch) and 3 clean ones.
-  for (int i = 0; i < 10; ++i) la.Observe(s, 5, 0.001, false);
-  for (int i = 0; i < 3; ++i) la.Observe(s, 5, 0.001, true);
+  auto e1 = la.Next(t);
+  // Unclean steps (the request's previous step was in another epoch) never count, and 3 clean
+  // ones are too few.
+  for (int i = 0; i < 10; ++i) la.Observe(e1, 5, 0.001, false);
+  for (int i = 0; i < 3; ++i) la.Observe(e1, 5, 0.001, true);
   t += milliseconds(260);
-  auto s2 = la.Next(t);  // closes the first epoch: too few clean steps to count
-  EXPECT_EQ(la.Epochs(0, s.arm), 0);
-  // A step of the closed epoch finishing now is dropped.
-  for (int i = 0; i < 10; ++i) la.Observe(s, 5, 0.001, true);
-  for (int i = 0; i < 4; ++i) la.Observe(s2, 1, 0.004, true);
+  auto e2 = la.Next(t);
+  EXPECT_NE(e2.epoch, e1.epoch);
+  // Epoch 2 gets 4 clean steps, two of them finishing after it closed: they still count.
+  for (int i = 0; i < 2; ++i) la.Observe(e2, 1, 0.004, true);
   t += milliseconds(260);
-  la.Next(t);
-  EXPECT_EQ(la.Epochs(0, s2.arm), 1);
-  EXPECT_NEAR(la.Rate(0, s2.arm), 250, 1e-6);
-  // An epoch that ran idle for more than another epoch's length is not measured either.
-  auto s3 = la.Next(t);
-  for (int i = 0; i < 8; ++i) la.Observe(s3, 1, 0.004, true);
+  auto e3 = la.Next(t);  // measures epoch 1 (not enough steps); epoch 2 waits
+  EXPECT_EQ(la.Epochs(0, e1.arm), 0);
+  for (int i = 0; i < 2; ++i) la.Observe(e2, 1, 0.004, true);
+  // A step of epoch 1 finishing now is too late for anything.
+  for (int i = 0; i < 10; ++i) la.Observe(e1, 5, 0.001, true);
+  for (int i = 0; i < 4; ++i) la.Observe(e3, 3, 0.012, true);
+  t += milliseconds(260);
+  la.Next(t);  // measures epoch 2
+  EXPECT_EQ(la.Epochs(0, e2.arm), 1);
+  EXPECT_NEAR(la.Rate(0, e2.arm), 250, 1e-6);
+  // Epoch 3 ran until an idle spell made it outlive itself: not measured.
+  auto e4 = la.Next(t);
+  for (int i = 0; i < 8; ++i) la.Observe(e4, 1, 0.004, true);
   t += milliseconds(900);
-  la.Next(t);
-  EXPECT_EQ(la.Epochs(0, s3.arm), s3.arm == s2.arm ? 1 : 0);
+  la.Next(t);  // closes epoch 4 (too long) and measures epoch 3
+  t += milliseconds(260);
+  la.Next(t);  // measures epoch 4
+  const int64_t ar = la.Epochs(0, Arm::kAr), spec = la.Epochs(0, Arm::kSpeculative);
+  EXPECT_EQ(ar + spec, 2) << "epochs 2 and 3 measured, 1 and 4 not";
 }
 
 TEST(LoadAwareSpeculation, EpochLevelIsTheTimeAveragedLoad) {
@@ -231,9 +241,53 @@ TEST(LoadAwareSpeculation, EpochLevelIsTheTimeAveragedLoad) {
   for (int i = 0; i < 8; ++i) la.Observe(s, 1, 0.005, true);
   auto s2 = la.Next(t + milliseconds(250));
   EXPECT_EQ(s2.level, 1);
-  EXPECT_EQ(la.Epochs(1, s.arm), 1);  // measured at level 2 where it ran
+  la.Next(t + milliseconds(500));       // measures the first epoch
+  EXPECT_EQ(la.Epochs(1, s.arm), 1);  // at level 2, where it ran
   EXPECT_EQ(la.Epochs(0, s.arm), 0);
   EXPECT_EQ(la.in_flight(), 2);
+}
+
+TEST(LoadAwareSpeculation, LongStepsStraddlingAnEpochEndStillCount) {
+  // Speculative steps take 60 or 180 ms (2 tokens) against AR's 20 ms (1 token): per request AR
+  // wins, 50 against 16.7 tokens/s. Counting only steps that end inside their 250 ms epoch would
+  // keep the short speculative steps more often than the long ones and flatter speculation;
+  // counting every step for the epoch it began in measures the true rates.
+  LoadAwareSpeculation la;
+  auto now = Clock::now();
+  constexpr int kRequests = 8;
+  for (int i = 0; i < kRequests; ++i) la.RequestStarted(now);
+  struct Req {
+    Clock::time_point busy_until;
+    LoadAwareSpeculation::Step step;
+    uint64_t prev = 0;
+    bool running = false;
+    int spec_steps = 0;
+    double ms = 0;
+  };
+  std::vector<Req> reqs(kRequests);
+  for (int i = 0; i < kRequests; ++i) reqs[i].busy_until = now + milliseconds(7 * i);
+  const auto end = now + std::chrono::seconds(40);
+  while (now < end) {
+    for (Req& r : reqs) {
+      if (r.busy_until > now) continue;
+      if (r.running) {
+        const bool ar = r.step.arm == Arm::kAr;
+        la.Observe(r.step, ar ? 1 : 2, r.ms / 1000, r.prev == r.step.epoch);
+        r.prev = r.step.epoch;
+      }
+      r.step = la.Next(now);
+      r.running = true;
+      r.ms = r.step.arm == Arm::kAr ? 20 : (r.spec_steps++ % 2 ? 60 : 180);
+      r.busy_until = now + milliseconds(static_cast<int>(r.ms));
+    }
+    now += milliseconds(1);
+  }
+  const int level = LoadAwareSpeculation::Level(kRequests);
+  EXPECT_NEAR(la.Rate(level, Arm::kAr), 50, 1);
+  // The per-epoch speculative rate rests on a dozen steps of two lengths, so it scatters around
+  // 16.7 (and a mean of ratios leans high); it is nowhere near AR's.
+  EXPECT_NEAR(la.Rate(level, Arm::kSpeculative), 16.7, 0.2 * 16.7);
+  EXPECT_LT(la.LogAdvantage(level), std::log(0.5));
 }
 
 }  // namespace
