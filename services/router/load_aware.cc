@@ -85,10 +85,13 @@ LoadAwareSpeculation::Arm LoadAwareSpeculation::ChooseLocked(int level) {
     return after_same_level ? other(arm_) : Arm::kSpeculative;
   }
   const Arm best = l.log_advantage > 0 ? Arm::kSpeculative : Arm::kAr;
-  // The clearer the advantage, the rarer the exploration: every explore_every epochs when the
-  // arms are even, up to 5x as seldom when one is 40% (log 0.4) ahead.
+  // Explore often while the estimate rests on few pairs; then the clearer the advantage, the
+  // rarer the exploration: every explore_every epochs when the arms are even, up to 5x as
+  // seldom when one is 40% (log 0.4) ahead.
   const double every =
-      options_.explore_every * (1 + std::min(4.0, std::abs(l.log_advantage) / 0.1));
+      l.pairs < options_.confident_pairs
+          ? 3
+          : options_.explore_every * (1 + std::min(4.0, std::abs(l.log_advantage) / 0.1));
   const bool explore = options_.explore_every > 0 && ++l.since_explore >= every;
   if (explore) l.since_explore = 0;
   return explore ? other(best) : best;

@@ -99,6 +99,7 @@ TEST(LoadAwareSpeculation, ExploresThenExploitsWithPeriodicReexploration) {
   LoadAwareSpeculation::Options o;
   o.explore_every = 4;
   o.min_pairs = 3;
+  o.confident_pairs = 3;
   LoadAwareSpeculation la(o);
   Sim sim{la, Clock::now()};
   for (int i = 0; i < 4; ++i) la.RequestStarted(sim.now);
