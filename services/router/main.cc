@@ -26,6 +26,15 @@ int main(int argc, char** argv) {
   app.add_option("--load-aware", o.load_aware,
                  "DFLASH_ADAPTIVE steps may run as AR when AR measures faster at the current load")
       ->envname("SPECDEC_LOAD_AWARE");
+  app.add_option("--max-active-requests", o.max_active_requests,
+                 "requests served at once; later ones queue (0 = unbounded)")
+      ->envname("SPECDEC_MAX_ACTIVE_REQUESTS");
+  app.add_option("--max-queued-requests", o.max_queued_requests,
+                 "requests that may wait for admission; beyond it RESOURCE_EXHAUSTED at once")
+      ->envname("SPECDEC_MAX_QUEUED_REQUESTS");
+  app.add_option("--queue-timeout-ms", o.queue_timeout_ms,
+                 "longest wait for admission before RESOURCE_EXHAUSTED")
+      ->envname("SPECDEC_QUEUE_TIMEOUT_MS");
   app.add_option("--load-aware-epoch-ms", o.load_aware_epoch_ms,
                  "length of the epochs in which every load-aware step takes one arm")
       ->envname("SPECDEC_LOAD_AWARE_EPOCH_MS");

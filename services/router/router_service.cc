@@ -20,6 +20,7 @@
 #include "common/util/status_macros.h"
 #include "services/common/run_server.h"
 #include "services/common/server.h"
+#include "services/router/admission.h"
 #include "services/router/load_aware.h"
 #include "services/router/replica_set.h"
 #include "services/router/stream_clients.h"
@@ -138,6 +139,16 @@ struct RouterMetrics {
                        .Help("Load-aware speculation epochs by load level (requests in flight) "
                              "and the arm chosen for them (AR or speculative)")
                        .Register(r)),
+        queued(prometheus::BuildGauge()
+                   .Name("specdec_queued_requests")
+                   .Help("Requests waiting for admission (--max-active-requests)")
+                   .Register(r)
+                   .Add({})),
+        queue_wait(prometheus::BuildHistogram()
+                       .Name("specdec_queue_wait_seconds")
+                       .Help("Time requests waited for admission")
+                       .Register(r)
+                       .Add({}, LatencyBuckets())),
         load_aware_steps(prometheus::BuildCounter()
                              .Name("specdec_load_aware_steps_total")
                              .Help("Steps of DFLASH_ADAPTIVE requests by the arm load-aware "
@@ -165,6 +176,8 @@ struct RouterMetrics {
   prometheus::Family<prometheus::Gauge>& replica_healthy;
   prometheus::Family<prometheus::Counter>& replica_picks;
   prometheus::Family<prometheus::Counter>& load_aware;
+  prometheus::Gauge& queued;
+  prometheus::Histogram& queue_wait;
   prometheus::Family<prometheus::Counter>& load_aware_steps;
   prometheus::Family<prometheus::Gauge>& load_aware_rate;
 };
@@ -281,6 +294,7 @@ struct RouterServer::Impl {
   std::atomic<double> ar_step_ms{0};  // running mean of single-token target steps
   std::atomic<int64_t> in_flight{0};  // requests being served
   std::unique_ptr<LoadAwareSpeculation> load_aware;  // set in Start
+  std::unique_ptr<AdmissionQueue> admission;         // set in Start
 
   void Spawn(std::shared_ptr<Outbox> box, v1::GenerateRequest req,
              std::chrono::system_clock::time_point deadline) {
@@ -289,14 +303,23 @@ struct RouterServer::Impl {
       ++workers;
     }
     std::thread([this, box, req = std::move(req), deadline] {
-      metrics->active.Increment();
-      ++in_flight;
-      load_aware->RequestStarted(Clock::now());
       const auto t0 = Clock::now();
-      absl::Status s = Serve(req, deadline, *box);
-      --in_flight;
-      load_aware->RequestFinished(Clock::now());
-      metrics->active.Decrement();
+      metrics->queued.Increment();
+      double waited = 0;
+      absl::Status s = admission->Admit(
+          deadline, [&box] { return box->cancelled.load(); }, &waited);
+      metrics->queued.Decrement();
+      metrics->queue_wait.Observe(waited);
+      if (s.ok()) {
+        metrics->active.Increment();
+        ++in_flight;
+        load_aware->RequestStarted(Clock::now());
+        s = Serve(req, deadline, *box);
+        --in_flight;
+        load_aware->RequestFinished(Clock::now());
+        metrics->active.Decrement();
+        admission->Release();
+      }
       metrics->outcomes.Add({{"code", absl::StatusCodeToString(s.code())}}).Increment();
       metrics->e2e.Observe(MsSince(t0) / 1000.0);
       FinishBox(*box, ToGrpc(s));
@@ -891,6 +914,9 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
   LoadAwareSpeculation::Options lo;
   lo.epoch = std::chrono::milliseconds(std::max(1, options.load_aware_epoch_ms));
   impl->load_aware = std::make_unique<LoadAwareSpeculation>(lo);
+  impl->admission = std::make_unique<AdmissionQueue>(AdmissionQueue::Options{
+      options.max_active_requests, std::max(0, options.max_queued_requests),
+      std::chrono::milliseconds(std::max(0, options.queue_timeout_ms))});
   impl->metrics = std::make_unique<RouterMetrics>(impl->metrics_server.registry());
   if (!options.tokenizer_dir.empty()) {
     ASSIGN_OR_RETURN(impl->tokenizer,

@@ -25,6 +25,11 @@ struct RouterServerOptions {
   // epochs of this length.
   bool load_aware = true;
   int load_aware_epoch_ms = 250;
+  // Admission control (AdmissionQueue): requests served at once (0 = unbounded), requests that
+  // may wait for a slot, and how long one may wait before RESOURCE_EXHAUSTED.
+  int max_active_requests = 64;
+  int max_queued_requests = 256;
+  int queue_timeout_ms = 10000;
   std::string tokenizer_dir;          // tokenizer.json for text prompts (optional)
   std::string model_name = "target";  // label of the spec-decode metrics
   int default_max_new_tokens = 128;

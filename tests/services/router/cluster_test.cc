@@ -89,6 +89,10 @@ class ClusterTest : public ::testing::Test {
     router_.reset();
     StartRouter(ms);
   }
+  void RestartRouterWithAdmission(int max_active, int max_queued, int queue_timeout_ms) {
+    router_.reset();
+    StartRouter(250, max_active, max_queued, queue_timeout_ms);
+  }
 
   void StartAll(bool with_drafter, bool with_policy) {
     const Dirs& d = Checkpoints();
@@ -118,9 +122,13 @@ class ClusterTest : public ::testing::Test {
     }
     StartRouter(250);
   }
-  void StartRouter(int load_aware_epoch_ms) {
+  void StartRouter(int load_aware_epoch_ms, int max_active = 64, int max_queued = 256,
+                   int queue_timeout_ms = 10000) {
     RouterServerOptions ro;
     ro.load_aware_epoch_ms = load_aware_epoch_ms;
+    ro.max_active_requests = max_active;
+    ro.max_queued_requests = max_queued;
+    ro.queue_timeout_ms = queue_timeout_ms;
     ro.address = "127.0.0.1:0";
     ro.metrics_address = "";
     ro.target_address = Addr(target_->port());
@@ -553,6 +561,49 @@ TEST_F(ClusterTest, LoadAwareRequestSwitchingArmsMidRequestEqualsAr) {
       EXPECT_LT(st.load_aware_ar_steps(), st.verify_steps());
     }
   }
+}
+
+TEST_F(ClusterTest, AdmissionQueuesThenRefusesBeyondCapacityAndKeepsServing) {
+  // One request served at a time; one more may wait, for 50 ms.
+  RestartRouterWithAdmission(1, 1, 50);
+  auto queued = [&] {
+    for (const auto& f : router_->registry().Collect()) {
+      if (f.name == "specdec_queued_requests" && !f.metric.empty()) {
+        return f.metric[0].gauge.value;
+      }
+    }
+    return -1.0;
+  };
+  // A long first request holds the only slot; its first chunk proves it is being served.
+  grpc::ClientContext first_ctx;
+  auto first = stub_->Generate(&first_ctx, Request({5, 6, 7}, v1::AR, 500));
+  v1::GenerateResponse msg;
+  ASSERT_TRUE(first->Read(&msg));
+  // The second waits in the queue; the third finds the queue full and is refused at once.
+  Result second, third;
+  std::thread t2([&] { second = Generate(Request({1, 2, 3}, v1::AR, 8)); });
+  while (queued() < 1) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  third = Generate(Request({1, 2, 3}, v1::AR, 8));
+  t2.join();
+  EXPECT_EQ(third.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << third.status.error_message();
+  EXPECT_NE(third.status.error_message().find("--max-queued-requests"), std::string::npos)
+      << third.status.error_message();
+  // ... and the second gave up after its 50 ms.
+  EXPECT_EQ(second.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << second.status.error_message();
+  EXPECT_NE(second.status.error_message().find("--queue-timeout-ms"), std::string::npos)
+      << second.status.error_message();
+  // The first request was not disturbed.
+  int tokens = msg.chunk().token_ids_size();
+  while (first->Read(&msg)) tokens += msg.chunk().token_ids_size();
+  EXPECT_TRUE(first->Finish().ok());
+  EXPECT_EQ(tokens, 500);
+  // Its slot is free again.
+  Result again = Generate(Request({1, 2, 3}, v1::AR, 8));
+  ASSERT_TRUE(again.status.ok()) << again.status.error_message();
+  EXPECT_EQ(again.tokens.size(), 8u);
+  EXPECT_EQ(queued(), 0);
 }
 
 TEST_F(ClusterTest, TargetReplicasShareRequestsAndADeadOneIsSkipped) {
