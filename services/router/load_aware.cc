@@ -77,21 +77,36 @@ void LoadAwareSpeculation::MeasureLocked(const Closed& e) {
 LoadAwareSpeculation::Arm LoadAwareSpeculation::ChooseLocked(int level) {
   LevelState& l = levels_[level];
   ++l.epochs;
+  auto other = [](Arm a) { return a == Arm::kAr ? Arm::kSpeculative : Arm::kAr; };
+  // A prior for a level still learning: speculation's advantage only shrinks as the load grows
+  // (each request gets less of the target's batch room), so when the nearest lower level that
+  // has learned says AR wins clearly, this level starts out exploiting AR instead of
+  // alternating, and its own pairs (from the usual exploration) take over.
+  bool prior_ar = false;
+  if (l.pairs < options_.confident_pairs) {
+    for (int k = level - 1; k >= 0; --k) {
+      if (levels_[k].pairs < options_.confident_pairs) continue;
+      prior_ar = levels_[k].log_advantage < -0.1;
+      break;
+    }
+  }
   // arm_ and level_ still describe the epoch that just ended (if any).
   const bool after_same_level = epoch_ > 0 && level_ == level;
-  auto other = [](Arm a) { return a == Arm::kAr ? Arm::kSpeculative : Arm::kAr; };
-  if (l.pairs < options_.min_pairs) {
+  if (l.pairs < options_.min_pairs && !prior_ar) {
     // Explore: alternate, so that every epoch pairs with the one before it; speculation first.
     return after_same_level ? other(arm_) : Arm::kSpeculative;
   }
-  const Arm best = l.log_advantage > 0 ? Arm::kSpeculative : Arm::kAr;
-  // Explore often while the estimate rests on few pairs; then the clearer the advantage, the
-  // rarer the exploration: every explore_every epochs when the arms are even, up to 5x as
-  // seldom when one is 40% (log 0.4) ahead.
-  const double every =
-      l.pairs < options_.confident_pairs
-          ? 3
-          : options_.explore_every * (1 + std::min(4.0, std::abs(l.log_advantage) / 0.1));
+  const Arm best = l.pairs < options_.min_pairs || l.log_advantage <= 0 ? Arm::kAr
+                                                                         : Arm::kSpeculative;
+  // Explore often while the estimate rests on few pairs (unless a prior says where to look);
+  // then the clearer the advantage, the rarer the exploration: every explore_every epochs when
+  // the arms are even, up to 5x as seldom when one is 40% (log 0.4) ahead.
+  double every = options_.explore_every;
+  if (l.pairs >= options_.confident_pairs) {
+    every *= 1 + std::min(4.0, std::abs(l.log_advantage) / 0.1);
+  } else if (!prior_ar) {
+    every = 3;
+  }
   const bool explore = options_.explore_every > 0 && ++l.since_explore >= every;
   if (explore) l.since_explore = 0;
   return explore ? other(best) : best;

@@ -36,7 +36,9 @@ namespace specdec::services {
 // then one runs the other arm, which makes new pairs with its neighbours so the estimate follows
 // changing conditions: every third epoch until the level has `confident_pairs` pairs, then
 // every `explore_every` epochs while the arms are even, up to five times as seldom when one is
-// clearly ahead (exploring a losing arm is what this costs). Thread-safe.
+// clearly ahead (exploring a losing arm is what this costs). A level still learning starts out
+// on AR, exploring at the normal rate, when the nearest lower level has learned that AR wins
+// clearly: speculation's advantage only shrinks as the load grows. Thread-safe.
 class LoadAwareSpeculation {
  public:
   using Clock = std::chrono::steady_clock;

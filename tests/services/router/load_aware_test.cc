@@ -51,6 +51,34 @@ struct Sim {
   }
 };
 
+TEST(LoadAwareSpeculation, AHigherLevelStartsOnArWhenALowerOneLearnedArWins) {
+  LoadAwareSpeculation la;
+  Sim sim{la, Clock::now()};
+  // Level 3-4 learns that AR wins clearly (log advantage -0.5).
+  for (int i = 0; i < 4; ++i) la.RequestStarted(sim.now);
+  sim.Run(4, 5, 16.5, 2, 4 * 800);
+  ASSERT_GE(la.Pairs(2), 12);
+  ASSERT_LT(la.LogAdvantage(2), -0.4);
+  // At 8 in flight nothing is measured yet, but the first epochs run AR.
+  for (int i = 0; i < 4; ++i) la.RequestStarted(sim.now);
+  std::vector<Arm> first;
+  uint64_t last = 0;
+  for (int i = 0; i < 4000 && first.size() < 6; ++i) {
+    auto s = la.Next(sim.now);
+    if (s.epoch != last && s.level == 3) first.push_back(s.arm);
+    last = s.epoch;
+    la.Observe(s, 1, 0.008, true);
+    sim.now += milliseconds(1);
+  }
+  ASSERT_EQ(first.size(), 6u);
+  for (Arm a : first) EXPECT_EQ(a, Arm::kAr);
+  // Without that knowledge a fresh level alternates, speculation first.
+  LoadAwareSpeculation fresh;
+  auto t = Clock::now();
+  for (int i = 0; i < 8; ++i) fresh.RequestStarted(t);
+  EXPECT_EQ(fresh.Next(t).arm, Arm::kSpeculative);
+}
+
 TEST(LoadAwareSpeculation, OneArmPerEpochThenANewEpoch) {
   LoadAwareSpeculation la;
   const auto t0 = Clock::now();
