@@ -68,6 +68,9 @@ TARGET=127.0.0.1:$((BASE + 1)) DRAFTER=127.0.0.1:$((BASE + 2)) POLICY=127.0.0.1:
 PROM=127.0.0.1:$((MBASE + 9))
 
 export SPECDEC_RUN_DIR="$(mktemp -d "${TMPDIR:-/tmp}/specdec-prom-e2e.XXXXXX")"
+# With load awareness a DFLASH_ADAPTIVE request asks the policy only if it takes a speculative
+# step; the checks below count one policy call (or policy fallback) per adaptive request.
+export SPECDEC_LOAD_AWARE=false
 work=$SPECDEC_RUN_DIR
 export TARGET_MODEL=$PACK/target DRAFT_LM=$PACK/draft DFLASH_MODEL=$PACK/dflash POLICY_MODEL=$PACK/policy
 pids=()
