@@ -100,12 +100,10 @@ LoadAwareSpeculation::Arm LoadAwareSpeculation::ChooseLocked(int level) {
                                                                          : Arm::kSpeculative;
   // Explore often while the estimate rests on few pairs (unless a prior says where to look);
   // then the clearer the advantage, the rarer the exploration: every explore_every epochs when
-  // the arms are even, up to 5x as seldom when one is 40% (log 0.4) ahead, and half as seldom
-  // again while the level has fewer than confident_pairs pairs (at least every third epoch).
+  // the arms are even, up to 5x as seldom when one is 40% (log 0.4) ahead.
   double every = options_.explore_every;
-  if (l.pairs >= options_.min_pairs) {
+  if (l.pairs >= options_.confident_pairs) {
     every *= 1 + std::min(4.0, std::abs(l.log_advantage) / 0.1);
-    if (l.pairs < options_.confident_pairs) every = std::max(3.0, every / 2);
   } else if (!prior_ar) {
     every = 3;
   }

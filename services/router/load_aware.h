@@ -34,11 +34,11 @@ namespace specdec::services {
 // machine) sits in two pairs, and a mean would follow it. Until a level has `min_pairs` samples
 // its epochs alternate; then each epoch takes the arm the median favours, except that now and
 // then one runs the other arm, which makes new pairs with its neighbours so the estimate follows
-// changing conditions: every `explore_every` epochs while the arms are even, up to five times
-// as seldom when one is clearly ahead (exploring a losing arm is what this costs), twice as often
-// while the level has fewer than `confident_pairs` pairs. A level still learning starts out on
-// AR, exploring every `explore_every` epochs, when the nearest lower level has learned that AR
-// wins clearly: speculation's advantage only shrinks as the load grows. Thread-safe.
+// changing conditions: every third epoch until the level has `confident_pairs` pairs, then
+// every `explore_every` epochs while the arms are even, up to five times as seldom when one is
+// clearly ahead (exploring a losing arm is what this costs). A level still learning starts out
+// on AR, exploring at the normal rate, when the nearest lower level has learned that AR wins
+// clearly: speculation's advantage only shrinks as the load grows. Thread-safe.
 class LoadAwareSpeculation {
  public:
   using Clock = std::chrono::steady_clock;
@@ -46,7 +46,7 @@ class LoadAwareSpeculation {
   struct Options {
     Clock::duration epoch = std::chrono::milliseconds(250);
     int min_pairs = 4;       // paired samples per level before exploiting
-    int confident_pairs = 12;  // below this, a level explores twice as often
+    int confident_pairs = 12;  // below this, every 3rd epoch at a level explores
     int explore_every = 10;    // then the other arm every n-th epoch at a level, at the most often
     int window = 15;         // paired samples the median is taken over
     double alpha = 0.15;     // weight of a new epoch in the per-arm rate means (metrics)

@@ -56,7 +56,7 @@ TEST(LoadAwareSpeculation, AHigherLevelStartsOnArWhenALowerOneLearnedArWins) {
   Sim sim{la, Clock::now()};
   // Level 3-4 learns that AR wins clearly (log advantage -0.5).
   for (int i = 0; i < 4; ++i) la.RequestStarted(sim.now);
-  sim.Run(4, 5, 16.5, 2, 4 * 6000);
+  sim.Run(4, 5, 16.5, 2, 4 * 800);
   ASSERT_GE(la.Pairs(2), 12);
   ASSERT_LT(la.LogAdvantage(2), -0.4);
   // At 8 in flight nothing is measured yet, but the first epochs run AR.
