@@ -21,10 +21,20 @@ PACK=${SPECDEC_PACK:-models/specdec-pycode}
 export TARGET_MODEL=$PACK/target DRAFT_LM=$PACK/draft DFLASH_MODEL=$PACK/dflash
 export POLICY_MODEL=$PACK/policy
 trap 'bash deploy/local/cluster.sh stop >/dev/null' EXIT
+# One request at a time, each method shown as itself: the router's load awareness (on by default;
+# it may run DFLASH_ADAPTIVE steps as AR while it measures which arm is faster at the current
+# load) is for serving concurrent load, see loadtest/.
+export SPECDEC_LOAD_AWARE=${SPECDEC_LOAD_AWARE:-false}
 bash deploy/local/cluster.sh start
 ROUTER=127.0.0.1:${SPECDEC_PORT_BASE:-50050}
 PROMPT=$'def is_palindrome(text: str) -> bool:\n    """Return True if text reads the same backwards."""\n'
 methods="AR DFLASH_ADAPTIVE DFLASH DRAFT_CHAIN DYSPEC_TREE"
+# Warm-up, not timed: a fresh cluster's first request per method pays one-time set-up (streams,
+# allocations, cold caches) that would otherwise count against whichever method runs first.
+for method in $methods; do
+  "$BUILD_DIR/cli/specdec" generate --router "$ROUTER" --method "$method" -p "$PROMPT" \
+    -n 16 --ignore-eos >/dev/null 2>&1
+done
 for method in $methods; do
   echo "== $method through the router"
   "$BUILD_DIR/cli/specdec" generate --router "$ROUTER" --method "$method" -p "$PROMPT" \
