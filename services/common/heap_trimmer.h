@@ -1,0 +1,53 @@
+// Gives freed heap memory back to the operating system.
+//
+// glibc's malloc keeps memory freed in the middle of an arena mapped: a long-running service that
+// allocates tensors of ever-changing sizes (KV caches that grow, ragged batches) therefore sees
+// its resident size creep up although its live heap is flat. HeapTrimmer checks the heap's free
+// bytes periodically and, past a threshold, calls malloc_trim, which returns the free pages of
+// every arena. Without glibc it does nothing.
+#ifndef SPECDEC_SERVICES_COMMON_HEAP_TRIMMER_H_
+#define SPECDEC_SERVICES_COMMON_HEAP_TRIMMER_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+
+namespace specdec::services {
+
+struct HeapStats {
+  int64_t in_use_bytes = 0;  // allocated and not freed (arenas and mmapped chunks)
+  int64_t free_bytes = 0;    // freed but still held by the allocator's arenas
+};
+
+// The allocator's current statistics (all zero without glibc).
+HeapStats ReadHeapStats();
+
+// Returns the heap's free pages to the OS if at least `min_free_bytes` are held free; returns
+// whether it trimmed.
+bool TrimHeapIfWorthIt(int64_t min_free_bytes);
+
+// A background thread running TrimHeapIfWorthIt every `interval` (zero: no thread).
+class HeapTrimmer {
+ public:
+  HeapTrimmer(std::chrono::milliseconds interval, int64_t min_free_bytes);
+  ~HeapTrimmer();
+  HeapTrimmer(const HeapTrimmer&) = delete;
+  HeapTrimmer& operator=(const HeapTrimmer&) = delete;
+
+  int64_t trims() const;
+
+ private:
+  void Run(std::chrono::milliseconds interval, int64_t min_free_bytes);
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  int64_t trims_ = 0;
+  std::thread thread_;  // last: started after the state it uses
+};
+
+}  // namespace specdec::services
+
+#endif  // SPECDEC_SERVICES_COMMON_HEAP_TRIMMER_H_
