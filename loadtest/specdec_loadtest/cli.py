@@ -168,6 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "*.pid files such as $SPECDEC_RUN_DIR) every --watch-interval seconds; "
                         "growth is measured from the end of the first warm-up")
     g.add_argument("--watch-interval", type=float, default=1.0, metavar="S")
+    g.add_argument("--rss-window", type=float, default=60.0, metavar="S",
+                   help="growth compares the median RSS of the first S seconds after the warm-up "
+                        "with that of the last S seconds (0: single samples)")
     g.add_argument("--max-rss-growth", type=float, default=None, metavar="PCT",
                    help="fail (exit 1) when a watched process grew by more than PCT percent")
     g.add_argument("--fail-on-error", action="store_true",
@@ -192,7 +195,7 @@ def _check_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         p.error("--requests and --max-prompts must be >= 0, --max-new-tokens >= 1")
     if not 0.0 <= a.cancel_fraction <= 1.0:
         p.error("--cancel-fraction must be in [0, 1]")
-    if a.timeout <= 0 or a.max_inflight < 1 or a.watch_interval <= 0:
+    if a.timeout <= 0 or a.max_inflight < 1 or a.watch_interval <= 0 or a.rss_window < 0:
         p.error("--timeout, --max-inflight and --watch-interval must be > 0")
 
 
@@ -292,7 +295,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         draft_length=a.draft_length, timeout_s=a.timeout, cancel_fraction=a.cancel_fraction,
         warmup_s=a.warmup, duration_s=a.duration, max_requests=a.requests,
         max_inflight=a.max_inflight)
-    watcher = RssWatcher(pids, a.watch_interval).start() if pids else None
+    watcher = RssWatcher(pids, a.watch_interval, a.rss_window).start() if pids else None
     runner = Runner(client, prompt_list, cfg,
                     on_window_open=watcher.mark_baseline if watcher else None)
     scraper = prom.Scraper(a.metrics_url, a.metrics_select) if a.metrics_url else None
@@ -354,7 +357,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if errs:
         print("\nerrors:\n" + errs)
     if memory:
-        print("\nresident memory (MiB, growth from the end of the first warm-up):")
+        print("\nresident memory (MiB, growth from the end of the first warm-up; medians of "
+              f"{a.rss_window:g} s windows):")
         for pid, m in memory.items():
             growth = m["growth_pct"]
             print(f"  {m['name']} ({pid}): {m['baseline_mib'] or 0:.1f} -> "

@@ -1,9 +1,13 @@
 """Resident-memory sampling of service processes (``--watch-pid``) for soak runs.
 
 A background thread reads ``VmRSS`` from ``/proc/PID/status`` of every watched process every
-``interval`` seconds. The baseline is the first sample taken after :meth:`RssWatcher.mark_baseline`
-(called when the first measurement window opens, i.e. after the warm-up); the growth of a
-process is (last sample - baseline) / baseline in percent.
+``interval`` seconds. The baseline is taken from the samples after
+:meth:`RssWatcher.mark_baseline` (called when the first measurement window opens, i.e. after the
+warm-up) and the growth of a process is (last - baseline) / baseline in percent. With a ``window``
+of W seconds, baseline and last are the medians of the first W seconds after the mark and of the
+last W seconds: a service's RSS swings by several percent from second to second (batches come and
+go, freed heap is returned to the OS), and one sample at either end would measure the swing, not
+the trend. With ``window`` 0 they are single samples.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from statistics import median
 from typing import Dict, List, Optional, Sequence, Tuple
 
 
@@ -59,13 +64,29 @@ def parse_pids(specs: Sequence[str]) -> List[int]:
     return pids
 
 
+def baseline_and_last(samples: Sequence[Tuple[float, int]], base_at: float,
+                      window: float) -> Tuple[Optional[float], Optional[float]]:
+    """Baseline and last RSS of ``samples`` ([(seconds, KiB)], time-ordered): single samples with
+    ``window`` 0, else medians of [base_at, base_at + window) and of the last ``window`` seconds."""
+    after = [(t, k) for t, k in samples if t >= base_at]
+    if not after:
+        return None, None
+    if window <= 0:
+        return float(after[0][1]), float(after[-1][1])
+    end = after[-1][0]
+    first = [k for t, k in after if t < base_at + window]
+    last = [k for t, k in after if t > end - window]
+    return float(median(first)), float(median(last))
+
+
 class RssWatcher:
     """Samples the RSS of ``pids`` every ``interval`` seconds in a daemon thread."""
 
-    def __init__(self, pids: Sequence[int], interval: float = 1.0):
+    def __init__(self, pids: Sequence[int], interval: float = 1.0, window: float = 0.0):
         self.pids = list(pids)
         self.names = {p: process_name(p) for p in self.pids}
         self.interval = interval
+        self.window = window
         self.samples: Dict[int, List[Tuple[float, Optional[int]]]] = {p: [] for p in self.pids}
         self._t0 = time.perf_counter()
         self._baseline_at: Optional[float] = None
@@ -101,15 +122,14 @@ class RssWatcher:
         self.sample()
 
     def report(self) -> Dict[str, Dict[str, object]]:
-        """pid -> name, baseline/last/max RSS in MiB, growth %, alive, and the samples
-        ([seconds since start, MiB]) thinned to at most 600 points."""
+        """pid -> name, baseline/last/max RSS in MiB, growth %, alive, the window, and the
+        samples ([seconds since start, MiB]) thinned to at most 600 points."""
         out: Dict[str, Dict[str, object]] = {}
         with self._lock:
             for p in self.pids:
                 s = [(t, kib) for t, kib in self.samples[p] if kib is not None]
                 base_at = self._baseline_at if self._baseline_at is not None else 0.0
-                base = next((kib for t, kib in s if t >= base_at), None)
-                last = s[-1][1] if s else None
+                base, last = baseline_and_last(s, base_at, self.window)
                 step = max(1, len(s) // 600)
                 out[str(p)] = {
                     "name": self.names[p],
@@ -120,6 +140,7 @@ class RssWatcher:
                     "growth_pct": ((last - base) / base * 100.0) if base and last is not None
                     else None,
                     "baseline_at_s": self._baseline_at,
+                    "window_s": self.window,
                     "samples": [[round(t, 2), round(k / 1024, 2)] for t, k in s[::step]],
                 }
         return out

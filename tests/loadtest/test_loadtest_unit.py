@@ -18,6 +18,7 @@ import tempfile
 import threading
 import time
 import unittest
+from statistics import median
 from types import SimpleNamespace
 
 _REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -25,7 +26,8 @@ sys.path.insert(0, os.path.join(_REPO, "loadtest"))
 
 from specdec_loadtest import plots, prom, prompts, report, schedule, stats  # noqa: E402
 from specdec_loadtest.cli import build_parser  # noqa: E402
-from specdec_loadtest.procwatch import RssWatcher, parse_pids, read_rss_kib  # noqa: E402
+from specdec_loadtest.procwatch import (  # noqa: E402
+    RssWatcher, baseline_and_last, parse_pids, read_rss_kib)
 from specdec_loadtest.stats import RequestRecord  # noqa: E402
 
 
@@ -453,6 +455,25 @@ class ProcWatchTest(unittest.TestCase):
         self.assertGreaterEqual(m["max_mib"], m["last_mib"])
         self.assertGreaterEqual(len(m["samples"]), 3)
         del blob
+
+
+class RssWindowTest(unittest.TestCase):
+    def test_windowed_medians_ignore_a_dip_at_the_baseline(self):
+        # Flat at ~100 MiB with a one-sample dip right at the baseline mark and a spike at the end.
+        s = [(float(t), 100) for t in range(0, 30)]
+        s[10] = (10.0, 80)
+        s[29] = (29.0, 130)
+        base, last = baseline_and_last(s, 10.0, 0)
+        self.assertEqual((base, last), (80.0, 130.0))  # single samples: +62%
+        base, last = baseline_and_last(s, 10.0, 5.0)
+        self.assertEqual((base, last), (100.0, 100.0))  # windowed medians: flat
+
+    def test_windowed_medians_follow_real_growth(self):
+        s = [(float(t), 100 + 2 * t) for t in range(0, 60)]
+        base, last = baseline_and_last(s, 20.0, 10.0)
+        self.assertEqual(base, median([100 + 2 * t for t in range(20, 30)]))
+        self.assertEqual(last, median([100 + 2 * t for t in range(50, 60)]))
+        self.assertEqual(baseline_and_last([], 0.0, 10.0), (None, None))
 
 
 class CliTest(unittest.TestCase):
