@@ -1,6 +1,7 @@
 #include "common/model/dflash_drafter.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include <atomic>
 #include <cmath>
@@ -9,6 +10,7 @@
 #include <unordered_set>
 
 #include "absl/strings/str_cat.h"
+#include "common/model/attention_kernel.h"
 #include "common/model/ops.h"
 #include "common/util/status_macros.h"
 #include "nlohmann/json.hpp"
@@ -268,7 +270,8 @@ absl::StatusOr<std::vector<at::Tensor>> DFlashDrafter::Draft(
         blk_tok[blk_off[s] + i] = i == 0 ? in.last_token : config_.mask_token_id;
       }
       if (ctx_n[s] > 0) feats.push_back(in.new_features.to(dt));
-      in.cache->Reserve(ctx_n[s]);
+      // Room for the context rows, and for the block's rows as scratch for the fused kernel.
+      in.cache->Reserve(ctx_n[s] + in.block_size);
     }
     at::Tensor ctx;  // fused context rows [n_ctx, hidden]
     if (n_ctx > 0) {
@@ -301,19 +304,48 @@ absl::StatusOr<std::vector<at::Tensor>> DFlashDrafter::Draft(
       }
       at::Tensor attn = at::empty({n_blk, heads * d}, x.options());
       for (size_t s = 0; s < batch.size(); ++s) {
-        KvCache* cache = batch[s].cache;
         if (ctx_n[s] > 0) {
-          cache->Write(l, k_c.narrow(0, ctx_off[s], ctx_n[s]), v_c.narrow(0, ctx_off[s], ctx_n[s]));
+          batch[s].cache->Write(l, k_c.narrow(0, ctx_off[s], ctx_n[s]),
+                                v_c.narrow(0, ctx_off[s], ctx_n[s]));
         }
-        const int64_t m = cache->length() + ctx_n[s];
-        const int64_t b = batch[s].block_size;
+      }
+      if (batch.size() > 1) {
+        // One fused call: each block's keys and values go to scratch slots past its context
+        // (Commit below only keeps the context rows), seen by every row of the block.
+        const at::Tensor qc = q.contiguous(), kc = k_b.contiguous(), vc = v_b.contiguous();
+        const size_t elem = x.element_size();
+        std::vector<AttentionSequence> seqs(batch.size());
+        for (size_t s = 0; s < batch.size(); ++s) {
+          AttentionSequence& as = seqs[s];
+          const int64_t off = blk_off[s];
+          as.q = static_cast<const char*>(qc.data_ptr()) + off * heads * d * elem;
+          as.q_row_stride = heads * d;
+          as.out = static_cast<char*>(attn.data_ptr()) + off * heads * d * elem;
+          as.out_row_stride = heads * d;
+          as.new_keys = static_cast<const char*>(kc.data_ptr()) + off * kv_width * elem;
+          as.new_values = static_cast<const char*>(vc.data_ptr()) + off * kv_width * elem;
+          as.keys = batch[s].cache->KeyData(l);
+          as.values = batch[s].cache->ValueData(l);
+          as.capacity = batch[s].cache->capacity();
+          as.past = batch[s].cache->length() + ctx_n[s];
+          as.n = batch[s].block_size;
+          as.bidirectional = true;
+        }
+        AttentionProblem problem{seqs,
+                                 heads,
+                                 kv_heads,
+                                 d,
+                                 dt == at::kBFloat16 ? KernelDType::kBF16 : KernelDType::kF32,
+                                 static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)))};
+        at::parallel_for(0, AttentionWorkItems(problem), 1,
+                         [&](int64_t b, int64_t e) { RunAttention(problem, b, e); });
+      } else {
+        KvCache* cache = batch[0].cache;
+        const int64_t m = cache->length() + ctx_n[0];
         // Non-causal: the block sees every cached context row and every block row.
-        at::Tensor keys =
-            at::cat({cache->Keys(l, m), k_b.narrow(0, blk_off[s], b).transpose(0, 1)}, 1);
-        at::Tensor values =
-            at::cat({cache->Values(l, m), v_b.narrow(0, blk_off[s], b).transpose(0, 1)}, 1);
-        attn.narrow(0, blk_off[s], b)
-            .copy_(Attention(q.narrow(0, blk_off[s], b), keys, values, at::Tensor()));
+        at::Tensor keys = at::cat({cache->Keys(l, m), k_b.transpose(0, 1)}, 1);
+        at::Tensor values = at::cat({cache->Values(l, m), v_b.transpose(0, 1)}, 1);
+        attn = Attention(q, keys, values, at::Tensor());
       }
       x = x + Linear(attn, w.o);
       at::Tensor gu = Linear(RmsNorm(x, w.post_norm, c.rms_norm_eps), w.gate_up);

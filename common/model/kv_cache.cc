@@ -42,6 +42,9 @@ at::Tensor KvCache::Values(int64_t layer, int64_t n) const {
   return values_[layer].narrow(1, 0, n);
 }
 
+void* KvCache::KeyData(int64_t layer) const { return keys_[layer].data_ptr(); }
+void* KvCache::ValueData(int64_t layer) const { return values_[layer].data_ptr(); }
+
 absl::Status KvCache::Truncate(int64_t new_length) {
   if (new_length < 0 || new_length > length_) {
     return absl::InvalidArgumentError(

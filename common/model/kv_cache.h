@@ -41,6 +41,10 @@ class KvCache {
   // Views of the first `n` slots of a layer: [kv_heads, n, head_dim].
   at::Tensor Keys(int64_t layer, int64_t n) const;
   at::Tensor Values(int64_t layer, int64_t n) const;
+  // The whole buffers of a layer, [kv_heads, capacity, head_dim] contiguous, for kernels that
+  // write slots [length, capacity) themselves (see attention_kernel.h).
+  void* KeyData(int64_t layer) const;
+  void* ValueData(int64_t layer) const;
 
   // Drops every slot at or after `new_length`. INVALID_ARGUMENT if new_length > length().
   absl::Status Truncate(int64_t new_length);

@@ -1,21 +1,36 @@
 #include "common/model/transformer.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <unordered_set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/model/attention_kernel.h"
 #include "common/model/ops.h"
 #include "common/model/weights.h"
 #include "common/util/status_macros.h"
 
 namespace specdec::model {
 namespace {
+
+// Longest run of new rows (decoding, verification, drafting) that attends through the fused
+// kernel; longer ones (prefill) use ATen's matmuls. SPECDEC_ATTENTION_KERNEL_MAX_ROWS overrides it
+// (0 = never use the kernel).
+int64_t KernelMaxRows() {
+  static const int64_t value = [] {
+    const char* env = std::getenv("SPECDEC_ATTENTION_KERNEL_MAX_ROWS");
+    return env != nullptr ? std::atoll(env) : int64_t{32};
+  }();
+  return value;
+}
 
 std::atomic<uint64_t> next_model_id{1};
 
@@ -242,6 +257,29 @@ absl::StatusOr<std::vector<SequenceOutput>> Transformer::Forward(
     }
     at::Tensor cos, sin;
     RopeCosSin(weights_->inv_freq, positions, &cos, &sin);
+    // Batches of short sequences (decoding and verification rows) attend through the fused
+    // kernel; a lone sequence or a long one (prefill) through ATen's matmuls.
+    // Short sequences (decoding and verification rows) attend through the fused kernel, all in one
+    // call; long ones (prefill) through ATen's matmuls, one sequence at a time.
+    const int64_t kernel_max_rows = KernelMaxRows();
+    std::vector<size_t> kernel_index, aten_index;
+    std::vector<AttentionSequence> kernel_seqs;
+    for (size_t s = 0; s < batch.size(); ++s) {
+      const int64_t n = static_cast<int64_t>(batch[s].tokens.size());
+      if (n > kernel_max_rows) {
+        aten_index.push_back(s);
+        continue;
+      }
+      kernel_index.push_back(s);
+      AttentionSequence as;
+      as.capacity = batch[s].cache->capacity();
+      as.past = batch[s].cache->length();
+      as.n = n;
+      as.tree_parents = batch[s].tree_parents.empty() ? nullptr : batch[s].tree_parents.data();
+      kernel_seqs.push_back(as);
+    }
+    const KernelDType kernel_dtype =
+        *options_.dtype == at::kBFloat16 ? KernelDType::kBF16 : KernelDType::kF32;
 
     // ---- decoder layers.
     at::Tensor x = weights_->embed.index_select(0, tokens);
@@ -260,14 +298,37 @@ absl::StatusOr<std::vector<SequenceOutput>> Transformer::Forward(
       q = ApplyRope(q, cos, sin);
       k = ApplyRope(k, cos, sin);
       at::Tensor attn;
-      if (batch.size() == 1) {
+      if (kernel_seqs.empty() && batch.size() == 1) {
         KvCache* cache = batch[0].cache;
         cache->Write(l, k, v);
         const int64_t m = cache->length() + total;
         attn = Attention(q, cache->Keys(l, m), cache->Values(l, m), masks[0]);
       } else {
         attn = at::empty({total, q_width}, x.options());
-        for (size_t s = 0; s < batch.size(); ++s) {
+        if (!kernel_seqs.empty()) {
+          const at::Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
+          const size_t elem = x.element_size();
+          for (size_t i = 0; i < kernel_seqs.size(); ++i) {
+            const size_t s = kernel_index[i];
+            AttentionSequence& as = kernel_seqs[i];
+            const int64_t off = offsets[s];
+            as.q = static_cast<const char*>(qc.data_ptr()) + off * q_width * elem;
+            as.q_row_stride = q_width;
+            as.out = static_cast<char*>(attn.data_ptr()) + off * q_width * elem;
+            as.out_row_stride = q_width;
+            as.new_keys = static_cast<const char*>(kc.data_ptr()) + off * kv_width * elem;
+            as.new_values = static_cast<const char*>(vc.data_ptr()) + off * kv_width * elem;
+            as.keys = batch[s].cache->KeyData(l);
+            as.values = batch[s].cache->ValueData(l);
+          }
+          AttentionProblem problem{
+              kernel_seqs,  heads,
+              kv_heads,     d,
+              kernel_dtype, static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)))};
+          at::parallel_for(0, AttentionWorkItems(problem), 1,
+                           [&](int64_t b, int64_t e) { RunAttention(problem, b, e); });
+        }
+        for (size_t s : aten_index) {
           const int64_t n = static_cast<int64_t>(batch[s].tokens.size());
           KvCache* cache = batch[s].cache;
           cache->Write(l, k.narrow(0, offsets[s], n), v.narrow(0, offsets[s], n));

@@ -187,6 +187,18 @@ TEST(DFlashDrafter, LoadsZLabLayoutAndMatchesReference) {
   at::Tensor ref3 =
       RefDraft(cfg, dw, tw.at("model.embed_tokens.weight"), feats.narrow(0, 0, 3), 11, 5);
   EXPECT_LT(((*lb)[1].to(at::kDouble) - ref3).abs().max().item<double>(), 1e-4);
+  // A second batched step: new context rows for one sequence, none for the other (the previous
+  // step's block rows must not linger in either cache).
+  std::vector<DraftInput> batch2 = {{c1.get(), feats.narrow(0, 7, 2), 17, 6},
+                                    {c2.get(), at::Tensor(), 23, 3}};
+  auto lb2 = (*drafter)->Draft(batch2);
+  ASSERT_TRUE(lb2.ok()) << lb2.status();
+  EXPECT_LT(((*lb2)[0].to(at::kDouble) - ref2).abs().max().item<double>(), 1e-4);
+  at::Tensor ref4 =
+      RefDraft(cfg, dw, tw.at("model.embed_tokens.weight"), feats.narrow(0, 0, 3), 23, 3);
+  EXPECT_LT(((*lb2)[1].to(at::kDouble) - ref4).abs().max().item<double>(), 1e-4);
+  EXPECT_EQ(c1->length(), 9);
+  EXPECT_EQ(c2->length(), 3);
 
   // Bad inputs: wrong feature width, block size 1, foreign cache.
   DraftInput bad{dcache.get(), at::zeros({2, 63}), 1, 4};

@@ -199,6 +199,40 @@ TEST_P(TransformerTest, RaggedBatchEqualsSeparateRuns) {
   EXPECT_EQ((*out)[1].features.size(0), 5);
 }
 
+// Batches of short sequences attend through the fused kernel (attention_kernel.h), including
+// tree masks and depth positions; one long sequence sends the batch through the ATen path.
+TEST_P(TransformerTest, RaggedTreeBatchEqualsSeparateRuns) {
+  const std::vector<int32_t> parents = {-1, -1, 0, 0, 1, 2, 2};
+  const std::vector<int32_t> depth = {0, 0, 1, 1, 1, 2, 2};
+  const auto ctx_a = Tokens(9, 4), ctx_b = Tokens(3, 6), tree = Tokens(7, 8), chain = Tokens(4, 2);
+  for (int long_rows : {0, 40}) {
+    auto ca = model_->NewCache(), cb = model_->NewCache(), cl = model_->NewCache();
+    auto ra = model_->NewCache(), rb = model_->NewCache(), rl = model_->NewCache();
+    for (auto [c, r, ctx] : {std::tuple{&ca, &ra, &ctx_a}, std::tuple{&cb, &rb, &ctx_b}}) {
+      RunAll(*model_, c->get(), *ctx);
+      RunAll(*model_, r->get(), *ctx);
+    }
+    std::vector<int32_t> pos_a(7);
+    for (int i = 0; i < 7; ++i) pos_a[i] = 9 + depth[i];
+    const auto long_seq = Tokens(std::max(long_rows, 1), 5);
+    std::vector<SequenceInput> batch = {{ca.get(), tree, pos_a, parents, LogitsMode::kAll},
+                                        {cb.get(), chain, {}, {}, LogitsMode::kAll}};
+    if (long_rows > 0) batch.push_back({cl.get(), long_seq, {}, {}, LogitsMode::kAll});
+    auto out = model_->Forward(batch);
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_LT(MaxDiff((*out)[0].logits, RunAll(*model_, ra.get(), tree, parents, pos_a)), tol_)
+        << "tree, long_rows " << long_rows;
+    EXPECT_LT(MaxDiff((*out)[1].logits, RunAll(*model_, rb.get(), chain)), tol_)
+        << "chain, long_rows " << long_rows;
+    if (long_rows > 0) {
+      EXPECT_LT(MaxDiff((*out)[2].logits, RunAll(*model_, rl.get(), long_seq)), tol_);
+    }
+    // The caches hold the new rows: the next decode step matches the reference's.
+    const std::vector<int32_t> next = {11};
+    EXPECT_LT(MaxDiff(RunAll(*model_, cb.get(), next), RunAll(*model_, rb.get(), next)), tol_);
+  }
+}
+
 TEST_P(TransformerTest, CapturedLastLayerFeedsTheHead) {
   const auto toks = Tokens(6, 4);
   auto cache = model_->NewCache();
