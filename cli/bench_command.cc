@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "cli/commands.h"
 #include "cli/datasets.h"
+#include "cli/repetition.h"
 #include "common/engine/decoder.h"
 #include "common/model/block_pilot.h"
 #include "common/model/dflash_drafter.h"
@@ -42,7 +43,7 @@ struct BenchArgs {
   float tree_threshold = 0.f;
   int block_size = 0;
   int threads = 0;
-  std::string json_path, png_path;
+  std::string json_path, png_path, samples_path;
 };
 
 struct Agg {
@@ -52,7 +53,8 @@ struct Agg {
   int matches_ar = 0;              // greedy outputs identical to AR
   std::vector<int64_t> acc_pos, draft_pos;
   std::map<int, int> block_sizes;
-  double tau_sum = 0;  // mean of per-request tau
+  double tau_sum = 0;    // mean of per-request tau
+  NgramRepetition rep8;  // repeated 8-grams of the generated tokens
 };
 
 int Fail(const absl::Status& s) {
@@ -133,6 +135,7 @@ int RunBench(const BenchArgs& a) {
   }
 
   std::map<std::pair<std::string, std::string>, Agg> aggs;
+  nlohmann::json samples = nlohmann::json::array();
   int rotation = 0;
   for (const std::string& file : a.prompt_files) {
     auto prompts = LoadPrompts(file, a.max_prompts);
@@ -184,6 +187,14 @@ int RunBench(const BenchArgs& a) {
           g.draft_pos[i] += r.stats.drafted_per_position[i];
         }
         if (r.stats.block_size > 0) ++g.block_sizes[r.stats.block_size];
+        g.rep8 += CountRepeatedNgrams(r.tokens, 8);
+        if (!a.samples_path.empty()) {
+          samples.push_back({{"dataset", p.dataset},
+                             {"method", engine::MethodName(m)},
+                             {"prompt", p.text},
+                             {"completion", (*tok)->Decode(r.tokens)},
+                             {"repeated_8gram_share", CountRepeatedNgrams(r.tokens, 8).share()}});
+        }
       }
       std::fprintf(stderr, ".");
     }
@@ -192,9 +203,9 @@ int RunBench(const BenchArgs& a) {
 
   std::printf("target %s, %d threads, T=%.2f, max_new_tokens %d\n", a.target.c_str(),
               model::ConfigureComputeThreads(a.threads), a.temperature, a.max_new_tokens);
-  std::printf("%-12s %-16s %4s %6s %8s %6s %8s %8s %6s  %-28s %s\n", "dataset", "method", "n",
-              "tokens", "tok/s", "tau", "speedup", "spd/tau", "=AR", "accept rate by position",
-              "block sizes");
+  std::printf("%-12s %-16s %4s %6s %8s %6s %8s %8s %6s %5s  %-28s %s\n", "dataset", "method", "n",
+              "tokens", "tok/s", "tau", "speedup", "spd/tau", "=AR", "rep8",
+              "accept rate by position", "block sizes");
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& [key, g] : aggs) {
     const double tps = g.total_ms > 0 ? 1000.0 * g.tokens / g.total_ms : 0;
@@ -209,10 +220,10 @@ int RunBench(const BenchArgs& a) {
     }
     std::vector<std::string> bs;
     for (const auto& [b, n] : g.block_sizes) bs.push_back(absl::StrCat(b, ":", n));
-    std::printf("%-12s %-16s %4d %6lld %8.1f %6.2f %8.2f %8.2f %3d/%-2d  %-28s %s\n",
+    std::printf("%-12s %-16s %4d %6lld %8.1f %6.2f %8.2f %8.2f %3d/%-2d %5.3f  %-28s %s\n",
                 key.first.c_str(), key.second.c_str(), g.prompts, static_cast<long long>(g.tokens),
                 tps, tau, speedup, tau > 0 ? speedup / tau : 0, g.matches_ar, g.prompts,
-                absl::StrJoin(pos, " ").c_str(), absl::StrJoin(bs, " ").c_str());
+                g.rep8.share(), absl::StrJoin(pos, " ").c_str(), absl::StrJoin(bs, " ").c_str());
     nlohmann::json bsj = nlohmann::json::object();
     for (const auto& [b, n] : g.block_sizes) bsj[std::to_string(b)] = n;
     rows.push_back({{"dataset", key.first},
@@ -225,6 +236,7 @@ int RunBench(const BenchArgs& a) {
                     {"speedup_vs_ar", speedup},
                     {"speedup_over_tau", tau > 0 ? speedup / tau : 0},
                     {"matches_ar", g.matches_ar},
+                    {"repeated_8gram_share", g.rep8.share()},
                     {"drafted_tokens", g.drafted},
                     {"accepted_tokens", g.accepted},
                     {"acceptance_by_position", rates},
@@ -239,6 +251,10 @@ int RunBench(const BenchArgs& a) {
                           {"results", rows}};
     std::ofstream(a.json_path) << out.dump(2) << "\n";
     std::printf("wrote %s\n", a.json_path.c_str());
+  }
+  if (!a.samples_path.empty()) {
+    std::ofstream(a.samples_path) << samples.dump(2) << "\n";
+    std::printf("wrote %s\n", a.samples_path.c_str());
   }
   if (!a.png_path.empty()) WritePlot(aggs, a.png_path);
   return 0;
@@ -274,6 +290,8 @@ void RegisterBenchCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--threads", a->threads, "compute threads (0 = all cores)");
   cmd->add_option("--json", a->json_path, "write results as JSON");
   cmd->add_option("--png", a->png_path, "write a speedup/tau plot (gnuplot)");
+  cmd->add_option("--samples", a->samples_path,
+                  "write every prompt's completion per method as JSON (text and repeated 8-grams)");
   cmd->callback([a, exit_code] { *exit_code = RunBench(*a); });
 }
 
