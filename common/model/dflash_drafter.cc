@@ -1,7 +1,6 @@
 #include "common/model/dflash_drafter.h"
 
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 
 #include <atomic>
 #include <cmath>
@@ -10,7 +9,6 @@
 #include <unordered_set>
 
 #include "absl/strings/str_cat.h"
-#include "common/model/attention_kernel.h"
 #include "common/model/ops.h"
 #include "common/util/status_macros.h"
 #include "nlohmann/json.hpp"
@@ -309,44 +307,15 @@ absl::StatusOr<std::vector<at::Tensor>> DFlashDrafter::Draft(
                                 v_c.narrow(0, ctx_off[s], ctx_n[s]));
         }
       }
-      if (batch.size() > 1) {
-        // One fused call: each block's keys and values go to scratch slots past its context
-        // (Commit below only keeps the context rows), seen by every row of the block.
-        const at::Tensor qc = q.contiguous(), kc = k_b.contiguous(), vc = v_b.contiguous();
-        const size_t elem = x.element_size();
-        std::vector<AttentionSequence> seqs(batch.size());
-        for (size_t s = 0; s < batch.size(); ++s) {
-          AttentionSequence& as = seqs[s];
-          const int64_t off = blk_off[s];
-          as.q = static_cast<const char*>(qc.data_ptr()) + off * heads * d * elem;
-          as.q_row_stride = heads * d;
-          as.out = static_cast<char*>(attn.data_ptr()) + off * heads * d * elem;
-          as.out_row_stride = heads * d;
-          as.new_keys = static_cast<const char*>(kc.data_ptr()) + off * kv_width * elem;
-          as.new_values = static_cast<const char*>(vc.data_ptr()) + off * kv_width * elem;
-          as.keys = batch[s].cache->KeyData(l);
-          as.values = batch[s].cache->ValueData(l);
-          as.capacity = batch[s].cache->capacity();
-          as.past = batch[s].cache->length() + ctx_n[s];
-          as.n = batch[s].block_size;
-          as.bidirectional = true;
-        }
-        AttentionProblem problem{seqs,
-                                 heads,
-                                 kv_heads,
-                                 d,
-                                 dt == at::kBFloat16 ? KernelDType::kBF16 : KernelDType::kF32,
-                                 static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)))};
-        at::parallel_for(0, AttentionWorkItems(problem), 1,
-                         [&](int64_t b, int64_t e) { RunAttention(problem, b, e); });
-      } else {
-        KvCache* cache = batch[0].cache;
-        const int64_t m = cache->length() + ctx_n[0];
-        // Non-causal: the block sees every cached context row and every block row.
-        at::Tensor keys = at::cat({cache->Keys(l, m), k_b.transpose(0, 1)}, 1);
-        at::Tensor values = at::cat({cache->Values(l, m), v_b.transpose(0, 1)}, 1);
-        attn = Attention(q, keys, values, at::Tensor());
+      // One fused call for all sequences: each block's keys and values go to scratch slots past
+      // its context (Commit below keeps only the context rows), and every row of a block sees
+      // its whole context and block.
+      std::vector<FusedAttentionInput> inputs(batch.size());
+      for (size_t s = 0; s < batch.size(); ++s) {
+        inputs[s] = {batch[s].cache,      blk_off[s], batch[s].cache->length() + ctx_n[s],
+                     batch[s].block_size, nullptr,    /*bidirectional=*/true};
       }
+      FusedAttention(q, k_b, v_b, l, inputs, attn);
       x = x + Linear(attn, w.o);
       at::Tensor gu = Linear(RmsNorm(x, w.post_norm, c.rms_norm_eps), w.gate_up);
       x = x + Linear(at::silu(gu.narrow(1, 0, inter)) * gu.narrow(1, inter, inter), w.down);

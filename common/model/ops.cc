@@ -1,6 +1,7 @@
 #include "common/model/ops.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include <cmath>
 
@@ -78,6 +79,44 @@ at::Tensor Attention(const at::Tensor& q, const at::Tensor& keys, const at::Tens
   at::Tensor probs = at::softmax(scores, -1).to(q.scalar_type());
   at::Tensor out = at::matmul(probs, values);  // [kv, g*n, d]
   return out.view({kv_heads, group, n, d}).permute({2, 0, 1, 3}).reshape({n, heads * d});
+}
+
+void FusedAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t layer,
+                    std::span<const FusedAttentionInput> inputs, at::Tensor& out) {
+  const int64_t heads = q.size(1), kv_heads = k.size(1), d = q.size(2);
+  const at::Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
+  const size_t elem = q.element_size();
+  const auto* qp = static_cast<const char*>(qc.data_ptr());
+  const auto* kp = static_cast<const char*>(kc.data_ptr());
+  const auto* vp = static_cast<const char*>(vc.data_ptr());
+  auto* op = static_cast<char*>(out.data_ptr());
+  std::vector<AttentionSequence> seqs(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const FusedAttentionInput& in = inputs[i];
+    AttentionSequence& s = seqs[i];
+    s.q = qp + in.offset * heads * d * elem;
+    s.q_row_stride = heads * d;
+    s.out = op + in.offset * heads * d * elem;
+    s.out_row_stride = heads * d;
+    s.new_keys = kp + in.offset * kv_heads * d * elem;
+    s.new_values = vp + in.offset * kv_heads * d * elem;
+    s.keys = in.cache->KeyData(layer);
+    s.values = in.cache->ValueData(layer);
+    s.capacity = in.cache->capacity();
+    s.past = in.past;
+    s.n = in.n;
+    s.tree_parents = in.tree_parents;
+    s.bidirectional = in.bidirectional;
+  }
+  const AttentionProblem problem{
+      seqs,
+      heads,
+      kv_heads,
+      d,
+      q.scalar_type() == at::kBFloat16 ? KernelDType::kBF16 : KernelDType::kF32,
+      static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)))};
+  at::parallel_for(0, AttentionWorkItems(problem), 1,
+                   [&](int64_t b, int64_t e) { RunAttention(problem, b, e); });
 }
 
 }  // namespace specdec::model

@@ -4,6 +4,11 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <span>
+#include <vector>
+
+#include "common/model/attention_kernel.h"
+#include "common/model/kv_cache.h"
 #include "common/model/model_config.h"
 
 namespace specdec::model {
@@ -31,6 +36,22 @@ at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tenso
 // Returns [n, heads * head_dim] in q's dtype; softmax runs in f32.
 at::Tensor Attention(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
                      const at::Tensor& mask);
+
+// One sequence for FusedAttention: its rows [offset, offset + n) of the pass's q, k and v, whose
+// keys and values go to `cache` at slots [past, past + n) before it attends to slots [0, past + n).
+struct FusedAttentionInput {
+  KvCache* cache = nullptr;
+  int64_t offset = 0, past = 0, n = 0;
+  const int32_t* tree_parents = nullptr;  // null: causal (see AttentionSequence)
+  bool bidirectional = false;
+};
+
+// The attention of several sequences' new rows through the fused kernel (attention_kernel.h), in
+// one call spread over the intra-op thread pool. q: [rows, heads, head_dim]; k, v: [rows,
+// kv_heads, head_dim]; `out` receives [rows, heads * head_dim] at each input's rows. The caches
+// must have room for past + n slots.
+void FusedAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t layer,
+                    std::span<const FusedAttentionInput> inputs, at::Tensor& out);
 
 }  // namespace specdec::model
 

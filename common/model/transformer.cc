@@ -1,7 +1,6 @@
 #include "common/model/transformer.h"
 
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <atomic>
@@ -13,7 +12,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/model/attention_kernel.h"
 #include "common/model/ops.h"
 #include "common/model/weights.h"
 #include "common/util/status_macros.h"
@@ -262,24 +260,18 @@ absl::StatusOr<std::vector<SequenceOutput>> Transformer::Forward(
     // Short sequences (decoding and verification rows) attend through the fused kernel, all in one
     // call; long ones (prefill) through ATen's matmuls, one sequence at a time.
     const int64_t kernel_max_rows = KernelMaxRows();
-    std::vector<size_t> kernel_index, aten_index;
-    std::vector<AttentionSequence> kernel_seqs;
+    std::vector<size_t> aten_index;
+    std::vector<FusedAttentionInput> kernel_inputs;
     for (size_t s = 0; s < batch.size(); ++s) {
       const int64_t n = static_cast<int64_t>(batch[s].tokens.size());
       if (n > kernel_max_rows) {
         aten_index.push_back(s);
         continue;
       }
-      kernel_index.push_back(s);
-      AttentionSequence as;
-      as.capacity = batch[s].cache->capacity();
-      as.past = batch[s].cache->length();
-      as.n = n;
-      as.tree_parents = batch[s].tree_parents.empty() ? nullptr : batch[s].tree_parents.data();
-      kernel_seqs.push_back(as);
+      kernel_inputs.push_back(
+          {batch[s].cache, offsets[s], batch[s].cache->length(), n,
+           batch[s].tree_parents.empty() ? nullptr : batch[s].tree_parents.data()});
     }
-    const KernelDType kernel_dtype =
-        *options_.dtype == at::kBFloat16 ? KernelDType::kBF16 : KernelDType::kF32;
 
     // ---- decoder layers.
     at::Tensor x = weights_->embed.index_select(0, tokens);
@@ -298,36 +290,14 @@ absl::StatusOr<std::vector<SequenceOutput>> Transformer::Forward(
       q = ApplyRope(q, cos, sin);
       k = ApplyRope(k, cos, sin);
       at::Tensor attn;
-      if (kernel_seqs.empty() && batch.size() == 1) {
+      if (kernel_inputs.empty() && batch.size() == 1) {
         KvCache* cache = batch[0].cache;
         cache->Write(l, k, v);
         const int64_t m = cache->length() + total;
         attn = Attention(q, cache->Keys(l, m), cache->Values(l, m), masks[0]);
       } else {
         attn = at::empty({total, q_width}, x.options());
-        if (!kernel_seqs.empty()) {
-          const at::Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
-          const size_t elem = x.element_size();
-          for (size_t i = 0; i < kernel_seqs.size(); ++i) {
-            const size_t s = kernel_index[i];
-            AttentionSequence& as = kernel_seqs[i];
-            const int64_t off = offsets[s];
-            as.q = static_cast<const char*>(qc.data_ptr()) + off * q_width * elem;
-            as.q_row_stride = q_width;
-            as.out = static_cast<char*>(attn.data_ptr()) + off * q_width * elem;
-            as.out_row_stride = q_width;
-            as.new_keys = static_cast<const char*>(kc.data_ptr()) + off * kv_width * elem;
-            as.new_values = static_cast<const char*>(vc.data_ptr()) + off * kv_width * elem;
-            as.keys = batch[s].cache->KeyData(l);
-            as.values = batch[s].cache->ValueData(l);
-          }
-          AttentionProblem problem{
-              kernel_seqs,  heads,
-              kv_heads,     d,
-              kernel_dtype, static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)))};
-          at::parallel_for(0, AttentionWorkItems(problem), 1,
-                           [&](int64_t b, int64_t e) { RunAttention(problem, b, e); });
-        }
+        if (!kernel_inputs.empty()) FusedAttention(q, k, v, l, kernel_inputs, attn);
         for (size_t s : aten_index) {
           const int64_t n = static_cast<int64_t>(batch[s].tokens.size());
           KvCache* cache = batch[s].cache;

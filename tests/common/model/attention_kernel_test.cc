@@ -1,6 +1,6 @@
 // The fused attention kernel against the ATen formulation (ops.h Attention) on random data:
-// several sequences with different cache lengths, causal and tree masks, grouped KV heads,
-// f32 and bf16.
+// several sequences with different cache lengths, causal, tree and bidirectional masks, grouped
+// KV heads, f32 and bf16.
 #include "common/model/attention_kernel.h"
 
 #include <ATen/ATen.h>
@@ -19,11 +19,13 @@ constexpr int64_t kHeads = 4, kKvHeads = 2, kDim = 20;  // head_dim not a multip
 struct Case {
   int64_t past, n, capacity;
   std::vector<int32_t> parents;  // empty: causal
+  bool bidirectional = false;    // every new row sees every new row (a DFlash block)
 };
 
 at::Tensor Mask(const Case& c) {
   at::Tensor mask = at::full({c.n, c.past + c.n}, -std::numeric_limits<float>::infinity());
   mask.narrow(1, 0, c.past).zero_();
+  if (c.bidirectional) return mask.zero_();
   for (int64_t i = 0; i < c.n; ++i) {
     if (c.parents.empty()) {
       for (int64_t j = 0; j <= i; ++j) mask[i][c.past + j] = 0.f;
@@ -40,7 +42,8 @@ void CheckAgainstAten(at::ScalarType dt, double tol) {
                                    {37, 1, 64, {}},
                                    {12, 5, 20, {}},
                                    {30, 7, 40, {-1, -1, 0, 0, 1, 2, 2}},
-                                   {5, 33, 64, {}}};
+                                   {5, 33, 64, {}},
+                                   {40, 16, 64, {}, true}};
   const auto opts = at::TensorOptions().dtype(dt);
   std::vector<at::Tensor> alive, new_k, new_v, keys, values, outs, expected;
   std::vector<AttentionSequence> seqs;
@@ -71,6 +74,7 @@ void CheckAgainstAten(at::ScalarType dt, double tol) {
     s.past = c.past;
     s.n = c.n;
     s.tree_parents = c.parents.empty() ? nullptr : c.parents.data();
+    s.bidirectional = c.bidirectional;
     seqs.push_back(s);
     alive.push_back(q);  // the kernel reads q through a raw pointer
     keys.push_back(k);
