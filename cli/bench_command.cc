@@ -62,6 +62,19 @@ int Fail(const absl::Status& s) {
   return 1;
 }
 
+// Writes `text` to `path`; on failure says which file could not be written.
+bool WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream f(path);
+  f << text;
+  f.close();
+  if (!f) {
+    std::cerr << "specdec bench: cannot write " << path << "\n";
+    return false;
+  }
+  std::printf("wrote %s\n", path.c_str());
+  return true;
+}
+
 void WritePlot(const std::map<std::pair<std::string, std::string>, Agg>& aggs,
                const std::string& png) {
   const std::string dat = png + ".dat", gp = png + ".gp";
@@ -249,12 +262,10 @@ int RunBench(const BenchArgs& a) {
                           {"temperature", a.temperature},
                           {"max_new_tokens", a.max_new_tokens},
                           {"results", rows}};
-    std::ofstream(a.json_path) << out.dump(2) << "\n";
-    std::printf("wrote %s\n", a.json_path.c_str());
+    if (!WriteFile(a.json_path, out.dump(2) + "\n")) return 1;
   }
   if (!a.samples_path.empty()) {
-    std::ofstream(a.samples_path) << samples.dump(2) << "\n";
-    std::printf("wrote %s\n", a.samples_path.c_str());
+    if (!WriteFile(a.samples_path, samples.dump(2) + "\n")) return 1;
   }
   if (!a.png_path.empty()) WritePlot(aggs, a.png_path);
   return 0;
