@@ -47,69 +47,123 @@ void LoadAwareSpeculation::RequestFinished(Clock::time_point now) {
   in_flight_ = std::max<int64_t>(0, in_flight_ - 1);
 }
 
+void LoadAwareSpeculation::JudgeExplorationLocked(int level, bool won) {
+  LevelState& l = levels_[level];
+  l.backoff = won ? 1 : std::min(std::max(1, options_.max_backoff), l.backoff * 2);
+}
+
 void LoadAwareSpeculation::MeasureLocked(const Closed& e) {
   if (e.epoch == 0) return;
   if (!e.measurable || e.steps < options_.min_steps || e.seconds <= 0) {
+    // Steps began in it but too few finished cleanly: its arm's steps are too slow to measure
+    // within an epoch at this load (an epoch with few steps begun was merely quiet).
+    if (e.measurable && e.started >= options_.min_steps) {
+      LevelState& l = levels_[e.chosen_level];
+      ++l.unmeasured;
+      if (e.exploring) JudgeExplorationLocked(e.chosen_level, false);
+      if (e.alternating && e.arm == Arm::kSpeculative) {
+        ++l.slow_spec;
+        JudgeExplorationLocked(e.chosen_level, false);
+      }
+    }
     last_.valid = false;
     return;
   }
+  if (e.alternating && e.arm == Arm::kSpeculative) levels_[e.chosen_level].slow_spec = 0;
   const int level = Level(e.load);
   const double rate = e.tokens / e.seconds;
   Cell& c = cells_[level][static_cast<int>(e.arm)];
   c.rate = c.epochs == 0 ? rate : (1 - options_.alpha) * c.rate + options_.alpha * rate;
   ++c.epochs;
+  bool judged = false;
   // A pair: the epoch right before was measured at this level with the other arm.
   if (last_.valid && last_.epoch + 1 == e.epoch && last_.level == level && last_.arm != e.arm) {
     const double spec = e.arm == Arm::kSpeculative ? rate : last_.rate;
     const double ar = e.arm == Arm::kAr ? rate : last_.rate;
+    const double sample = std::log(spec / ar);
     LevelState& l = levels_[level];
-    l.samples.push_back(std::log(spec / ar));
+    l.samples.push_back(sample);
     while (static_cast<int>(l.samples.size()) > std::max(1, options_.window)) l.samples.pop_front();
     std::vector<double> sorted(l.samples.begin(), l.samples.end());
     std::sort(sorted.begin(), sorted.end());
     const size_t m = sorted.size();
     l.log_advantage = m % 2 ? sorted[m / 2] : (sorted[m / 2 - 1] + sorted[m / 2]) / 2;
     ++l.pairs;
+    // An exploration is judged by its first pair: did the explored arm beat its neighbour?
+    auto won = [&](Arm explored) {
+      return explored == Arm::kSpeculative ? sample > 0 : sample < 0;
+    };
+    if (last_.exploring) {
+      JudgeExplorationLocked(last_.chosen_level, won(last_.arm));
+    } else if (e.exploring && e.settled) {
+      JudgeExplorationLocked(e.chosen_level, won(e.arm));
+      judged = true;
+    }
   }
-  last_ = Measured{true, e.epoch, level, e.arm, rate};
+  last_ = Measured{true,          e.epoch, level, e.arm, rate, e.exploring && e.settled && !judged,
+                   e.chosen_level};
+}
+
+LoadAwareSpeculation::Rule LoadAwareSpeculation::RuleLocked(int level) const {
+  const LevelState& l = levels_[level];
+  // A prior for a level still learning: speculation's advantage only shrinks as the load grows
+  // (each request gets less of the target's batch room), so when the nearest lower level that
+  // has learned says AR wins clearly, this level starts out exploiting AR instead of
+  // alternating, exploring as seldom as that level's advantage says, and its own pairs (from
+  // that exploration) take over.
+  bool prior_ar = false;
+  double prior = 0;
+  if (l.pairs < options_.confident_pairs) {
+    for (int k = level - 1; k >= 0; --k) {
+      if (levels_[k].pairs < options_.confident_pairs) continue;
+      prior = levels_[k].log_advantage;
+      prior_ar = prior < -0.1;
+      break;
+    }
+  }
+  // Speculative epochs too slow to be measured here: as good as a prior that AR wins.
+  const bool slow_spec = l.slow_spec >= 2;
+  Rule r;
+  if (l.pairs < options_.min_pairs && !prior_ar && !slow_spec) {
+    r.alternate = true;
+    r.every = 2;
+    return r;
+  }
+  r.best = l.pairs < options_.min_pairs || l.log_advantage <= 0 ? Arm::kAr : Arm::kSpeculative;
+  // Explore often while the estimate rests on few pairs (unless something says where to look);
+  // then the clearer the advantage, the rarer the exploration: every explore_every epochs when
+  // the arms are even, up to 5x as seldom when one is 40% (log 0.4) ahead. Lost explorations
+  // multiply that by the backoff.
+  r.every = options_.explore_every;
+  r.settled = true;
+  if (l.pairs >= options_.confident_pairs) {
+    r.every *= 1 + std::min(4.0, std::abs(l.log_advantage) / 0.1);
+  } else if (prior_ar) {
+    r.every *= 1 + std::min(4.0, std::abs(prior) / 0.1);
+  } else if (!slow_spec) {
+    r.every = 3;
+    r.settled = false;
+  }
+  r.every *= l.backoff;
+  return r;
 }
 
 LoadAwareSpeculation::Arm LoadAwareSpeculation::ChooseLocked(int level) {
   LevelState& l = levels_[level];
   ++l.epochs;
   auto other = [](Arm a) { return a == Arm::kAr ? Arm::kSpeculative : Arm::kAr; };
-  // A prior for a level still learning: speculation's advantage only shrinks as the load grows
-  // (each request gets less of the target's batch room), so when the nearest lower level that
-  // has learned says AR wins clearly, this level starts out exploiting AR instead of
-  // alternating, and its own pairs (from the usual exploration) take over.
-  bool prior_ar = false;
-  if (l.pairs < options_.confident_pairs) {
-    for (int k = level - 1; k >= 0; --k) {
-      if (levels_[k].pairs < options_.confident_pairs) continue;
-      prior_ar = levels_[k].log_advantage < -0.1;
-      break;
-    }
-  }
+  const Rule r = RuleLocked(level);
+  exploring_ = alternating_ = false;
+  settled_ = r.settled;
   // arm_ and level_ still describe the epoch that just ended (if any).
-  const bool after_same_level = epoch_ > 0 && level_ == level;
-  if (l.pairs < options_.min_pairs && !prior_ar) {
+  if (r.alternate) {
     // Explore: alternate, so that every epoch pairs with the one before it; speculation first.
-    return after_same_level ? other(arm_) : Arm::kSpeculative;
+    alternating_ = true;
+    return epoch_ > 0 && level_ == level ? other(arm_) : Arm::kSpeculative;
   }
-  const Arm best = l.pairs < options_.min_pairs || l.log_advantage <= 0 ? Arm::kAr
-                                                                         : Arm::kSpeculative;
-  // Explore often while the estimate rests on few pairs (unless a prior says where to look);
-  // then the clearer the advantage, the rarer the exploration: every explore_every epochs when
-  // the arms are even, up to 5x as seldom when one is 40% (log 0.4) ahead.
-  double every = options_.explore_every;
-  if (l.pairs >= options_.confident_pairs) {
-    every *= 1 + std::min(4.0, std::abs(l.log_advantage) / 0.1);
-  } else if (!prior_ar) {
-    every = 3;
-  }
-  const bool explore = options_.explore_every > 0 && ++l.since_explore >= every;
-  if (explore) l.since_explore = 0;
-  return explore ? other(best) : best;
+  exploring_ = options_.explore_every > 0 && ++l.since_explore >= r.every;
+  if (exploring_) l.since_explore = 0;
+  return exploring_ ? other(r.best) : r.best;
 }
 
 LoadAwareSpeculation::Step LoadAwareSpeculation::Next(Clock::time_point now) {
@@ -127,7 +181,8 @@ LoadAwareSpeculation::Step LoadAwareSpeculation::Next(Clock::time_point now) {
       // The epoch before the one ending now has had all its steps finish: measure it. The one
       // ending now waits for its straggling steps.
       MeasureLocked(closed_);
-      closed_ = Closed{epoch_, arm_, false, 0, tokens_, seconds_, steps_};
+      closed_ = Closed{epoch_, arm_, level_,  exploring_, alternating_, settled_,
+                       false,  0,    tokens_, seconds_,   steps_,       started_};
       // An epoch that outlived itself by a whole epoch was idle for part of it: its load
       // average says nothing about the load its steps saw, so it is not measured.
       closed_.measurable = span > 0 && span <= 2 * Seconds(options_.epoch);
@@ -144,9 +199,10 @@ LoadAwareSpeculation::Step LoadAwareSpeculation::Next(Clock::time_point now) {
     load_since_ = now;
     load_integral_ = 0;
     tokens_ = seconds_ = 0;
-    steps_ = 0;
+    steps_ = started_ = 0;
     s.new_epoch = true;
   }
+  ++started_;
   s.arm = arm_;
   s.epoch = epoch_;
   s.level = level_;
@@ -175,6 +231,21 @@ double LoadAwareSpeculation::LogAdvantage(int level) const {
 int64_t LoadAwareSpeculation::Pairs(int level) const {
   std::lock_guard<std::mutex> lock(mu_);
   return levels_[level].pairs;
+}
+
+double LoadAwareSpeculation::ExploreInterval(int level) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return RuleLocked(level).every;
+}
+
+int LoadAwareSpeculation::Backoff(int level) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return levels_[level].backoff;
+}
+
+int64_t LoadAwareSpeculation::Unmeasured(int level) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return levels_[level].unmeasured;
 }
 
 double LoadAwareSpeculation::Rate(int level, Arm arm) const {

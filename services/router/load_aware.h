@@ -37,20 +37,30 @@ namespace specdec::services {
 // changing conditions: every third epoch until the level has `confident_pairs` pairs, then
 // every `explore_every` epochs while the arms are even, up to five times as seldom when one is
 // clearly ahead (exploring a losing arm is what this costs). A level still learning starts out
-// on AR, exploring at the normal rate, when the nearest lower level has learned that AR wins
-// clearly: speculation's advantage only shrinks as the load grows. Thread-safe.
+// on AR when the nearest lower level has learned that AR wins clearly (speculation's advantage
+// only shrinks as the load grows), exploring as seldom as that level's advantage says.
+//
+// Exploring costs most where it loses most: under heavy load a speculative epoch makes every
+// request in flight catch its drafter up on its whole context and verify whole blocks in the
+// shared batch. Exploration therefore backs off: an exploring epoch whose steps were too slow to
+// leave `min_steps` clean steps in it (too slow to be measured within an epoch at all), or, once
+// the level is settled (confident, or on a prior), one that lost its first pair, doubles the
+// level's exploration interval, up to `max_backoff` times; one that won resets it. A level still
+// alternating whose speculative epochs twice in a row were too slow to measure stops alternating
+// and starts out on AR. Thread-safe.
 class LoadAwareSpeculation {
  public:
   using Clock = std::chrono::steady_clock;
   enum class Arm { kAr = 0, kSpeculative = 1 };
   struct Options {
     Clock::duration epoch = std::chrono::milliseconds(250);
-    int min_pairs = 4;       // paired samples per level before exploiting
+    int min_pairs = 4;         // paired samples per level before exploiting
     int confident_pairs = 12;  // below this, every 3rd epoch at a level explores
     int explore_every = 10;    // then the other arm every n-th epoch at a level, at the most often
-    int window = 15;         // paired samples the median is taken over
-    double alpha = 0.15;     // weight of a new epoch in the per-arm rate means (metrics)
-    int min_steps = 4;       // clean steps an epoch needs to be measured
+    int window = 15;           // paired samples the median is taken over
+    double alpha = 0.15;       // weight of a new epoch in the per-arm rate means (metrics)
+    int min_steps = 4;         // clean steps an epoch needs to be measured
+    int max_backoff = 8;       // exploration interval multiplier after lost explorations
   };
   static constexpr int kLevels = 6;
 
@@ -87,6 +97,12 @@ class LoadAwareSpeculation {
   // level, and the pairs measured there so far.
   double LogAdvantage(int level) const;
   int64_t Pairs(int level) const;
+  // Epochs between explorations of the other arm at a level (the current rule, backoff
+  // included; 2 while the level alternates), and the backoff multiplier itself.
+  double ExploreInterval(int level) const;
+  int Backoff(int level) const;
+  // Epochs at a level (the level they were chosen at) too slow to leave `min_steps` clean steps.
+  int64_t Unmeasured(int level) const;
   int64_t in_flight() const;
 
  private:
@@ -100,6 +116,9 @@ class LoadAwareSpeculation {
     int64_t pairs = 0;
     int64_t epochs = 0;         // epochs run
     int64_t since_explore = 0;  // epochs since the last exploring one
+    int backoff = 1;            // exploration interval multiplier (1, 2, 4, ... max_backoff)
+    int slow_spec = 0;          // consecutive alternating speculative epochs too slow to measure
+    int64_t unmeasured = 0;
   };
   struct Measured {  // the last epoch that was measured
     bool valid = false;
@@ -107,6 +126,8 @@ class LoadAwareSpeculation {
     int level = 0;
     Arm arm = Arm::kAr;
     double rate = 0;
+    bool exploring = false;  // explored while settled and not yet judged by a pair
+    int chosen_level = 0;
   };
   // A closed epoch whose last steps may still be running: it is measured when the next epoch
   // closes, so that slow steps that straddle its end count too (dropping them would favour the
@@ -114,14 +135,28 @@ class LoadAwareSpeculation {
   struct Closed {
     uint64_t epoch = 0;  // 0: none
     Arm arm = Arm::kAr;
+    int chosen_level = 0;      // the level it was chosen at
+    bool exploring = false;    // it ran the arm the level does not favour, to explore
+    bool alternating = false;  // it ran while its level alternated
+    bool settled = false;      // it ran while its level was settled (Rule::settled)
     bool measurable = false;
     double load = 0;  // time-averaged requests in flight
     double tokens = 0, seconds = 0;
-    int64_t steps = 0;
+    int64_t steps = 0;    // clean steps measured
+    int64_t started = 0;  // steps begun
   };
   void AdvanceLoadLocked(Clock::time_point now);
   void MeasureLocked(const Closed& e);
   Arm ChooseLocked(int level);
+  // An exploring epoch at `level` lost (or could not be measured), or won.
+  void JudgeExplorationLocked(int level, bool won);
+  struct Rule {
+    bool alternate = false;  // still alternating arms
+    Arm best = Arm::kAr;     // otherwise: the arm to run
+    double every = 2;        // and every how many epochs to run the other one instead
+    bool settled = false;    // the level is confident, has a prior or found speculation too slow
+  };
+  Rule RuleLocked(int level) const;
 
   Options options_;
   mutable std::mutex mu_;
@@ -135,10 +170,11 @@ class LoadAwareSpeculation {
   uint64_t epoch_ = 0;
   Arm arm_ = Arm::kSpeculative;
   int level_ = 0;
+  bool exploring_ = false, alternating_ = false, settled_ = false;
   Clock::time_point start_{}, end_{};
   double load_integral_ = 0;  // request-seconds since start_
   double tokens_ = 0, seconds_ = 0;
-  int64_t steps_ = 0;
+  int64_t steps_ = 0, started_ = 0;
   Closed closed_;  // the epoch before the current one
 };
 

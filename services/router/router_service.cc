@@ -157,7 +157,26 @@ struct RouterMetrics {
         load_aware_rate(prometheus::BuildGauge()
                             .Name("specdec_load_aware_decode_rate")
                             .Help("Measured per-request decode tokens/s by load level and arm")
-                            .Register(r)) {}
+                            .Register(r)),
+        load_aware_advantage(prometheus::BuildGauge()
+                                 .Name("specdec_load_aware_log_advantage")
+                                 .Help("Median log(speculative / AR decode rate) over the recent "
+                                       "paired epochs, by load level")
+                                 .Register(r)),
+        load_aware_pairs(prometheus::BuildGauge()
+                             .Name("specdec_load_aware_pairs")
+                             .Help("Paired epochs measured so far, by load level")
+                             .Register(r)),
+        load_aware_interval(prometheus::BuildGauge()
+                                .Name("specdec_load_aware_explore_interval_epochs")
+                                .Help("Epochs between explorations of the other arm, by load "
+                                      "level (backoff included)")
+                                .Register(r)),
+        load_aware_unmeasured(prometheus::BuildGauge()
+                                  .Name("specdec_load_aware_unmeasured_epochs")
+                                  .Help("Epochs whose steps were too slow to measure within the "
+                                        "epoch, by load level (cumulative)")
+                                  .Register(r)) {}
   prometheus::Family<prometheus::Counter>& drafts;
   prometheus::Family<prometheus::Counter>& draft_tokens;
   prometheus::Family<prometheus::Counter>& accepted;
@@ -180,6 +199,10 @@ struct RouterMetrics {
   prometheus::Histogram& queue_wait;
   prometheus::Family<prometheus::Counter>& load_aware_steps;
   prometheus::Family<prometheus::Gauge>& load_aware_rate;
+  prometheus::Family<prometheus::Gauge>& load_aware_advantage;
+  prometheus::Family<prometheus::Gauge>& load_aware_pairs;
+  prometheus::Family<prometheus::Gauge>& load_aware_interval;
+  prometheus::Family<prometheus::Gauge>& load_aware_unmeasured;
 };
 
 // Responses a worker produced, written one at a time by the reactor. Outlives the reactor.
@@ -291,8 +314,8 @@ struct RouterServer::Impl {
   std::mutex workers_mu;
   std::condition_variable workers_cv;
   int workers = 0;
-  std::atomic<double> ar_step_ms{0};  // running mean of single-token target steps
-  std::atomic<int64_t> in_flight{0};  // requests being served
+  std::atomic<double> ar_step_ms{0};                 // running mean of single-token target steps
+  std::atomic<int64_t> in_flight{0};                 // requests being served
   std::unique_ptr<LoadAwareSpeculation> load_aware;  // set in Start
   std::unique_ptr<AdmissionQueue> admission;         // set in Start
 
@@ -689,8 +712,8 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
         }
         if (pi) {
           grpc::ClientContext pctx;
-          pctx.set_deadline(
-              std::min(deadline, std::chrono::system_clock::now() + std::chrono::milliseconds(500)));
+          pctx.set_deadline(std::min(
+              deadline, std::chrono::system_clock::now() + std::chrono::milliseconds(500)));
           v1::PredictBlockSizeRequest preq2;
           *preq2.mutable_logits() = presp->prefill().last_logits();
           v1::PredictBlockSizeResponse pres;
@@ -752,7 +775,7 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
         RETURN_IF_ERROR(verify({last}, {}, v1::TargetVerify::ONE_HOT, nullptr, true, 0, 0));
         stats.set_load_aware_ar_steps(stats.load_aware_ar_steps() + 1);
         load_aware->Observe(*la, static_cast<int64_t>(last_committed.size()), MsSince(td) / 1000.0,
-                           la_epoch == la->epoch);
+                            la_epoch == la->epoch);
         la_epoch = la->epoch;
         continue;
       }
@@ -814,7 +837,7 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
     RETURN_IF_ERROR(verify(rows, parents, proposal, &d.probs(), dflash, positions, draft_ms));
     if (la) {
       load_aware->Observe(*la, static_cast<int64_t>(last_committed.size()), MsSince(td) / 1000.0,
-                         la_epoch == la->epoch);
+                          la_epoch == la->epoch);
       la_epoch = la->epoch;
     }
     if (!dflash && dclient && !finished) {
@@ -851,13 +874,21 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
   if (load_aware_on) {
     stats.set_load_aware_ar(stats.load_aware_ar_steps() > 0 && stats.drafted_tokens() == 0);
     for (int level = 0; level < LoadAwareSpeculation::kLevels; ++level) {
+      const char* name = LoadAwareSpeculation::LevelName(level);
+      bool seen = false;
       for (auto a : {LoadAwareSpeculation::Arm::kAr, LoadAwareSpeculation::Arm::kSpeculative}) {
         if (load_aware->Epochs(level, a) == 0) continue;
-        metrics->load_aware_rate
-            .Add({{"level", LoadAwareSpeculation::LevelName(level)},
-                  {"arm", LoadAwareSpeculation::ArmName(a)}})
+        seen = true;
+        metrics->load_aware_rate.Add({{"level", name}, {"arm", LoadAwareSpeculation::ArmName(a)}})
             .Set(load_aware->Rate(level, a));
       }
+      if (!seen && load_aware->Unmeasured(level) == 0) continue;
+      metrics->load_aware_advantage.Add({{"level", name}}).Set(load_aware->LogAdvantage(level));
+      metrics->load_aware_pairs.Add({{"level", name}})
+          .Set(static_cast<double>(load_aware->Pairs(level)));
+      metrics->load_aware_interval.Add({{"level", name}}).Set(load_aware->ExploreInterval(level));
+      metrics->load_aware_unmeasured.Add({{"level", name}})
+          .Set(static_cast<double>(load_aware->Unmeasured(level)));
     }
   }
   *sum->mutable_stats() = stats;
@@ -914,9 +945,9 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
   LoadAwareSpeculation::Options lo;
   lo.epoch = std::chrono::milliseconds(std::max(1, options.load_aware_epoch_ms));
   impl->load_aware = std::make_unique<LoadAwareSpeculation>(lo);
-  impl->admission = std::make_unique<AdmissionQueue>(AdmissionQueue::Options{
-      options.max_active_requests, std::max(0, options.max_queued_requests),
-      std::chrono::milliseconds(std::max(0, options.queue_timeout_ms))});
+  impl->admission = std::make_unique<AdmissionQueue>(
+      AdmissionQueue::Options{options.max_active_requests, std::max(0, options.max_queued_requests),
+                              std::chrono::milliseconds(std::max(0, options.queue_timeout_ms))});
   impl->metrics = std::make_unique<RouterMetrics>(impl->metrics_server.registry());
   if (!options.tokenizer_dir.empty()) {
     ASSIGN_OR_RETURN(impl->tokenizer,

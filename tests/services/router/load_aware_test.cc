@@ -72,6 +72,8 @@ TEST(LoadAwareSpeculation, AHigherLevelStartsOnArWhenALowerOneLearnedArWins) {
   }
   ASSERT_EQ(first.size(), 6u);
   for (Arm a : first) EXPECT_EQ(a, Arm::kAr);
+  // And it explores as seldom as the lower level's clear advantage says: every 10 x 5 epochs.
+  EXPECT_NEAR(la.ExploreInterval(3), 50, 1e-9);
   // Without that knowledge a fresh level alternates, speculation first.
   LoadAwareSpeculation fresh;
   auto t = Clock::now();
@@ -135,7 +137,7 @@ TEST(LoadAwareSpeculation, ExploresThenExploitsWithPeriodicReexploration) {
   std::vector<Arm> epochs;
   uint64_t last = 0;
   std::vector<uint64_t> prev(4, 0);
-  for (int i = 0; i < 4 * 8000; ++i) {
+  for (int i = 0; i < 4 * 20000; ++i) {
     auto s = la.Next(sim.now);
     if (s.epoch != last) epochs.push_back(s.arm);
     last = s.epoch;
@@ -151,12 +153,85 @@ TEST(LoadAwareSpeculation, ExploresThenExploitsWithPeriodicReexploration) {
   EXPECT_EQ(epochs[2], Arm::kSpeculative);
   EXPECT_EQ(epochs[3], Arm::kAr);
   // Then speculation. Its advantage is log(300 / 200) = 0.41, clearly ahead, so AR is
-  // re-explored five times as seldom as explore_every says: every 20th epoch.
-  int ar = 0;
-  for (size_t i = 4; i < epochs.size(); ++i) ar += epochs[i] == Arm::kAr;
-  const int later = static_cast<int>(epochs.size()) - 4;
-  EXPECT_GE(later, 60);
-  EXPECT_NEAR(ar, later / 20, 1);
+  // re-explored five times as seldom as explore_every says: after 20 epochs. Each of those
+  // explorations loses, so the interval doubles, up to max_backoff (8) times: 40, 80, 160, 160.
+  std::vector<size_t> ar_epochs;
+  for (size_t i = 4; i < epochs.size(); ++i) {
+    if (epochs[i] == Arm::kAr) ar_epochs.push_back(i);
+  }
+  ASSERT_GE(ar_epochs.size(), 5u);
+  EXPECT_NEAR(static_cast<int>(ar_epochs[0]), 4 + 20 - 1, 1);
+  const std::vector<int> want = {40, 80, 160, 160};
+  for (size_t j = 0; j < want.size(); ++j) {
+    EXPECT_NEAR(static_cast<int>(ar_epochs[j + 1] - ar_epochs[j]), want[j], 1) << "gap " << j;
+  }
+  const int level = LoadAwareSpeculation::Level(4);
+  EXPECT_EQ(la.Backoff(level), 8);
+  EXPECT_NEAR(la.ExploreInterval(level), 160, 1);
+}
+
+TEST(LoadAwareSpeculation, AnExplorationThatWinsResetsTheBackoff) {
+  LoadAwareSpeculation::Options o;
+  o.explore_every = 4;
+  o.min_pairs = 3;
+  o.confident_pairs = 3;
+  o.window = 5;
+  LoadAwareSpeculation la(o);
+  Sim sim{la, Clock::now()};
+  for (int i = 0; i < 4; ++i) la.RequestStarted(sim.now);
+  const int level = LoadAwareSpeculation::Level(4);
+  // Speculation wins (300 against 200 tokens/s per request) until AR's explorations have
+  // backed off all the way.
+  for (int i = 0; i < 200 && la.Backoff(level) < 8; ++i) sim.Run(4, 5, 10, 3, 400);
+  ASSERT_EQ(la.Backoff(level), 8);
+  // Then speculation gets slow (100 tokens/s): within two explorations (the first may pair with
+  // an epoch that straddles the change) an AR exploration wins, which resets the backoff, the
+  // explorations come at the short interval again and AR takes over.
+  const int64_t pairs = la.Pairs(level);
+  while (la.Backoff(level) > 1 && la.Pairs(level) < pairs + 4) sim.Run(4, 5, 30, 3, 40);
+  EXPECT_EQ(la.Backoff(level), 1);
+  sim.steps.clear();
+  sim.Run(4, 5, 30, 3, 4 * 4000);
+  EXPECT_LT(la.LogAdvantage(level), 0);
+  EXPECT_GT(sim.steps[Arm::kAr], 4 * sim.steps[Arm::kSpeculative]);
+}
+
+TEST(LoadAwareSpeculation, SpeculationTooSlowToMeasureStopsAlternatingAndBacksOff) {
+  // Sixteen requests; a speculative step takes 600 ms (each request catching its drafter up on
+  // its whole context, whole blocks verified in the shared batch), longer than two epochs, so no
+  // speculative epoch ever holds a clean step; AR steps take 14 ms.
+  LoadAwareSpeculation la;
+  Sim sim{la, Clock::now()};
+  for (int i = 0; i < 16; ++i) la.RequestStarted(sim.now);
+  const int level = LoadAwareSpeculation::Level(16);
+  std::vector<Arm> epochs;
+  uint64_t last = 0;
+  std::vector<uint64_t> prev(16, 0);
+  const auto end = sim.now + std::chrono::seconds(120);
+  for (int i = 0; sim.now < end; ++i) {
+    auto s = la.Next(sim.now);
+    if (s.epoch != last) epochs.push_back(s.arm);
+    last = s.epoch;
+    const bool ar = s.arm == Arm::kAr;
+    const double ms = ar ? 14 : 600;
+    la.Observe(s, ar ? 1 : 3, ms / 1000, prev[i % 16] == s.epoch);
+    prev[i % 16] = s.epoch;
+    sim.now += std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double, std::milli>(ms / 16));
+  }
+  EXPECT_EQ(la.Pairs(level), 0);
+  EXPECT_GE(la.Unmeasured(level), 3);
+  EXPECT_EQ(la.Epochs(level, Arm::kSpeculative), 0);
+  // Alternation stops after two slow speculative epochs, then exploration backs off to every
+  // 10 x 8 epochs.
+  ASSERT_GE(epochs.size(), 200u);
+  EXPECT_EQ(epochs[0], Arm::kSpeculative);
+  EXPECT_EQ(epochs[2], Arm::kSpeculative);
+  int spec = 0;
+  for (size_t i = 4; i < epochs.size(); ++i) spec += epochs[i] == Arm::kSpeculative;
+  EXPECT_LE(spec, 1 + static_cast<int>(epochs.size()) / 40) << "of " << epochs.size();
+  EXPECT_EQ(la.Backoff(level), 8);
+  EXPECT_NEAR(la.ExploreInterval(level), 80, 1e-9);
 }
 
 TEST(LoadAwareSpeculation, PairedEpochsCancelSlowDriftOfTheMachine) {
@@ -270,7 +345,7 @@ TEST(LoadAwareSpeculation, EpochLevelIsTheTimeAveragedLoad) {
   for (int i = 0; i < 8; ++i) la.Observe(s, 1, 0.005, true);
   auto s2 = la.Next(t + milliseconds(250));
   EXPECT_EQ(s2.level, 1);
-  la.Next(t + milliseconds(500));       // measures the first epoch
+  la.Next(t + milliseconds(500));     // measures the first epoch
   EXPECT_EQ(la.Epochs(1, s.arm), 1);  // at level 2, where it ran
   EXPECT_EQ(la.Epochs(0, s.arm), 0);
   EXPECT_EQ(la.in_flight(), 2);
