@@ -62,26 +62,98 @@ inline void StoreRow(const float* src, int64_t d, KernelDType dt, void* base, in
   }
 }
 
-inline float Dot(const float* a, const float* b, int64_t d) {
-  F16 acc = {};
-  int64_t t = 0;
-  for (; t + kLanes <= d; t += kLanes) acc += LoadF16(a + t) * LoadF16(b + t);
+typedef int32_t I16 __attribute__((vector_size(kLanes * sizeof(int32_t))));
+
+inline F16 Splat(float x) { return F16{} + x; }
+
+// Lane k of the result is the sum of the lanes of v[k]: a transposing tree of shuffles and adds
+// (15 steps for 16 vectors instead of 16 horizontal sums).
+inline F16 Reduce16(const F16* v) {
+  F16 u[8], w[4], z[2];
+  for (int k = 0; k < 8; ++k) {
+    u[k] = __builtin_shufflevector(v[2 * k], v[2 * k + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19,
+                                   20, 21, 22, 23) +
+           __builtin_shufflevector(v[2 * k], v[2 * k + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26,
+                                   27, 28, 29, 30, 31);
+  }
+  for (int k = 0; k < 4; ++k) {
+    w[k] = __builtin_shufflevector(u[2 * k], u[2 * k + 1], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19,
+                                   24, 25, 26, 27) +
+           __builtin_shufflevector(u[2 * k], u[2 * k + 1], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22,
+                                   23, 28, 29, 30, 31);
+  }
+  for (int k = 0; k < 2; ++k) {
+    z[k] = __builtin_shufflevector(w[2 * k], w[2 * k + 1], 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21,
+                                   24, 25, 28, 29) +
+           __builtin_shufflevector(w[2 * k], w[2 * k + 1], 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22,
+                                   23, 26, 27, 30, 31);
+  }
+  return __builtin_shufflevector(z[0], z[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28,
+                                 30) +
+         __builtin_shufflevector(z[0], z[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29,
+                                 31);
+}
+
+inline F16 Max(F16 a, F16 b) { return a > b ? a : b; }
+
+// exp(x) for x <= 0 (scores less their row's maximum): Cephes' single-precision polynomial after
+// a range reduction by powers of two, about 1 ulp; exactly 0 below -87 (masked scores are -inf).
+inline F16 Exp(F16 x) {
+  const I16 under = x < Splat(-87.f);
+  x = under ? Splat(-87.f) : x;
+  const F16 fx = x * 1.44269504088896341f + 0.5f;
+  I16 n = __builtin_convertvector(fx, I16);   // truncates towards zero
+  n += __builtin_convertvector(n, F16) > fx;  // floor: -1 where it rounded up
+  const F16 nf = __builtin_convertvector(n, F16);
+  const F16 r = x - nf * 0.693359375f - nf * -2.12194440e-4f;
+  F16 y = Splat(1.9875691500E-4f);
+  y = y * r + 1.3981999507E-3f;
+  y = y * r + 8.3334519073E-3f;
+  y = y * r + 4.1665795894E-2f;
+  y = y * r + 1.6666665459E-1f;
+  y = y * r + 5.0000001201E-1f;
+  y = y * r * r + r + 1.f;
+  const F16 scale = std::bit_cast<F16>((n + 127) << 23);
+  return under ? Splat(0.f) : y * scale;
+}
+
+inline float HorizontalMax(F16 v) {
+  float m = v[0];
+  for (int l = 1; l < kLanes; ++l) m = std::max(m, v[l]);
+  return m;
+}
+
+inline float HorizontalSum(F16 v) {
   float s = 0.f;
-  for (int64_t l = 0; l < kLanes; ++l) s += acc[l];
-  for (; t < d; ++t) s += a[t] * b[t];
+  for (int l = 0; l < kLanes; ++l) s += v[l];
   return s;
 }
 
-inline void Axpy(float alpha, const float* x, float* y, int64_t d) {
-  int64_t t = 0;
-  for (; t + kLanes <= d; t += kLanes) StoreF16(y + t, LoadF16(y + t) + alpha * LoadF16(x + t));
-  for (; t < d; ++t) y[t] += alpha * x[t];
-}
-
 struct Scratch {
-  std::vector<float> q, scores, acc, row;
+  std::vector<float> q, scores, keys, values;
   std::vector<uint8_t> visible;
 };
+
+// out[r][col0, col0 + 16 DV) = sum_j p[r][j] * values[j][same columns] for rows [r0, r0 + 4)
+// (fewer at the end): the accumulators stay in registers across every key.
+template <int DV>
+inline void WeightedValues(const float* p, int64_t mpad, const float* values, int64_t dpad,
+                           int64_t m, int64_t r0, int64_t rows, int64_t col0, float* out) {
+  const int64_t nr = std::min<int64_t>(4, rows - r0);
+  F16 acc[4][DV] = {};
+  for (int64_t j = 0; j < m; ++j) {
+    const float* vj = values + j * dpad + col0;
+    for (int v = 0; v < DV; ++v) {
+      const F16 x = LoadF16(vj + v * kLanes);
+      for (int64_t r = 0; r < 4; ++r) {
+        if (r < nr) acc[r][v] += p[(r0 + r) * mpad + j] * x;
+      }
+    }
+  }
+  for (int64_t r = 0; r < nr; ++r) {
+    for (int v = 0; v < DV; ++v) StoreF16(out + (r0 + r) * dpad + col0 + v * kLanes, acc[r][v]);
+  }
+}
 
 }  // namespace
 
@@ -93,10 +165,13 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
     const AttentionProblem& p, int64_t begin, int64_t end) {
   thread_local Scratch scratch;
   const int64_t d = p.head_dim, group = p.heads / p.kv_heads;
+  // Rows of head_dim floats are padded with zeros to whole vectors.
+  const int64_t dpad = (d + kLanes - 1) / kLanes * kLanes, dv = dpad / kLanes;
   for (int64_t item = begin; item < end; ++item) {
     const AttentionSequence& s = p.sequences[item / p.kv_heads];
     const int64_t g = item % p.kv_heads;
     const int64_t n = s.n, m = s.past + s.n, rows = n * group;
+    const int64_t mpad = (m + kLanes - 1) / kLanes * kLanes;
     const int64_t kv_offset = g * s.capacity * d;
     const size_t elem = p.dtype == KernelDType::kF32 ? sizeof(float) : sizeof(uint16_t);
     for (int64_t i = 0; i < n; ++i) {
@@ -107,63 +182,92 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
                   static_cast<const char*>(s.new_values) + from * elem, d * elem);
     }
     // Query vectors of this KV head's group, scaled: row r = i * group + h.
-    scratch.q.resize(rows * d);
+    scratch.q.assign(rows * dpad, 0.f);
     for (int64_t i = 0; i < n; ++i) {
       for (int64_t h = 0; h < group; ++h) {
-        float* q = &scratch.q[(i * group + h) * d];
+        float* q = &scratch.q[(i * group + h) * dpad];
         LoadRow(s.q, i * s.q_row_stride + (g * group + h) * d, d, p.dtype, q);
         for (int64_t t = 0; t < d; ++t) q[t] *= p.scale;
       }
     }
-    // visible[i * n + j]: new row i attends to new row j (causal, or j an ancestor-or-self).
-    scratch.visible.assign(n * n, s.bidirectional ? 1 : 0);
-    for (int64_t i = 0; i < n && !s.bidirectional; ++i) {
-      if (s.tree_parents == nullptr) {
-        std::fill(scratch.visible.begin() + i * n, scratch.visible.begin() + i * n + i + 1, 1);
-      } else {
-        for (int64_t j = i; j >= 0; j = s.tree_parents[j]) scratch.visible[i * n + j] = 1;
+    // Keys and values as float rows, padded to mpad rows of dpad.
+    scratch.keys.assign(mpad * dpad, 0.f);
+    scratch.values.assign(m * dpad, 0.f);
+    for (int64_t j = 0; j < m; ++j) {
+      LoadRow(s.keys, kv_offset + j * d, d, p.dtype, &scratch.keys[j * dpad]);
+      LoadRow(s.values, kv_offset + j * d, d, p.dtype, &scratch.values[j * dpad]);
+    }
+    // Scores [rows, mpad], 16 keys at a time: one vector of partial sums per key, reduced
+    // together.
+    scratch.scores.resize(rows * mpad);
+    F16 part[kLanes];
+    for (int64_t j0 = 0; j0 < mpad; j0 += kLanes) {
+      const float* kt = &scratch.keys[j0 * dpad];
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* q = &scratch.q[r * dpad];
+        for (int64_t jj = 0; jj < kLanes; ++jj) {
+          F16 a = LoadF16(q) * LoadF16(kt + jj * dpad);
+          for (int64_t v = 1; v < dv; ++v) {
+            a += LoadF16(q + v * kLanes) * LoadF16(kt + jj * dpad + v * kLanes);
+          }
+          part[jj] = a;
+        }
+        StoreF16(&scratch.scores[r * mpad + j0], Reduce16(part));
       }
     }
-    // Scores, one key row at a time shared by every query row.
+    // Masks: padding keys, and new rows a query row may not see (causal, or not an ancestor).
     constexpr float kMasked = -std::numeric_limits<float>::infinity();
-    scratch.scores.resize(rows * m);
-    scratch.row.resize(d);
-    float* kf = scratch.row.data();
-    for (int64_t j = 0; j < m; ++j) {
-      LoadRow(s.keys, kv_offset + j * d, d, p.dtype, kf);
-      const int64_t jn = j - s.past;  // index among the new rows, if >= 0
+    if (!s.bidirectional) {
+      scratch.visible.assign(n * n, 0);
       for (int64_t i = 0; i < n; ++i) {
-        const bool vis = jn < 0 || scratch.visible[i * n + jn];
-        for (int64_t h = 0; h < group; ++h) {
-          const int64_t r = i * group + h;
-          scratch.scores[r * m + j] = vis ? Dot(&scratch.q[r * d], kf, d) : kMasked;
+        if (s.tree_parents == nullptr) {
+          std::fill(scratch.visible.begin() + i * n, scratch.visible.begin() + i * n + i + 1, 1);
+        } else {
+          for (int64_t j = i; j >= 0; j = s.tree_parents[j]) scratch.visible[i * n + j] = 1;
         }
       }
     }
-    // Softmax per query row (every row sees at least itself, so the max is finite).
     for (int64_t r = 0; r < rows; ++r) {
-      float* sc = &scratch.scores[r * m];
-      const float mx = *std::max_element(sc, sc + m);
-      float sum = 0.f;
-      for (int64_t j = 0; j < m; ++j) {
-        sc[j] = sc[j] == kMasked ? 0.f : std::exp(sc[j] - mx);
-        sum += sc[j];
+      float* sc = &scratch.scores[r * mpad];
+      const int64_t i = r / group;
+      for (int64_t jn = 0; jn < n && !s.bidirectional; ++jn) {
+        if (!scratch.visible[i * n + jn]) sc[s.past + jn] = kMasked;
       }
-      const float inv = 1.f / sum;
-      for (int64_t j = 0; j < m; ++j) sc[j] *= inv;
+      for (int64_t j = m; j < mpad; ++j) sc[j] = kMasked;
+      // Softmax (every row sees at least itself, so the max is finite).
+      F16 mx = LoadF16(sc);
+      for (int64_t j = kLanes; j < mpad; j += kLanes) mx = Max(mx, LoadF16(sc + j));
+      const F16 top = Splat(HorizontalMax(mx));
+      F16 sum = {};
+      for (int64_t j = 0; j < mpad; j += kLanes) {
+        const F16 e = Exp(LoadF16(sc + j) - top);
+        StoreF16(sc + j, e);
+        sum += e;
+      }
+      const F16 inv = Splat(1.f / HorizontalSum(sum));
+      for (int64_t j = 0; j < mpad; j += kLanes) StoreF16(sc + j, LoadF16(sc + j) * inv);
     }
-    // Weighted values.
-    scratch.acc.assign(rows * d, 0.f);
-    for (int64_t j = 0; j < m; ++j) {
-      LoadRow(s.values, kv_offset + j * d, d, p.dtype, kf);
-      for (int64_t r = 0; r < rows; ++r) {
-        const float w = scratch.scores[r * m + j];
-        if (w != 0.f) Axpy(w, kf, &scratch.acc[r * d], d);
+    // Weighted values, into the q scratch (no longer needed).
+    float* acc = scratch.q.data();
+    const float* pr = scratch.scores.data();
+    const float* vals = scratch.values.data();
+    for (int64_t r0 = 0; r0 < rows; r0 += 4) {
+      if (dv == 4) {
+        WeightedValues<4>(pr, mpad, vals, dpad, m, r0, rows, 0, acc);
+      } else if (dv == 2) {
+        WeightedValues<2>(pr, mpad, vals, dpad, m, r0, rows, 0, acc);
+      } else {
+        for (int64_t c = 0; c + 8 <= dv; c += 8) {
+          WeightedValues<8>(pr, mpad, vals, dpad, m, r0, rows, c * kLanes, acc);
+        }
+        for (int64_t c = dv / 8 * 8; c < dv; ++c) {
+          WeightedValues<1>(pr, mpad, vals, dpad, m, r0, rows, c * kLanes, acc);
+        }
       }
     }
     for (int64_t i = 0; i < n; ++i) {
       for (int64_t h = 0; h < group; ++h) {
-        StoreRow(&scratch.acc[(i * group + h) * d], d, p.dtype, s.out,
+        StoreRow(&acc[(i * group + h) * dpad], d, p.dtype, s.out,
                  i * s.out_row_stride + (g * group + h) * d);
       }
     }

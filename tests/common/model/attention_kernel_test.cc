@@ -14,7 +14,7 @@
 namespace specdec::model {
 namespace {
 
-constexpr int64_t kHeads = 4, kKvHeads = 2, kDim = 20;  // head_dim not a multiple of the lanes
+constexpr int64_t kHeads = 4, kKvHeads = 2;
 
 struct Case {
   int64_t past, n, capacity;
@@ -36,23 +36,21 @@ at::Tensor Mask(const Case& c) {
   return mask;
 }
 
-void CheckAgainstAten(at::ScalarType dt, double tol) {
+// head_dim = dim, a multiple of the 16 lanes or not (the kernel pads rows to whole vectors).
+void CheckAgainstAten(at::ScalarType dt, double tol, int64_t dim) {
   at::manual_seed(7);
-  const std::vector<Case> cases = {{0, 1, 4, {}},
-                                   {37, 1, 64, {}},
-                                   {12, 5, 20, {}},
-                                   {30, 7, 40, {-1, -1, 0, 0, 1, 2, 2}},
-                                   {5, 33, 64, {}},
-                                   {40, 16, 64, {}, true}};
+  const std::vector<Case> cases = {{0, 1, 4, {}},   {37, 1, 64, {}},
+                                   {12, 5, 20, {}}, {30, 7, 40, {-1, -1, 0, 0, 1, 2, 2}},
+                                   {5, 33, 64, {}}, {40, 16, 64, {}, true}};
   const auto opts = at::TensorOptions().dtype(dt);
   std::vector<at::Tensor> alive, new_k, new_v, keys, values, outs, expected;
   std::vector<AttentionSequence> seqs;
   for (const Case& c : cases) {
-    at::Tensor k = at::randn({kKvHeads, c.capacity, kDim}).to(dt);
-    at::Tensor v = at::randn({kKvHeads, c.capacity, kDim}).to(dt);
-    at::Tensor nk = at::randn({c.n, kKvHeads, kDim}).to(dt);
-    at::Tensor nv = at::randn({c.n, kKvHeads, kDim}).to(dt);
-    at::Tensor q = at::randn({c.n, kHeads, kDim}).to(dt);
+    at::Tensor k = at::randn({kKvHeads, c.capacity, dim}).to(dt);
+    at::Tensor v = at::randn({kKvHeads, c.capacity, dim}).to(dt);
+    at::Tensor nk = at::randn({c.n, kKvHeads, dim}).to(dt);
+    at::Tensor nv = at::randn({c.n, kKvHeads, dim}).to(dt);
+    at::Tensor q = at::randn({c.n, kHeads, dim}).to(dt);
     // Reference: the cache with the new rows written, then ATen attention.
     at::Tensor rk = k.clone(), rv = v.clone();
     rk.narrow(1, c.past, c.n).copy_(nk.transpose(0, 1));
@@ -60,12 +58,12 @@ void CheckAgainstAten(at::ScalarType dt, double tol) {
     const int64_t m = c.past + c.n;
     expected.push_back(
         Attention(q, rk.narrow(1, 0, m), rv.narrow(1, 0, m), Mask(c)).to(at::kFloat));
-    at::Tensor out = at::zeros({c.n, kHeads * kDim}, opts);
+    at::Tensor out = at::zeros({c.n, kHeads * dim}, opts);
     AttentionSequence s;
     s.q = q.data_ptr();
-    s.q_row_stride = kHeads * kDim;
+    s.q_row_stride = kHeads * dim;
     s.out = out.data_ptr();
-    s.out_row_stride = kHeads * kDim;
+    s.out_row_stride = kHeads * dim;
     s.new_keys = nk.data_ptr();
     s.new_values = nv.data_ptr();
     s.keys = k.data_ptr();
@@ -86,9 +84,9 @@ void CheckAgainstAten(at::ScalarType dt, double tol) {
   AttentionProblem p{seqs,
                      kHeads,
                      kKvHeads,
-                     kDim,
+                     dim,
                      dt == at::kFloat ? KernelDType::kF32 : KernelDType::kBF16,
-                     static_cast<float>(1.0 / std::sqrt(static_cast<double>(kDim)))};
+                     static_cast<float>(1.0 / std::sqrt(static_cast<double>(dim)))};
   ASSERT_EQ(AttentionWorkItems(p), static_cast<int64_t>(cases.size()) * kKvHeads);
   // Split the items across calls the way a thread pool would.
   RunAttention(p, 0, 3);
@@ -102,11 +100,21 @@ void CheckAgainstAten(at::ScalarType dt, double tol) {
   }
 }
 
-TEST(AttentionKernelTest, MatchesAtenInF32) { CheckAgainstAten(at::kFloat, 1e-5); }
+TEST(AttentionKernelTest, MatchesAtenInF32) {
+  for (int64_t dim : {20, 64, 48, 160}) {
+    SCOPED_TRACE(dim);
+    CheckAgainstAten(at::kFloat, 1e-5, dim);
+  }
+}
 
 // ATen rounds scores and probabilities to bf16 between its matmuls; the kernel keeps them in
 // float, so the two differ by bf16 rounding of O(1) outputs.
-TEST(AttentionKernelTest, MatchesAtenInBf16) { CheckAgainstAten(at::kBFloat16, 0.06); }
+TEST(AttentionKernelTest, MatchesAtenInBf16) {
+  for (int64_t dim : {20, 64}) {
+    SCOPED_TRACE(dim);
+    CheckAgainstAten(at::kBFloat16, 0.06, dim);
+  }
+}
 
 }  // namespace
 }  // namespace specdec::model
