@@ -199,11 +199,17 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
     }
     // Scores [rows, mpad], 16 keys at a time: one vector of partial sums per key, reduced
     // together.
+    // Row r (new row i = r / group) attends to keys [0, limit(r)): the context and the new rows
+    // up to itself (causal, or a tree, whose ancestors come first), or every key (bidirectional).
+    // Keys past the limit are never scored, which halves a prefill's work.
+    auto limit = [&](int64_t r) { return s.bidirectional ? m : s.past + r / group + 1; };
     scratch.scores.resize(rows * mpad);
     F16 part[kLanes];
     for (int64_t j0 = 0; j0 < mpad; j0 += kLanes) {
       const float* kt = &scratch.keys[j0 * dpad];
-      for (int64_t r = 0; r < rows; ++r) {
+      // limit(r) > j0 from this row on (limit grows with r).
+      const int64_t first = s.bidirectional ? 0 : std::max<int64_t>(0, (j0 - s.past) * group);
+      for (int64_t r = first; r < rows; ++r) {
         const float* q = &scratch.q[r * dpad];
         for (int64_t jj = 0; jj < kLanes; ++jj) {
           F16 a = LoadF16(q) * LoadF16(kt + jj * dpad);
@@ -215,53 +221,55 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
         StoreF16(&scratch.scores[r * mpad + j0], Reduce16(part));
       }
     }
-    // Masks: padding keys, and new rows a query row may not see (causal, or not an ancestor).
+    // Masks: keys past the limit in its last vector (padding, later new rows), and in a tree the
+    // earlier new rows that are not ancestors.
     constexpr float kMasked = -std::numeric_limits<float>::infinity();
-    if (!s.bidirectional) {
+    const bool tree = s.tree_parents != nullptr && !s.bidirectional;
+    if (tree) {
       scratch.visible.assign(n * n, 0);
       for (int64_t i = 0; i < n; ++i) {
-        if (s.tree_parents == nullptr) {
-          std::fill(scratch.visible.begin() + i * n, scratch.visible.begin() + i * n + i + 1, 1);
-        } else {
-          for (int64_t j = i; j >= 0; j = s.tree_parents[j]) scratch.visible[i * n + j] = 1;
-        }
+        for (int64_t j = i; j >= 0; j = s.tree_parents[j]) scratch.visible[i * n + j] = 1;
       }
     }
     for (int64_t r = 0; r < rows; ++r) {
       float* sc = &scratch.scores[r * mpad];
-      const int64_t i = r / group;
-      for (int64_t jn = 0; jn < n && !s.bidirectional; ++jn) {
+      const int64_t i = r / group, lim = limit(r);
+      const int64_t lpad = std::min(mpad, (lim + kLanes - 1) / kLanes * kLanes);
+      for (int64_t j = lim; j < lpad; ++j) sc[j] = kMasked;
+      for (int64_t jn = 0; tree && jn < i; ++jn) {
         if (!scratch.visible[i * n + jn]) sc[s.past + jn] = kMasked;
       }
-      for (int64_t j = m; j < mpad; ++j) sc[j] = kMasked;
-      // Softmax (every row sees at least itself, so the max is finite).
+      // Softmax (every row sees at least itself, so the max is finite); zero past the limit.
       F16 mx = LoadF16(sc);
-      for (int64_t j = kLanes; j < mpad; j += kLanes) mx = Max(mx, LoadF16(sc + j));
+      for (int64_t j = kLanes; j < lpad; j += kLanes) mx = Max(mx, LoadF16(sc + j));
       const F16 top = Splat(HorizontalMax(mx));
       F16 sum = {};
-      for (int64_t j = 0; j < mpad; j += kLanes) {
+      for (int64_t j = 0; j < lpad; j += kLanes) {
         const F16 e = Exp(LoadF16(sc + j) - top);
         StoreF16(sc + j, e);
         sum += e;
       }
       const F16 inv = Splat(1.f / HorizontalSum(sum));
-      for (int64_t j = 0; j < mpad; j += kLanes) StoreF16(sc + j, LoadF16(sc + j) * inv);
+      for (int64_t j = 0; j < lpad; j += kLanes) StoreF16(sc + j, LoadF16(sc + j) * inv);
+      std::fill(sc + lpad, sc + mpad, 0.f);
     }
-    // Weighted values, into the q scratch (no longer needed).
+    // Weighted values, into the q scratch (no longer needed); a block of rows needs the keys up
+    // to its last row's limit.
     float* acc = scratch.q.data();
     const float* pr = scratch.scores.data();
     const float* vals = scratch.values.data();
     for (int64_t r0 = 0; r0 < rows; r0 += 4) {
+      const int64_t keys = std::min(m, limit(std::min(rows, r0 + 4) - 1));
       if (dv == 4) {
-        WeightedValues<4>(pr, mpad, vals, dpad, m, r0, rows, 0, acc);
+        WeightedValues<4>(pr, mpad, vals, dpad, keys, r0, rows, 0, acc);
       } else if (dv == 2) {
-        WeightedValues<2>(pr, mpad, vals, dpad, m, r0, rows, 0, acc);
+        WeightedValues<2>(pr, mpad, vals, dpad, keys, r0, rows, 0, acc);
       } else {
         for (int64_t c = 0; c + 8 <= dv; c += 8) {
-          WeightedValues<8>(pr, mpad, vals, dpad, m, r0, rows, c * kLanes, acc);
+          WeightedValues<8>(pr, mpad, vals, dpad, keys, r0, rows, c * kLanes, acc);
         }
         for (int64_t c = dv / 8 * 8; c < dv; ++c) {
-          WeightedValues<1>(pr, mpad, vals, dpad, m, r0, rows, c * kLanes, acc);
+          WeightedValues<1>(pr, mpad, vals, dpad, keys, r0, rows, c * kLanes, acc);
         }
       }
     }

@@ -4,12 +4,33 @@
 #include <ATen/Parallel.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 namespace specdec::model {
+
+int64_t GemmRows(int64_t rows) {
+  static const bool enabled = [] {
+    const char* v = std::getenv("SPECDEC_GEMM_ROW_BUCKETS");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  if (!enabled || rows <= 32) return rows;
+  const int64_t step = rows <= 256 ? 16 : rows <= 1024 ? 64 : 128;
+  return (rows + step - 1) / step * step;
+}
 
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight) {
   if (x.dim() == 2 && x.size(0) == 1 && x.scalar_type() == at::kFloat) {
     return at::mv(weight, x.select(0, 0)).unsqueeze(0);
+  }
+  if (x.dim() == 2 && x.scalar_type() == at::kBFloat16) {
+    const int64_t rows = x.size(0), padded = GemmRows(rows);
+    if (padded != rows) {
+      at::Tensor xp = at::empty({padded, x.size(1)}, x.options());
+      xp.narrow(0, 0, rows).copy_(x);
+      xp.narrow(0, rows, padded - rows).zero_();
+      return at::linear(xp, weight).narrow(0, 0, rows);
+    }
   }
   return at::linear(x, weight);
 }

@@ -14,8 +14,18 @@
 namespace specdec::model {
 
 // y = x W^T. Uses a matrix-vector product for a single f32 row (the 1-row GEMM path of the CPU
-// BLAS is several times slower).
+// BLAS is several times slower). A bf16 product of more than 32 rows runs on GemmRows(rows)
+// rows, the extra ones zero and dropped from the result: oneDNN, which does ATen's bf16 products,
+// compiles and caches a kernel per distinct row count, and a server's ragged batches and prompts
+// would otherwise keep adding cache entries (resident memory creeping up for hours, a compile
+// for each new shape).
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight);
+
+// The row count a bf16 product of `rows` rows runs on: exact up to 32, then rounded up to a
+// multiple of 16 up to 256, of 64 up to 1024 and of 128 beyond (at most 6% extra rows past 256,
+// and about 80 distinct counts up to 4096). SPECDEC_GEMM_ROW_BUCKETS=0 in the environment turns
+// the rounding off (read once).
+int64_t GemmRows(int64_t rows);
 
 // HF RMSNorm over the last dim: normalize in f32, cast back to x's dtype, then scale by weight.
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);

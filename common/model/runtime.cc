@@ -2,6 +2,8 @@
 
 #include <ATen/Parallel.h>
 
+#include <cstdlib>
+#include <string>
 #include <thread>
 
 namespace specdec::model {
@@ -11,6 +13,16 @@ int ConfigureComputeThreads(int threads) {
   if (threads <= 0) threads = 1;
   at::set_num_threads(threads);
   return at::get_num_threads();
+}
+
+int ConfigureKernelCache(int capacity) {
+  if (capacity > 0) {
+    const std::string value = std::to_string(capacity);
+    setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", value.c_str(), /*overwrite=*/0);
+    setenv("LRU_CACHE_CAPACITY", value.c_str(), /*overwrite=*/0);
+  }
+  const char* in_force = std::getenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY");
+  return in_force ? std::atoi(in_force) : 0;
 }
 
 }  // namespace specdec::model

@@ -19,13 +19,15 @@
 namespace specdec::model {
 namespace {
 
-// Longest run of new rows (decoding, verification, drafting) that attends through the fused
-// kernel; longer ones (prefill) use ATen's matmuls. SPECDEC_ATTENTION_KERNEL_MAX_ROWS overrides it
-// (0 = never use the kernel).
+// Longest run of new rows that attends through the fused kernel; longer ones use ATen's matmuls.
+// Every length by default: the kernel is as fast as ATen's bf16 matmuls for prefills too (it
+// scores no key a causal row cannot see), and ATen's go through oneDNN, which compiles and
+// caches kernels per (rows, keys) shape, so every new prompt length added memory.
+// SPECDEC_ATTENTION_KERNEL_MAX_ROWS overrides it (0 = never use the kernel).
 int64_t KernelMaxRows() {
   static const int64_t value = [] {
     const char* env = std::getenv("SPECDEC_ATTENTION_KERNEL_MAX_ROWS");
-    return env != nullptr ? std::atoll(env) : int64_t{32};
+    return env != nullptr ? std::atoll(env) : std::numeric_limits<int64_t>::max();
   }();
   return value;
 }

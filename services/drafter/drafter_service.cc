@@ -397,6 +397,7 @@ absl::StatusOr<std::unique_ptr<DrafterServer>> DrafterServer::Start(
   if (options.dflash_dir.empty() && options.draft_lm_dir.empty()) {
     return absl::InvalidArgumentError("give --dflash and/or --draft-lm: nothing to serve");
   }
+  model::ConfigureKernelCache(options.kernel_cache_capacity);
   model::ConfigureComputeThreads(options.threads);
   model::LoadOptions lo;
   if (options.dtype == "f32") lo.dtype = at::kFloat;

@@ -25,6 +25,8 @@ struct DrafterServerOptions {
   int64_t kv_budget_bytes = int64_t{2} << 30;
   int64_t lease_ms = 60000;
   int threads = 0;
+  // Entries per oneDNN kernel cache (model::ConfigureKernelCache; 0 = the libraries' 1024).
+  int kernel_cache_capacity = 0;
   int drain_ms = 2000;
   // Continuous batching: DFlash block drafts of up to this many sessions queued together run as
   // one batched drafter pass (1 = one at a time).

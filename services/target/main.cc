@@ -22,6 +22,9 @@ int main(int argc, char** argv) {
   app.add_option("--lease-ms", o.lease_ms, "idle timeout of a handle")->envname("SPECDEC_LEASE_MS");
   app.add_option("--threads", o.threads, "compute threads (0 = all cores)")
       ->envname("SPECDEC_THREADS");
+  app.add_option("--kernel-cache-capacity", o.kernel_cache_capacity,
+                 "compiled matrix-product kernels kept per oneDNN cache (0 = library default)")
+      ->envname("SPECDEC_KERNEL_CACHE_CAPACITY");
   app.add_option("--max-batch", o.max_batch, "sessions per batched verify pass (1 = no batching)")
       ->envname("SPECDEC_MAX_BATCH");
   app.add_option("--batch-wait-max-us", o.batch_wait_max_us,

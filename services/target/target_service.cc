@@ -405,6 +405,7 @@ absl::StatusOr<std::unique_ptr<TargetServer>> TargetServer::Start(
   if (options.model_dir.empty()) {
     return absl::InvalidArgumentError("--model is required: the target's checkpoint directory");
   }
+  model::ConfigureKernelCache(options.kernel_cache_capacity);
   model::ConfigureComputeThreads(options.threads);
   model::LoadOptions lo;
   if (options.dtype == "f32") lo.dtype = at::kFloat;

@@ -21,7 +21,9 @@ struct TargetServerOptions {
   int64_t kv_budget_bytes = int64_t{4} << 30;      // KV-cache memory budget
   int64_t lease_ms = 60000;                        // idle timeout of a handle
   int threads = 0;                                 // compute threads, 0 = all cores
-  int drain_ms = 2000;                             // graceful shutdown budget
+  // Entries per oneDNN kernel cache (model::ConfigureKernelCache; 0 = the libraries' 1024).
+  int kernel_cache_capacity = 0;
+  int drain_ms = 2000;  // graceful shutdown budget
   // Continuous batching: verify operations of up to this many sessions that are queued together
   // run as one batched forward pass (1 = one at a time).
   int max_batch = 32;
