@@ -55,9 +55,11 @@ void LoadAwareSpeculation::JudgeExplorationLocked(int level, bool won) {
 void LoadAwareSpeculation::MeasureLocked(const Closed& e) {
   if (e.epoch == 0) return;
   if (!e.measurable || e.steps < options_.min_steps || e.seconds <= 0) {
-    // Steps began in it but too few finished cleanly: its arm's steps are too slow to measure
-    // within an epoch at this load (an epoch with few steps begun was merely quiet).
-    if (e.measurable && e.started >= options_.min_steps) {
+    // Steps began in it, with requests in flight throughout, but too few finished cleanly: its
+    // arm's steps are too slow to measure within an epoch at this load (an epoch with few steps
+    // begun, or one that outlived itself with nothing in flight, was merely quiet; one that
+    // outlived itself with requests in flight was slow).
+    if (e.started >= options_.min_steps && e.load >= 1.0) {
       LevelState& l = levels_[e.chosen_level];
       ++l.unmeasured;
       if (e.exploring) JudgeExplorationLocked(e.chosen_level, false);

@@ -234,6 +234,48 @@ TEST(LoadAwareSpeculation, SpeculationTooSlowToMeasureStopsAlternatingAndBacksOf
   EXPECT_NEAR(la.ExploreInterval(level), 80, 1e-9);
 }
 
+TEST(LoadAwareSpeculation, SpeculativeStepsOutlastingTheirEpochCountAsSlowNotIdle) {
+  // Sixteen requests each waiting on its own step, as in the router: a speculative step takes
+  // 900 ms (longer than two epochs, so no request starts a new step and the epoch outlives
+  // itself), an AR step 14 ms. Such an epoch had requests in flight all along: it was slow, not
+  // idle, and exploration backs off.
+  LoadAwareSpeculation la;
+  auto now = Clock::now();
+  constexpr int kRequests = 16;
+  for (int i = 0; i < kRequests; ++i) la.RequestStarted(now);
+  struct Req {
+    Clock::time_point busy_until;
+    LoadAwareSpeculation::Step step;
+    uint64_t prev = 0;
+    bool running = false;
+  };
+  std::vector<Req> reqs(kRequests);
+  int spec_epochs = 0, epochs = 0;
+  const auto end = now + std::chrono::seconds(300);
+  while (now < end) {
+    for (Req& r : reqs) {
+      if (r.busy_until > now) continue;
+      if (r.running) {
+        const bool ar = r.step.arm == Arm::kAr;
+        la.Observe(r.step, ar ? 1 : 3, (ar ? 14 : 900) / 1000.0, r.prev == r.step.epoch);
+        r.prev = r.step.epoch;
+      }
+      r.step = la.Next(now);
+      if (r.step.new_epoch) {
+        ++epochs;
+        spec_epochs += r.step.arm == Arm::kSpeculative;
+      }
+      r.running = true;
+      r.busy_until = now + milliseconds(r.step.arm == Arm::kAr ? 14 : 900);
+    }
+    now += milliseconds(1);
+  }
+  const int level = LoadAwareSpeculation::Level(kRequests);
+  EXPECT_GE(la.Unmeasured(level), 3);
+  EXPECT_EQ(la.Backoff(level), 8);
+  EXPECT_LE(spec_epochs, 1 + epochs / 40) << "of " << epochs << " epochs";
+}
+
 TEST(LoadAwareSpeculation, PairedEpochsCancelSlowDriftOfTheMachine) {
   // Speculation is 10% faster than AR at every moment, but the machine slows down threefold over
   // the run (a busy neighbour): every epoch's rate carries the drift, the pairs do not.
