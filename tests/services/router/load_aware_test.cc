@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <map>
+#include <vector>
 
 namespace specdec::services {
 namespace {
@@ -50,6 +52,44 @@ struct Sim {
     }
   }
 };
+
+// `n` requests that each wait on their own step, as the router's do (a request starts its next
+// step when its previous one ends), for `duration` on a 1 ms clock; request i starts `stagger` x i
+// into the run. A request's k-th step of an arm (counted from 0) takes step_ms(arm, k) and commits
+// 1 token (AR) or `spec_tokens`; on_epoch(arm) is called for every epoch a step began.
+void RunWaitingRequests(LoadAwareSpeculation& la, Clock::time_point& now, int n,
+                        std::chrono::milliseconds duration, std::chrono::milliseconds stagger,
+                        const std::function<double(Arm, int)>& step_ms, int spec_tokens,
+                        const std::function<void(Arm)>& on_epoch = nullptr) {
+  for (int i = 0; i < n; ++i) la.RequestStarted(now);
+  struct Req {
+    Clock::time_point busy_until;
+    LoadAwareSpeculation::Step step;
+    uint64_t prev = 0;
+    bool running = false;
+    std::map<Arm, int> steps;
+    double ms = 0;
+  };
+  std::vector<Req> reqs(n);
+  for (int i = 0; i < n; ++i) reqs[i].busy_until = now + stagger * i;
+  const auto end = now + duration;
+  while (now < end) {
+    for (Req& r : reqs) {
+      if (r.busy_until > now) continue;
+      if (r.running) {
+        const bool ar = r.step.arm == Arm::kAr;
+        la.Observe(r.step, ar ? 1 : spec_tokens, r.ms / 1000, r.prev == r.step.epoch);
+        r.prev = r.step.epoch;
+      }
+      r.step = la.Next(now);
+      if (r.step.new_epoch && on_epoch) on_epoch(r.step.arm);
+      r.running = true;
+      r.ms = step_ms(r.step.arm, r.steps[r.step.arm]++);
+      r.busy_until = now + milliseconds(static_cast<int>(r.ms));
+    }
+    now += milliseconds(1);
+  }
+}
 
 TEST(LoadAwareSpeculation, AHigherLevelStartsOnArWhenALowerOneLearnedArWins) {
   LoadAwareSpeculation la;
@@ -242,34 +282,14 @@ TEST(LoadAwareSpeculation, SpeculativeStepsOutlastingTheirEpochCountAsSlowNotIdl
   LoadAwareSpeculation la;
   auto now = Clock::now();
   constexpr int kRequests = 16;
-  for (int i = 0; i < kRequests; ++i) la.RequestStarted(now);
-  struct Req {
-    Clock::time_point busy_until;
-    LoadAwareSpeculation::Step step;
-    uint64_t prev = 0;
-    bool running = false;
-  };
-  std::vector<Req> reqs(kRequests);
   int spec_epochs = 0, epochs = 0;
-  const auto end = now + std::chrono::seconds(300);
-  while (now < end) {
-    for (Req& r : reqs) {
-      if (r.busy_until > now) continue;
-      if (r.running) {
-        const bool ar = r.step.arm == Arm::kAr;
-        la.Observe(r.step, ar ? 1 : 3, (ar ? 14 : 900) / 1000.0, r.prev == r.step.epoch);
-        r.prev = r.step.epoch;
-      }
-      r.step = la.Next(now);
-      if (r.step.new_epoch) {
+  RunWaitingRequests(
+      la, now, kRequests, std::chrono::seconds(300), milliseconds(0),
+      [](Arm arm, int) { return arm == Arm::kAr ? 14.0 : 900.0; }, 3,
+      [&](Arm arm) {
         ++epochs;
-        spec_epochs += r.step.arm == Arm::kSpeculative;
-      }
-      r.running = true;
-      r.busy_until = now + milliseconds(r.step.arm == Arm::kAr ? 14 : 900);
-    }
-    now += milliseconds(1);
-  }
+        spec_epochs += arm == Arm::kSpeculative;
+      });
   const int level = LoadAwareSpeculation::Level(kRequests);
   EXPECT_GE(la.Unmeasured(level), 3);
   EXPECT_EQ(la.Backoff(level), 8);
@@ -401,33 +421,9 @@ TEST(LoadAwareSpeculation, LongStepsStraddlingAnEpochEndStillCount) {
   LoadAwareSpeculation la;
   auto now = Clock::now();
   constexpr int kRequests = 8;
-  for (int i = 0; i < kRequests; ++i) la.RequestStarted(now);
-  struct Req {
-    Clock::time_point busy_until;
-    LoadAwareSpeculation::Step step;
-    uint64_t prev = 0;
-    bool running = false;
-    int spec_steps = 0;
-    double ms = 0;
-  };
-  std::vector<Req> reqs(kRequests);
-  for (int i = 0; i < kRequests; ++i) reqs[i].busy_until = now + milliseconds(7 * i);
-  const auto end = now + std::chrono::seconds(40);
-  while (now < end) {
-    for (Req& r : reqs) {
-      if (r.busy_until > now) continue;
-      if (r.running) {
-        const bool ar = r.step.arm == Arm::kAr;
-        la.Observe(r.step, ar ? 1 : 2, r.ms / 1000, r.prev == r.step.epoch);
-        r.prev = r.step.epoch;
-      }
-      r.step = la.Next(now);
-      r.running = true;
-      r.ms = r.step.arm == Arm::kAr ? 20 : (r.spec_steps++ % 2 ? 60 : 180);
-      r.busy_until = now + milliseconds(static_cast<int>(r.ms));
-    }
-    now += milliseconds(1);
-  }
+  RunWaitingRequests(
+      la, now, kRequests, std::chrono::seconds(40), milliseconds(7),
+      [](Arm arm, int k) { return arm == Arm::kAr ? 20.0 : (k % 2 ? 60.0 : 180.0); }, 2);
   const int level = LoadAwareSpeculation::Level(kRequests);
   EXPECT_NEAR(la.Rate(level, Arm::kAr), 50, 1);
   // The per-epoch speculative rate rests on a dozen steps of two lengths, so it scatters around
