@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
       ->envname("SPECDEC_THREADS");
   app.add_option("--kernel-cache-capacity", o.kernel_cache_capacity,
                  "compiled matrix-product kernels kept per oneDNN cache (0 = library default)")
+      ->check(CLI::Range(0, 1 << 20))
       ->envname("SPECDEC_KERNEL_CACHE_CAPACITY");
   app.add_option("--max-batch", o.max_batch, "sessions per batched DFlash draft (1 = no batching)")
       ->envname("SPECDEC_MAX_BATCH");
