@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -51,6 +52,13 @@ class SessionLoop {
     // After every operation: (request, status, queue seconds, compute seconds; for a batched
     // operation the batch's compute time).
     std::function<void(const Req&, const absl::Status&, double, double)> observe;
+    // Optional server-side continuation: called after an operation ran, before its response is
+    // sent. A returned request is queued for the same stream (to run in a later pass, like an
+    // operation the client sent) and answered on the stream like one; the hook may also adjust
+    // the response (e.g. say that more answers follow). Nothing is queued once the stream is
+    // gone, and the stream does not finish while a continuation is pending.
+    std::function<std::optional<Req>(uint64_t owner, const Req&, const absl::Status&, Resp*)>
+        follow_up;
     std::function<void()> periodic;  // about once a second (lease sweeps)
     // The stream ended: free what it owns. Runs on the scheduler thread, after every operation
     // the stream queued, so no operation ever sees its state freed underneath it.
@@ -61,9 +69,7 @@ class SessionLoop {
   };
 
   explicit SessionLoop(Hooks hooks)
-      : hooks_(std::move(hooks)),
-        coalescer_(CoalescerOptions(hooks_)),
-        loop_([this] { Loop(); }) {}
+      : hooks_(std::move(hooks)), coalescer_(CoalescerOptions(hooks_)), loop_([this] { Loop(); }) {}
   ~SessionLoop() {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -111,6 +117,12 @@ class SessionLoop {
       loop_->Enqueue(Work{state_, id_, std::move(request_), Clock::now()});
       request_.Clear();
       this->StartRead(&request_);
+    }
+    // An operation the server queued for this stream itself (a continuation): answered by a
+    // later Send like any other.
+    void AddPending() {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++pending_;
     }
     void Send(Resp response) {
       std::lock_guard<std::mutex> lock(mu_);
@@ -268,6 +280,8 @@ class SessionLoop {
       const absl::Status& s = ops[i].status;
       const double queued = std::chrono::duration<double>(t0 - w.enqueued).count();
       if (hooks_.observe) hooks_.observe(w.request, s, queued, compute[i]);
+      std::optional<Req> next;
+      if (hooks_.follow_up) next = hooks_.follow_up(w.owner, w.request, s, &resp);
       if (!s.ok()) {
         resp.clear_result();
         auto* e = resp.mutable_error();
@@ -277,9 +291,20 @@ class SessionLoop {
       }
       {
         std::lock_guard<std::mutex> lock(w.stream->mu);
-        if (w.stream->reactor != nullptr) w.stream->reactor->Send(std::move(resp));
+        if (w.stream->reactor != nullptr) {
+          // Counted before this answer goes out, so the stream cannot finish in between; queued
+          // under the stream's lock, so it is ahead of the stream's end in the queue.
+          if (next) w.stream->reactor->AddPending();
+          w.stream->reactor->Send(std::move(resp));
+          coalescer_.Sent(w.owner, Clock::now());
+          if (next) {
+            next->set_seq(w.request.seq());
+            Enqueue(Work{w.stream, w.owner, *std::move(next), Clock::now()});
+          }
+        } else {
+          coalescer_.Sent(w.owner, Clock::now());
+        }
       }
-      coalescer_.Sent(w.owner, Clock::now());
     }
     batch.clear();
   }

@@ -12,6 +12,7 @@
 #include <deque>
 #include <iostream>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -105,6 +106,7 @@ struct TargetMetrics {
 // Owns the model and the handles; runs every operation on the session loop's thread.
 class TargetCore {
  public:
+  static constexpr int32_t kMaxRunSteps = 4096;
   using Loop = SessionLoop<v1::TargetRequest, v1::TargetResponse>;
   TargetCore(std::unique_ptr<model::Transformer> model,
              HandleTable<engine::TargetSession>::Options table_options, TargetMetrics* metrics,
@@ -130,6 +132,8 @@ class TargetCore {
       metrics_->compute.Add({{"op", op}}, TargetMetrics::Buckets()).Observe(compute);
       metrics_->Op(op, s.code());
     };
+    h.follow_up = [this](uint64_t, const v1::TargetRequest& r, const absl::Status& s,
+                         v1::TargetResponse* resp) { return RunContinuation(r, s, resp); };
     h.periodic = [this] {
       if (table_.ExpireIdle() > 0) UpdateGauges();
     };
@@ -250,7 +254,43 @@ class TargetCore {
     engine::VerifyRequest req;
   };
 
+  // The next step of a server-side AR run (TargetVerify.run_steps), or nullopt when the run is
+  // over: the step failed, committed a stop token, filled the cache or was the last one.
+  std::optional<v1::TargetRequest> RunContinuation(const v1::TargetRequest& r,
+                                                   const absl::Status& s,
+                                                   v1::TargetResponse* resp) const {
+    if (!s.ok() || !r.has_verify() || r.verify().run_steps() <= 1 || !resp->has_verify()) {
+      return std::nullopt;
+    }
+    const v1::TargetVerify& v = r.verify();
+    const int32_t next_token = resp->verify().next_token();
+    for (int32_t stop : v.run_stop_token_ids()) {
+      if (stop == next_token) return std::nullopt;
+    }
+    if (resp->verify().length() + 1 > model_->max_context()) return std::nullopt;
+    v1::TargetRequest n;
+    v1::TargetVerify* nv = n.mutable_verify();
+    nv->set_handle(v.handle());
+    nv->add_tokens(next_token);
+    nv->set_proposal(v.proposal());
+    nv->set_return_features(v.return_features());
+    nv->set_run_steps(v.run_steps() - 1);
+    *nv->mutable_run_stop_token_ids() = v.run_stop_token_ids();
+    resp->mutable_verify()->set_run_left(v.run_steps() - 1);
+    return n;
+  }
+
   absl::Status ParseVerify(uint64_t owner, const v1::TargetVerify& v, ParsedVerify* p) {
+    if (v.run_steps() < 0 || v.run_steps() > kMaxRunSteps) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("verify.run_steps must be in [0, ", kMaxRunSteps, "], got ", v.run_steps()));
+    }
+    if (v.run_steps() > 1 &&
+        (v.tokens_size() != 1 || v.tree_parents_size() > 0 || v.has_draft_probs())) {
+      return absl::InvalidArgumentError(
+          "verify.run_steps > 1 (a server-side AR run) needs exactly one row in tokens and no "
+          "tree_parents or draft_probs");
+    }
     if (!v.draft_probs_sparse().empty() || v.return_logits() || v.return_top2_gaps() ||
         v.sibling_sampling() > 1) {
       return absl::UnimplementedError(
@@ -418,9 +458,8 @@ absl::StatusOr<std::unique_ptr<TargetServer>> TargetServer::Start(
   to.replica = options.replica;
   to.budget_bytes = options.kv_budget_bytes;
   to.lease = std::chrono::milliseconds(options.lease_ms);
-  impl->core =
-      std::make_unique<TargetCore>(std::move(m), to, impl->metrics.get(), options.max_batch,
-                                    options.batch_wait_max_us);
+  impl->core = std::make_unique<TargetCore>(std::move(m), to, impl->metrics.get(),
+                                            options.max_batch, options.batch_wait_max_us);
   impl->service = std::make_unique<TargetServiceImpl>(impl->core.get());
   if (!options.metrics_address.empty()) {
     RETURN_IF_ERROR(impl->metrics_server.Listen(options.metrics_address));

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -214,6 +215,139 @@ TEST_F(TargetServiceTest, StreamEndAndCancelReleaseHandles) {
     o.stream->Finish();
   }
   EXPECT_TRUE(WaitForHandles(0));
+}
+
+// Decodes `n` tokens after a prefill one verify at a time (what a client without runs sends).
+std::vector<int32_t> StepwiseTokens(v1::Target::Stub* stub, std::vector<int32_t> prompt, float t,
+                                    int n) {
+  grpc::ClientContext ctx;
+  auto s = stub->Session(&ctx);
+  v1::TargetRequest p;
+  p.set_seq(1);
+  for (int32_t x : prompt) p.mutable_prefill()->add_tokens(x);
+  p.mutable_prefill()->mutable_sampling()->set_temperature(t);
+  p.mutable_prefill()->mutable_sampling()->set_seed(11);
+  v1::TargetResponse r;
+  EXPECT_TRUE(s->Write(p) && s->Read(&r));
+  std::vector<int32_t> out;
+  int32_t last = r.prefill().first_token();
+  for (int i = 0; i < n; ++i) {
+    v1::TargetRequest v;
+    v.set_seq(2 + i);
+    v.mutable_verify()->set_handle(r.prefill().handle().id());
+    v.mutable_verify()->add_tokens(last);
+    v1::TargetResponse vr;
+    EXPECT_TRUE(s->Write(v) && s->Read(&vr));
+    last = vr.verify().next_token();
+    out.push_back(last);
+  }
+  s->WritesDone();
+  s->Finish();
+  return out;
+}
+
+TEST_F(TargetServiceTest, ARunDecodesServerSideExactlyLikeSingleSteps) {
+  StartServer();
+  const std::vector<int32_t> prompt = {3, 9, 27, 20, 1};
+  for (float t : {0.f, 1.f}) {
+    const std::vector<int32_t> want = StepwiseTokens(stub_.get(), prompt, t, 20);
+    Open o = OpenStream();
+    v1::TargetResponse r = Call(o.stream.get(), Prefill(1, prompt, t));
+    ASSERT_TRUE(r.has_prefill()) << r.error().message();
+    v1::TargetRequest run = Verify(2, r.prefill().handle().id(), {r.prefill().first_token()});
+    run.mutable_verify()->set_run_steps(20);
+    ASSERT_TRUE(o.stream->Write(run));
+    // Half-closing does not cut the run short: the stream ends after its last answer.
+    o.stream->WritesDone();
+    std::vector<int32_t> got;
+    v1::TargetResponse step;
+    while (o.stream->Read(&step)) {
+      ASSERT_TRUE(step.has_verify()) << step.error().message();
+      EXPECT_EQ(step.seq(), 2u);
+      EXPECT_EQ(step.verify().run_left(), 19 - static_cast<int>(got.size()));
+      EXPECT_EQ(step.verify().length(), 6 + static_cast<int64_t>(got.size()));
+      got.push_back(step.verify().next_token());
+    }
+    EXPECT_TRUE(o.stream->Finish().ok());
+    EXPECT_EQ(got, want) << "temperature " << t;
+  }
+  EXPECT_TRUE(WaitForHandles(0));
+}
+
+TEST_F(TargetServiceTest, ARunEndsAtAStopTokenOrAFullCacheAndValidatesItsShape) {
+  StartServer();
+  const std::vector<int32_t> prompt = {3, 9, 27, 20, 1};
+  const std::vector<int32_t> want = StepwiseTokens(stub_.get(), prompt, 0.f, 12);
+  const size_t stop_at = 6;
+  const size_t first = std::find(want.begin(), want.end(), want[stop_at]) - want.begin();
+  Open o = OpenStream();
+  v1::TargetResponse r = Call(o.stream.get(), Prefill(1, prompt));
+  const std::string h = r.prefill().handle().id();
+  v1::TargetRequest run = Verify(2, h, {r.prefill().first_token()});
+  run.mutable_verify()->set_run_steps(12);
+  run.mutable_verify()->add_run_stop_token_ids(want[stop_at]);
+  ASSERT_TRUE(o.stream->Write(run));
+  std::vector<int32_t> got;
+  v1::TargetResponse step;
+  do {
+    ASSERT_TRUE(o.stream->Read(&step));
+    ASSERT_TRUE(step.has_verify()) << step.error().message();
+    got.push_back(step.verify().next_token());
+  } while (step.verify().run_left() > 0);
+  EXPECT_EQ(got, std::vector<int32_t>(want.begin(), want.begin() + first + 1));
+  // The stream goes on: a run longer than the cache stops when the cache is full.
+  int32_t last = got.back();
+  run = Verify(3, h, {last});
+  run.mutable_verify()->set_run_steps(4000);
+  ASSERT_TRUE(o.stream->Write(run));
+  int64_t length = 0;
+  int steps = 0;
+  do {
+    ASSERT_TRUE(o.stream->Read(&step));
+    ASSERT_TRUE(step.has_verify()) << step.error().message();
+    EXPECT_EQ(step.seq(), 3u);
+    length = step.verify().length();
+    ++steps;
+  } while (step.verify().run_left() > 0);
+  EXPECT_EQ(length, 128);  // max_position_embeddings
+  EXPECT_LT(steps, 4000);
+  // Shape errors name the field.
+  v1::TargetResponse e = Call(o.stream.get(), [&] {
+    v1::TargetRequest v = Verify(4, h, {1, 2});
+    v.mutable_verify()->set_run_steps(3);
+    return v;
+  }());
+  EXPECT_EQ(e.error().code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(e.error().message().find("run_steps"), std::string::npos) << e.error().message();
+  e = Call(o.stream.get(), [&] {
+    v1::TargetRequest v = Verify(5, h, {1});
+    v.mutable_verify()->set_run_steps(4097);
+    return v;
+  }());
+  EXPECT_EQ(e.error().code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(e.error().message().find("run_steps"), std::string::npos) << e.error().message();
+  o.stream->WritesDone();
+  EXPECT_TRUE(o.stream->Finish().ok());
+}
+
+TEST_F(TargetServiceTest, CancellingAStreamMidRunStopsTheRunAndReleasesItsHandle) {
+  StartServer();
+  Open o = OpenStream();
+  v1::TargetResponse r = Call(o.stream.get(), Prefill(1, {3, 9, 27}));
+  v1::TargetRequest run = Verify(2, r.prefill().handle().id(), {r.prefill().first_token()});
+  run.mutable_verify()->set_run_steps(100);
+  ASSERT_TRUE(o.stream->Write(run));
+  v1::TargetResponse step;
+  ASSERT_TRUE(o.stream->Read(&step));
+  EXPECT_GT(step.verify().run_left(), 0);
+  o.ctx->TryCancel();
+  o.stream->Finish();
+  EXPECT_TRUE(WaitForHandles(0));
+  // The server goes on serving.
+  Open o2 = OpenStream();
+  EXPECT_TRUE(Call(o2.stream.get(), Prefill(1, {4, 5})).has_prefill());
+  o2.stream->WritesDone();
+  EXPECT_TRUE(o2.stream->Finish().ok());
 }
 
 TEST_F(TargetServiceTest, AttachMovesAHandleToANewStream) {
