@@ -208,6 +208,7 @@ LoadAwareSpeculation::Step LoadAwareSpeculation::Next(Clock::time_point now) {
   s.arm = arm_;
   s.epoch = epoch_;
   s.level = level_;
+  s.ends = end_;
   return s;
 }
 

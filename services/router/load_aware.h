@@ -80,7 +80,8 @@ class LoadAwareSpeculation {
     Arm arm = Arm::kSpeculative;
     uint64_t epoch = 0;
     int level = 0;
-    bool new_epoch = false;  // this call began the epoch (for metrics)
+    bool new_epoch = false;    // this call began the epoch (for metrics)
+    Clock::time_point ends{};  // when the epoch is due to end
   };
   // The arm of the next step of a load-aware request.
   Step Next(Clock::time_point now);

@@ -7,8 +7,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <iostream>
 #include <mutex>
 #include <optional>
@@ -31,6 +33,11 @@ namespace specdec::services {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// At most this many tokens per server-side AR run of a load-aware request's AR arm; a run is
+// sized to end with its epoch (at the measured AR step time), so that the request follows the
+// next epoch's arm promptly.
+constexpr int32_t kLoadAwareMaxRunTokens = 64;
 
 double MsSince(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
@@ -608,6 +615,7 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
     }
   };
   std::vector<int32_t> last_committed;  // what the last verify committed
+  std::function<void(const v1::TargetResponse&, size_t, int32_t, double, double)> apply;
   // Verifies `rows` (row 0 = last) on the target and commits the result.
   auto verify = [&](const std::vector<int32_t>& rows, const std::vector<int32_t>& parents,
                     v1::TargetVerify::Proposal proposal, const v1::Tensor* q, bool want_features,
@@ -626,11 +634,55 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
       NoteFailure(*targets, tried.back(), called.status());
       return called.status();
     }
-    const v1::TargetResponse& vresp = *called;
-    const double ms = MsSince(tv);
+    apply(*called, rows.size(), positions, draft_ms, MsSince(tv));
+    return absl::OkStatus();
+  };
+  // A server-side AR run of up to `n` tokens (TargetVerify.run_steps): the target decodes them
+  // in its own passes and answers each step as it is committed, so the request pays one round
+  // trip for the run instead of one per token. The tokens are the ones n single-row verifies
+  // would commit; the run stops at a stop token (the target stops there too) or the length.
+  auto ar_run = [&](int32_t n, bool want_features,
+                    const std::function<void(double seconds)>& each = nullptr) -> absl::Status {
+    if (n <= 1) {
+      const auto t1 = Clock::now();
+      RETURN_IF_ERROR(verify({last}, {}, v1::TargetVerify::ONE_HOT, nullptr, want_features, 0, 0));
+      if (each) each(MsSince(t1) / 1000.0);
+      return absl::OkStatus();
+    }
+    v1::TargetRequest vr;
+    auto* v = vr.mutable_verify();
+    v->set_handle(handle);
+    v->add_tokens(last);
+    v->set_proposal(v1::TargetVerify::ONE_HOT);
+    v->set_return_features(want_features);
+    v->set_run_steps(n);
+    for (int32_t t : stops) v->add_run_stop_token_ids(t);
+    auto tv = Clock::now();
+    absl::Status sent = target_client->Send(vr, "target run");
+    if (!sent.ok()) {
+      NoteFailure(*targets, tried.back(), sent);
+      return sent;
+    }
+    while (true) {
+      absl::StatusOr<v1::TargetResponse> got = target_client->Next("target run");
+      if (!got.ok()) {
+        NoteFailure(*targets, tried.back(), got.status());
+        return got.status();
+      }
+      const double ms = MsSince(tv);
+      apply(*got, 1, 0, 0, ms);
+      if (each) each(ms / 1000.0);
+      tv = Clock::now();
+      if (finished || got->verify().run_left() == 0) return absl::OkStatus();
+      if (cancelled()) return absl::CancelledError("cancelled by the client");
+    }
+  };
+  // Commits one verify response: `nrows` rows were verified, `ms` is its round trip.
+  apply = [&](const v1::TargetResponse& vresp, size_t nrows, int32_t positions, double draft_ms,
+              double ms) {
     decode_ms += ms + draft_ms;
     stats.mutable_timings()->set_verify_ms(stats.timings().verify_ms() + ms);
-    if (rows.size() == 1) {
+    if (nrows == 1) {
       const double prev = ar_step_ms.load();
       ar_step_ms.store(prev == 0 ? ms : 0.95 * prev + 0.05 * ms);
     }
@@ -639,7 +691,7 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
     step.set_draft_ms(draft_ms);
     step.set_block_size(stats.block_size());
     step.set_batch_size(std::max(1, vresp.verify().batch_size()));
-    record(static_cast<int32_t>(rows.size()) - 1, vresp.verify().num_accepted(), positions, &step);
+    record(static_cast<int32_t>(nrows) - 1, vresp.verify().num_accepted(), positions, &step);
     last = vresp.verify().next_token();
     AppendRows(vresp.verify().features(), &features);
     std::vector<int32_t> committed(vresp.verify().committed().begin(),
@@ -647,10 +699,6 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
     stats.set_committed_tokens(stats.committed_tokens() + static_cast<int64_t>(committed.size()));
     finished = commit(committed, &step);
     last_committed = std::move(committed);
-    return absl::OkStatus();
-  };
-  auto ar_step = [&]() {
-    return verify({last}, {}, v1::TargetVerify::ONE_HOT, nullptr, false, 0, 0);
   };
 
   // ---- the drafter side; any drafter failure degrades the rest of the request to AR.
@@ -756,7 +804,7 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
     const int32_t remaining = max_new - static_cast<int32_t>(out.size());
     const bool drafting = dclient || (!drafter_started && may_speculate);
     if (!drafting || remaining <= 1) {
-      RETURN_IF_ERROR(ar_step());
+      RETURN_IF_ERROR(ar_run(remaining, false));
       continue;
     }
     auto td = Clock::now();
@@ -769,16 +817,30 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
                   {"arm", LoadAwareSpeculation::ArmName(la->arm)}})
             .Increment();
       }
-      metrics->load_aware_steps.Add({{"arm", LoadAwareSpeculation::ArmName(la->arm)}}).Increment();
       if (la->arm == LoadAwareSpeculation::Arm::kAr) {
-        // A plain AR step that still collects the features the drafter will need later.
-        RETURN_IF_ERROR(verify({last}, {}, v1::TargetVerify::ONE_HOT, nullptr, true, 0, 0));
-        stats.set_load_aware_ar_steps(stats.load_aware_ar_steps() + 1);
-        load_aware->Observe(*la, static_cast<int64_t>(last_committed.size()), MsSince(td) / 1000.0,
-                            la_epoch == la->epoch);
+        // An AR run to the end of the epoch that still collects the features the drafter will
+        // need later. Each of its steps is measured like a single AR step: the first one is
+        // clean when this request's previous step ran in the same epoch, the others always.
+        const double step_ms = ar_step_ms.load() > 0 ? ar_step_ms.load() : 5.0;
+        const double left_ms = std::chrono::duration<double, std::milli>(la->ends - td).count();
+        const int32_t n = std::clamp<int32_t>(static_cast<int32_t>(std::ceil(left_ms / step_ms)), 1,
+                                              std::min(remaining, kLoadAwareMaxRunTokens));
+        bool clean = la_epoch == la->epoch;
+        int64_t ran = 0;
+        RETURN_IF_ERROR(ar_run(n, true, [&](double seconds) {
+          load_aware->Observe(*la, 1, seconds, clean);
+          clean = true;
+          ++ran;
+        }));
+        stats.set_load_aware_ar_steps(stats.load_aware_ar_steps() + ran);
+        metrics->load_aware_steps.Add({{"arm", LoadAwareSpeculation::ArmName(la->arm)}})
+            .Increment(static_cast<double>(ran));
         la_epoch = la->epoch;
         continue;
       }
+    }
+    if (la) {
+      metrics->load_aware_steps.Add({{"arm", LoadAwareSpeculation::ArmName(la->arm)}}).Increment();
     }
     if (!drafter_started) {
       drafter_started = true;

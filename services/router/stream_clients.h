@@ -35,10 +35,25 @@ class SessionClient {
 
   // Sends `req` and returns the matching response, or the error it carries.
   absl::StatusOr<Resp> Call(Req req, const char* what) {
+    if (absl::Status s = Send(std::move(req), what); !s.ok()) return s;
+    return Next(what);
+  }
+
+  // For operations answered more than once (a target run): Send writes the operation, and each
+  // Next returns its next response (or the error it carries). Responses to earlier operations
+  // still in flight (a run the caller stopped reading) are skipped.
+  absl::Status Send(Req req, const char* what) {
+    if (!stream_) return absl::UnavailableError(std::string(what) + ": stream closed");
     req.set_seq(++seq_);
     if (!stream_->Write(req)) return StreamError(what);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<Resp> Next(const char* what) {
+    if (!stream_) return absl::UnavailableError(std::string(what) + ": stream closed");
     Resp resp;
-    if (!stream_->Read(&resp)) return StreamError(what);
+    do {
+      if (!stream_->Read(&resp)) return StreamError(what);
+    } while (resp.seq() < seq_);
     if (resp.has_error()) {
       return absl::Status(static_cast<absl::StatusCode>(resp.error().code()),
                           std::string(what) + ": " + resp.error().message());

@@ -528,10 +528,10 @@ TEST_F(ClusterTest, LoadAwareAdaptiveRequestsUnderLoadEqualAr) {
   }
   EXPECT_GT(loaded, 0) << "the requests never overlapped";
   // Every load-aware step was counted by arm, and at least one epoch was chosen.
-  EXPECT_EQ(Sum(router_->registry(), "specdec_load_aware_steps_total"),
-            Sum(router_->registry(), "specdec_load_aware_steps_total", {{"arm", "AR"}}) +
-                Sum(router_->registry(), "specdec_load_aware_steps_total",
-                    {{"arm", "speculative"}}));
+  EXPECT_EQ(
+      Sum(router_->registry(), "specdec_load_aware_steps_total"),
+      Sum(router_->registry(), "specdec_load_aware_steps_total", {{"arm", "AR"}}) +
+          Sum(router_->registry(), "specdec_load_aware_steps_total", {{"arm", "speculative"}}));
   EXPECT_EQ(Sum(router_->registry(), "specdec_load_aware_steps_total", {{"arm", "AR"}}), ar_steps);
   EXPECT_GE(Sum(router_->registry(), "specdec_load_aware_choices_total"), 1);
   // Exploration starts with speculation and then alternates: the requests ran some speculative
@@ -545,6 +545,7 @@ TEST_F(ClusterTest, LoadAwareRequestSwitchingArmsMidRequestEqualsAr) {
   RestartRouterWithLoadAwareEpochMs(5);
   auto target = model::Transformer::Load(Checkpoints().target);
   engine::EngineModels em{target->get()};
+  int switched = 0;  // requests that ran both kinds of steps
   for (int p = 0; p < 3; ++p) {
     const std::vector<int32_t> prompt = {40 + p, 7, 3, 11};
     engine::DecodeOptions ar;
@@ -556,11 +557,11 @@ TEST_F(ClusterTest, LoadAwareRequestSwitchingArmsMidRequestEqualsAr) {
     EXPECT_EQ(got.tokens, want->tokens) << p;
     const auto& st = got.summary.stats();
     EXPECT_FALSE(st.drafter_fallback()) << st.note();
-    if (p == 2) {
-      EXPECT_GT(st.load_aware_ar_steps(), 0);
-      EXPECT_LT(st.load_aware_ar_steps(), st.verify_steps());
-    }
+    EXPECT_LE(st.load_aware_ar_steps(), st.verify_steps());
+    switched += st.load_aware_ar_steps() > 0 && st.drafted_tokens() > 0;
   }
+  // The level alternates arms while it learns, so some request switched mid-request.
+  EXPECT_GT(switched, 0);
 }
 
 TEST_F(ClusterTest, AdmissionQueuesThenRefusesBeyondCapacityAndKeepsServing) {
