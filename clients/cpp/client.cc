@@ -11,11 +11,22 @@ absl::Status FromGrpc(const grpc::Status& s) {
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
 }
 
+// A call that fails UNAVAILABLE before the router answered anything (e.g. it raced the GOAWAY of
+// a connection the router recycles) is tried again, at most twice; once a response has arrived
+// gRPC never retries, so no token is ever delivered twice.
+constexpr char kServiceConfig[] = R"({"methodConfig": [{
+  "name": [{"service": "specdec.v1.Router"}],
+  "retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.05s", "maxBackoff": "0.5s",
+                  "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}]})";
+
 }  // namespace
 
 std::unique_ptr<Client> Client::Connect(const std::string& address) {
-  return std::unique_ptr<Client>(new Client(
-      v1::Router::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))));
+  grpc::ChannelArguments args;
+  args.SetServiceConfigJSON(kServiceConfig);
+  args.SetInt(GRPC_ARG_ENABLE_RETRIES, 1);
+  return std::unique_ptr<Client>(new Client(v1::Router::NewStub(
+      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args))));
 }
 
 absl::StatusOr<v1::Summary> Client::GenerateStream(

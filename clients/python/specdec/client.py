@@ -22,6 +22,7 @@ are validated locally first and raise ``ValueError``.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Iterator, List, Optional, Sequence, Tuple, Union
@@ -38,6 +39,14 @@ __all__ = [
 # Decoding methods by name (common.proto enum Method). "DEFAULT" asks the router for its default.
 METHODS = ("AR", "DRAFT_CHAIN", "DYSPEC_TREE", "DFLASH", "DFLASH_ADAPTIVE", "DEFAULT")
 _MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # common.proto: clients raise their receive limit to 64 MB
+# A call that fails UNAVAILABLE before the router answered anything (e.g. it raced the GOAWAY of
+# a connection the router recycles) is tried again, at most twice; once a response has arrived
+# gRPC never retries, so no token is ever delivered twice.
+_SERVICE_CONFIG = json.dumps({"methodConfig": [{
+    "name": [{"service": "specdec.v1.Router"}],
+    "retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.05s", "maxBackoff": "0.5s",
+                    "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]},
+}]})
 
 
 def _method_name(value: int) -> str:
@@ -394,6 +403,8 @@ class Client:
         self._channel = channel or grpc.insecure_channel(address, options=[
             ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
+            ("grpc.enable_retries", 1),
+            ("grpc.service_config", _SERVICE_CONFIG),
         ])
         self._stub = router_pb2_grpc.RouterStub(self._channel)
 
