@@ -139,5 +139,66 @@ class SdkTest(unittest.TestCase):
                                           grpc.StatusCode.DEADLINE_EXCEEDED))
 
 
+class _ScriptedRouter:
+    """A fake router (only the SDK's channel is under test): refuses the first `refusals`
+    Generate calls with UNAVAILABLE before answering, then streams one token and, when
+    `fail_after_chunk`, fails UNAVAILABLE, else ends with a summary."""
+
+    def __init__(self, refusals, fail_after_chunk):
+        from concurrent import futures
+        from specdec.v1 import router_pb2, router_pb2_grpc
+
+        self.calls = 0
+        outer = self
+
+        class Servicer(router_pb2_grpc.RouterServicer):
+            def Generate(self, request, context):
+                outer.calls += 1
+                if outer.calls <= refusals:
+                    context.abort(grpc.StatusCode.UNAVAILABLE, "connection recycled")
+                chunk = router_pb2.GenerateResponse()
+                chunk.chunk.token_ids.append(7)
+                yield chunk
+                if fail_after_chunk:
+                    context.abort(grpc.StatusCode.UNAVAILABLE, "target lost")
+                done = router_pb2.GenerateResponse()
+                done.summary.usage.completion_tokens = 1
+                yield done
+
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        router_pb2_grpc.add_RouterServicer_to_server(Servicer(), self.server)
+        self.port = self.server.add_insecure_port("127.0.0.1:0")
+        self.server.start()
+
+    def stop(self):
+        self.server.stop(None)
+
+
+class RetryTest(unittest.TestCase):
+    def _stream(self, router):
+        with Client(f"127.0.0.1:{router.port}", timeout=10.0) as c:
+            options = GenerateOptions(method="AR", max_new_tokens=1)
+            return list(c.generate_stream([1, 2, 3], options))
+
+    def test_a_call_refused_before_any_answer_is_retried(self):
+        router = _ScriptedRouter(refusals=2, fail_after_chunk=False)
+        try:
+            items = self._stream(router)
+        finally:
+            router.stop()
+        self.assertEqual(router.calls, 3)
+        self.assertEqual([t for chunk in items for t in chunk.token_ids], [7])
+
+    def test_a_call_that_delivered_tokens_is_never_retried(self):
+        router = _ScriptedRouter(refusals=0, fail_after_chunk=True)
+        try:
+            with self.assertRaises(SpecdecError) as cm:
+                self._stream(router)
+        finally:
+            router.stop()
+        self.assertEqual(cm.exception.code, grpc.StatusCode.UNAVAILABLE)
+        self.assertEqual(router.calls, 1)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
