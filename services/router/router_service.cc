@@ -38,6 +38,9 @@ using Clock = std::chrono::steady_clock;
 // sized to end with its epoch (at the measured AR step time), so that the request follows the
 // next epoch's arm promptly.
 constexpr int32_t kLoadAwareMaxRunTokens = 64;
+// The most steps one server-side AR run may ask for (TargetVerify.run_steps); a longer AR stretch
+// is several runs.
+constexpr int32_t kMaxRunTokens = 4096;
 
 double MsSince(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
@@ -804,7 +807,7 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
     const int32_t remaining = max_new - static_cast<int32_t>(out.size());
     const bool drafting = dclient || (!drafter_started && may_speculate);
     if (!drafting || remaining <= 1) {
-      RETURN_IF_ERROR(ar_run(remaining, false));
+      RETURN_IF_ERROR(ar_run(std::min(remaining, kMaxRunTokens), false));
       continue;
     }
     auto td = Clock::now();
