@@ -291,18 +291,17 @@ class SessionLoop {
       }
       {
         std::lock_guard<std::mutex> lock(w.stream->mu);
-        if (w.stream->reactor != nullptr) {
-          // Counted before this answer goes out, so the stream cannot finish in between; queued
-          // under the stream's lock, so it is ahead of the stream's end in the queue.
+        const bool alive = w.stream->reactor != nullptr;
+        if (alive) {
+          // Counted before this answer goes out, so the stream cannot finish in between.
           if (next) w.stream->reactor->AddPending();
           w.stream->reactor->Send(std::move(resp));
-          coalescer_.Sent(w.owner, Clock::now());
-          if (next) {
-            next->set_seq(w.request.seq());
-            Enqueue(Work{w.stream, w.owner, *std::move(next), Clock::now()});
-          }
-        } else {
-          coalescer_.Sent(w.owner, Clock::now());
+        }
+        coalescer_.Sent(w.owner, Clock::now());
+        // Queued under the stream's lock, so it is ahead of the stream's end in the queue.
+        if (alive && next) {
+          next->set_seq(w.request.seq());
+          Enqueue(Work{w.stream, w.owner, *std::move(next), Clock::now()});
         }
       }
     }

@@ -618,7 +618,29 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
     }
   };
   std::vector<int32_t> last_committed;  // what the last verify committed
-  std::function<void(const v1::TargetResponse&, size_t, int32_t, double, double)> apply;
+  // Commits one verify response: `nrows` rows were verified, `ms` is its round trip.
+  auto apply = [&](const v1::TargetResponse& vresp, size_t nrows, int32_t positions,
+                   double draft_ms, double ms) {
+    decode_ms += ms + draft_ms;
+    stats.mutable_timings()->set_verify_ms(stats.timings().verify_ms() + ms);
+    if (nrows == 1) {
+      const double prev = ar_step_ms.load();
+      ar_step_ms.store(prev == 0 ? ms : 0.95 * prev + 0.05 * ms);
+    }
+    v1::StepStats step;
+    step.set_verify_ms(ms);
+    step.set_draft_ms(draft_ms);
+    step.set_block_size(stats.block_size());
+    step.set_batch_size(std::max(1, vresp.verify().batch_size()));
+    record(static_cast<int32_t>(nrows) - 1, vresp.verify().num_accepted(), positions, &step);
+    last = vresp.verify().next_token();
+    AppendRows(vresp.verify().features(), &features);
+    std::vector<int32_t> committed(vresp.verify().committed().begin(),
+                                   vresp.verify().committed().end());
+    stats.set_committed_tokens(stats.committed_tokens() + static_cast<int64_t>(committed.size()));
+    finished = commit(committed, &step);
+    last_committed = std::move(committed);
+  };
   // Verifies `rows` (row 0 = last) on the target and commits the result.
   auto verify = [&](const std::vector<int32_t>& rows, const std::vector<int32_t>& parents,
                     v1::TargetVerify::Proposal proposal, const v1::Tensor* q, bool want_features,
@@ -679,29 +701,6 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
       if (finished || got->verify().run_left() == 0) return absl::OkStatus();
       if (cancelled()) return absl::CancelledError("cancelled by the client");
     }
-  };
-  // Commits one verify response: `nrows` rows were verified, `ms` is its round trip.
-  apply = [&](const v1::TargetResponse& vresp, size_t nrows, int32_t positions, double draft_ms,
-              double ms) {
-    decode_ms += ms + draft_ms;
-    stats.mutable_timings()->set_verify_ms(stats.timings().verify_ms() + ms);
-    if (nrows == 1) {
-      const double prev = ar_step_ms.load();
-      ar_step_ms.store(prev == 0 ? ms : 0.95 * prev + 0.05 * ms);
-    }
-    v1::StepStats step;
-    step.set_verify_ms(ms);
-    step.set_draft_ms(draft_ms);
-    step.set_block_size(stats.block_size());
-    step.set_batch_size(std::max(1, vresp.verify().batch_size()));
-    record(static_cast<int32_t>(nrows) - 1, vresp.verify().num_accepted(), positions, &step);
-    last = vresp.verify().next_token();
-    AppendRows(vresp.verify().features(), &features);
-    std::vector<int32_t> committed(vresp.verify().committed().begin(),
-                                   vresp.verify().committed().end());
-    stats.set_committed_tokens(stats.committed_tokens() + static_cast<int64_t>(committed.size()));
-    finished = commit(committed, &step);
-    last_committed = std::move(committed);
   };
 
   // ---- the drafter side; any drafter failure degrades the rest of the request to AR.
@@ -824,6 +823,7 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
         // An AR run to the end of the epoch that still collects the features the drafter will
         // need later. Each of its steps is measured like a single AR step: the first one is
         // clean when this request's previous step ran in the same epoch, the others always.
+        // Before any AR step was measured: a typical batched step on this class of machine.
         const double step_ms = ar_step_ms.load() > 0 ? ar_step_ms.load() : 5.0;
         const double left_ms = std::chrono::duration<double, std::milli>(la->ends - td).count();
         const int32_t n = std::clamp<int32_t>(static_cast<int32_t>(std::ceil(left_ms / step_ms)), 1,
