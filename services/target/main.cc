@@ -12,6 +12,9 @@ int main(int argc, char** argv) {
   app.add_option("--model", o.model_dir, "target checkpoint directory (HF layout)")
       ->required()
       ->envname("SPECDEC_TARGET_MODEL");
+  app.add_option("--dflash", o.dflash_dir,
+                 "DFlash drafter checkpoint to host here: target-hosted drafting (optional)")
+      ->envname("SPECDEC_TARGET_DFLASH");
   app.add_option("--dtype", o.dtype, "compute dtype")
       ->check(CLI::IsMember({"auto", "f32", "bf16"}))
       ->envname("SPECDEC_TARGET_DTYPE");

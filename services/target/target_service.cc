@@ -13,10 +13,13 @@
 #include <iostream>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/engine/draft_session.h"
 #include "common/engine/target_session.h"
+#include "common/model/dflash_drafter.h"
 #include "common/model/runtime.h"
 #include "common/model/transformer.h"
 #include "common/util/status_macros.h"
@@ -86,8 +89,20 @@ struct TargetMetrics {
                   .Name("specdec_target_batch_size")
                   .Help("Sessions per batched verify forward pass")
                   .Register(r)
-                  .Add({}, prometheus::Histogram::BucketBoundaries{1, 2, 3, 4, 6, 8, 12, 16, 24, 32,
-                                                                   48, 64})) {}
+                  .Add({}, BatchBuckets())),
+        draft_batch(prometheus::BuildHistogram()
+                        .Name("specdec_target_draft_batch_size")
+                        .Help("Sessions per batched pass of the target-hosted DFlash drafter")
+                        .Register(r)
+                        .Add({}, BatchBuckets())),
+        draft_failures(prometheus::BuildCounter()
+                           .Name("specdec_target_draft_failures_total")
+                           .Help("Hosted-drafter blocks that failed (the step ran as AR)")
+                           .Register(r)
+                           .Add({})) {}
+  static prometheus::Histogram::BucketBoundaries BatchBuckets() {
+    return {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64};
+  }
   static prometheus::Histogram::BucketBoundaries Buckets() {
     return {0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2};
   }
@@ -101,17 +116,32 @@ struct TargetMetrics {
   prometheus::Gauge& handles;
   prometheus::Gauge& sessions;
   prometheus::Histogram& batch;
+  prometheus::Histogram& draft_batch;
+  prometheus::Counter& draft_failures;
+};
+
+// What a handle holds: the target's session and, with target-hosted drafting
+// (TargetPrefill.hosted_draft), the hosted DFlash drafter's session. Scheduler thread only.
+struct TargetEntry {
+  std::unique_ptr<engine::TargetSession> target;
+  std::unique_ptr<engine::DFlashDraftSession> draft;
 };
 
 // Owns the model and the handles; runs every operation on the session loop's thread.
 class TargetCore {
  public:
   static constexpr int32_t kMaxRunSteps = 4096;
+  static constexpr int32_t kMaxDraftBlock = 64;
   using Loop = SessionLoop<v1::TargetRequest, v1::TargetResponse>;
+  // `drafter` (optional) is bound to `model`: target-hosted drafting.
   TargetCore(std::unique_ptr<model::Transformer> model,
-             HandleTable<engine::TargetSession>::Options table_options, TargetMetrics* metrics,
+             std::unique_ptr<model::DFlashDrafter> drafter,
+             HandleTable<TargetEntry>::Options table_options, TargetMetrics* metrics,
              int max_batch, int batch_wait_max_us)
-      : model_(std::move(model)), table_(std::move(table_options)), metrics_(metrics) {
+      : model_(std::move(model)),
+        drafter_(std::move(drafter)),
+        table_(std::move(table_options)),
+        metrics_(metrics) {
     SessionLoop<v1::TargetRequest, v1::TargetResponse>::Hooks h;
     h.execute = [this](uint64_t owner, const v1::TargetRequest& r, v1::TargetResponse* resp) {
       absl::Status s = Execute(owner, r, resp);
@@ -156,7 +186,8 @@ class TargetCore {
   }
 
   const model::Transformer& model() const { return *model_; }
-  HandleTable<engine::TargetSession>& table() { return table_; }
+  const model::DFlashDrafter* drafter() const { return drafter_.get(); }
+  HandleTable<TargetEntry>& table() { return table_; }
   TargetMetrics& metrics() { return *metrics_; }
 
  private:
@@ -165,11 +196,18 @@ class TargetCore {
     metrics_->handles.Set(static_cast<double>(table_.size()));
   }
 
-  void FillHandle(const std::string& id, const engine::TargetSession& s, v1::KvHandle* h) {
+  void FillHandle(const std::string& id, const TargetEntry& e, v1::KvHandle* h) {
     h->set_id(id);
     h->set_replica(table_.replica());
-    h->set_length(s.length());
-    h->set_cache_bytes(s.kv_bytes());
+    h->set_length(e.target->length());
+    h->set_cache_bytes(e.target->kv_bytes());
+  }
+
+  // KV bytes per token of the hosted drafter's context cache.
+  int64_t DraftBytesPerToken() const {
+    const auto& c = drafter_->config().layers;
+    return 2 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim *
+           static_cast<int64_t>(at::elementSize(model_->dtype()));
   }
 
   absl::Status Execute(uint64_t owner, const v1::TargetRequest& r, v1::TargetResponse* resp) {
@@ -185,8 +223,8 @@ class TargetCore {
       }
       case v1::TargetRequest::kAttach: {
         RETURN_IF_ERROR(table_.Attach(r.attach().handle(), owner));
-        ASSIGN_OR_RETURN(auto* s, table_.Acquire(r.attach().handle(), owner));
-        FillHandle(r.attach().handle(), *s, resp->mutable_attached());
+        ASSIGN_OR_RETURN(TargetEntry * e, table_.Acquire(r.attach().handle(), owner));
+        FillHandle(r.attach().handle(), *e, resp->mutable_attached());
         return absl::OkStatus();
       }
       default:
@@ -213,20 +251,38 @@ class TargetCore {
           " exceed the maximum context of ", model_->max_context()));
     }
     std::vector<int64_t> capture(p.capture_layers().begin(), p.capture_layers().end());
-    auto session = std::make_unique<engine::TargetSession>(*model_, sp, capture);
-    engine::TargetSession* s = session.get();
+    int64_t bytes_per_token = model_->kv_bytes_per_token();
+    auto entry = std::make_unique<TargetEntry>();
+    if (p.hosted_draft()) {
+      if (!drafter_) {
+        return absl::FailedPreconditionError(
+            "prefill.hosted_draft: this target replica hosts no DFlash drafter (start it with "
+            "--dflash); draft on a drafter service instead");
+      }
+      const std::vector<int64_t>& ids = drafter_->config().target_layer_ids;
+      if (!capture.empty() && capture != ids) {
+        return absl::InvalidArgumentError(
+            "prefill.capture_layers must be empty or equal the hosted drafter's target_layer_ids "
+            "when hosted_draft is set");
+      }
+      capture = ids;
+      bytes_per_token += DraftBytesPerToken();
+      entry->draft = std::make_unique<engine::DFlashDraftSession>(*drafter_);
+    }
+    entry->target = std::make_unique<engine::TargetSession>(*model_, sp, capture);
+    TargetEntry* e = entry.get();
     // Admission: reserve the whole request's KV memory up front.
-    ASSIGN_OR_RETURN(
-        std::string id,
-        table_.Create(std::move(session), want_tokens * model_->kv_bytes_per_token(), owner));
+    ASSIGN_OR_RETURN(std::string id,
+                     table_.Create(std::move(entry), want_tokens * bytes_per_token, owner));
     std::vector<int32_t> tokens(p.tokens().begin(), p.tokens().end());
-    auto out = s->Prefill(tokens);
+    auto out = e->target->Prefill(tokens);
     if (!out.ok()) {
       (void)table_.Release(id);
       return out.status();
     }
+    if (e->draft) e->draft->Extend(out->features);
     auto* res = resp->mutable_prefill();
-    FillHandle(id, *s, res->mutable_handle());
+    FillHandle(id, *e, res->mutable_handle());
     res->set_first_token(out->first_token);
     if (p.return_logits()) {
       at::Tensor l = out->last_logits.contiguous();
@@ -234,7 +290,9 @@ class TargetCore {
       *res->mutable_last_logits() =
           FloatsToTensor(std::span<const float>(l.data_ptr<float>(), l.numel()), shape, v1::F32);
     }
-    if (out->features.defined()) *res->mutable_features() = FeaturesToTensor(out->features);
+    if (out->features.defined() && !p.capture_layers().empty()) {
+      *res->mutable_features() = FeaturesToTensor(out->features);
+    }
     res->set_batch_size(1);
     return absl::OkStatus();
   }
@@ -248,10 +306,15 @@ class TargetCore {
   // A verify operation decoded from its request: the session, and the engine request with the
   // storage its spans point into.
   struct ParsedVerify {
+    TargetEntry* entry = nullptr;
     engine::TargetSession* session = nullptr;
     std::vector<int32_t> tokens, parents;
     std::vector<float> q;
     engine::VerifyRequest req;
+    bool return_features = false;  // the client asked for them (hosted drafting always takes them)
+    int32_t draft_rows = 0;        // rows to verify with a hosted draft block (>= 2), else 0
+    double draft_ms = 0;
+    std::string draft_error;
   };
 
   // The next step of a server-side AR run (TargetVerify.run_steps), or nullopt when the run is
@@ -263,20 +326,26 @@ class TargetCore {
       return std::nullopt;
     }
     const v1::TargetVerify& v = r.verify();
-    const int32_t next_token = resp->verify().next_token();
+    const v1::TargetVerifyResult& res = resp->verify();
+    const int32_t next_token = res.next_token();
+    const int32_t left = v.run_steps() - res.committed_size();
+    if (left <= 0) return std::nullopt;
     for (int32_t stop : v.run_stop_token_ids()) {
-      if (stop == next_token) return std::nullopt;
+      for (int32_t t : res.committed()) {
+        if (stop == t) return std::nullopt;
+      }
     }
-    if (resp->verify().length() + 1 > model_->max_context()) return std::nullopt;
+    if (res.length() + 1 > model_->max_context()) return std::nullopt;
     v1::TargetRequest n;
     v1::TargetVerify* nv = n.mutable_verify();
     nv->set_handle(v.handle());
     nv->add_tokens(next_token);
     nv->set_proposal(v.proposal());
     nv->set_return_features(v.return_features());
-    nv->set_run_steps(v.run_steps() - 1);
+    nv->set_run_steps(left);
     *nv->mutable_run_stop_token_ids() = v.run_stop_token_ids();
-    resp->mutable_verify()->set_run_left(v.run_steps() - 1);
+    nv->set_draft_block_size(v.draft_block_size());
+    resp->mutable_verify()->set_run_left(left);
     return n;
   }
 
@@ -288,8 +357,20 @@ class TargetCore {
     if (v.run_steps() > 1 &&
         (v.tokens_size() != 1 || v.tree_parents_size() > 0 || v.has_draft_probs())) {
       return absl::InvalidArgumentError(
-          "verify.run_steps > 1 (a server-side AR run) needs exactly one row in tokens and no "
+          "verify.run_steps > 1 (a server-side run) needs exactly one row in tokens and no "
           "tree_parents or draft_probs");
+    }
+    if (v.draft_block_size() != 0) {
+      if (v.draft_block_size() < 2 || v.draft_block_size() > kMaxDraftBlock) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "verify.draft_block_size must be 0 or in [2, ", kMaxDraftBlock, "], got ",
+            v.draft_block_size()));
+      }
+      if (v.tokens_size() != 1 || v.tree_parents_size() > 0 || v.has_draft_probs()) {
+        return absl::InvalidArgumentError(
+            "verify.draft_block_size (target-hosted drafting) needs exactly one row in tokens "
+            "and no tree_parents or draft_probs");
+      }
     }
     if (!v.draft_probs_sparse().empty() || v.return_logits() || v.return_top2_gaps() ||
         v.sibling_sampling() > 1) {
@@ -297,7 +378,13 @@ class TargetCore {
           "verify: sparse draft_probs, return_logits, return_top2_gaps and sibling sampling "
           "without replacement are not supported yet");
     }
-    ASSIGN_OR_RETURN(p->session, table_.Acquire(v.handle(), owner));
+    ASSIGN_OR_RETURN(p->entry, table_.Acquire(v.handle(), owner));
+    p->session = p->entry->target.get();
+    if (v.draft_block_size() != 0 && !p->entry->draft) {
+      return absl::FailedPreconditionError(
+          "verify.draft_block_size: the handle has no hosted drafter session (prefill it with "
+          "hosted_draft on a replica started with --dflash)");
+    }
     if (v.expected_length() != 0 && v.expected_length() != p->session->length()) {
       return absl::FailedPreconditionError(
           absl::StrCat("verify: handle holds ", p->session->length(),
@@ -313,8 +400,61 @@ class TargetCore {
     p->req.proposal = v.proposal() == v1::TargetVerify::ONE_HOT ? engine::Proposal::kOneHot
                                                                 : engine::Proposal::kSampled;
     p->req.draft_probs = p->q;
-    p->req.want_features = v.return_features();
+    p->return_features = v.return_features();
+    // The hosted drafter takes the features of everything committed, whatever the step.
+    p->req.want_features = v.return_features() || p->entry->draft != nullptr;
+    if (v.draft_block_size() != 0) {
+      const int32_t vocab = static_cast<int32_t>(model_->config().vocab_size);
+      if (p->tokens[0] < 0 || p->tokens[0] >= vocab) {
+        return absl::InvalidArgumentError(absl::StrCat("verify.tokens: id ", p->tokens[0],
+                                                       " outside [0, ", vocab, ")"));
+      }
+      // Never commit more than the run has left, nor write past the context.
+      int64_t rows = v.draft_block_size();
+      // (A run's last step has run_steps 1: the tokens it has left.)
+      if (v.run_steps() >= 1) rows = std::min<int64_t>(rows, v.run_steps());
+      rows = std::min<int64_t>(rows, model_->max_context() - p->session->length());
+      p->draft_rows = rows >= 2 ? static_cast<int32_t>(rows) : 0;
+      p->req.proposal = engine::Proposal::kOneHot;
+    }
     return absl::OkStatus();
+  }
+
+  // Target-hosted drafting: drafts the blocks of every parsed verify that asks for one in one
+  // batched drafter pass and appends them to its rows. A failed block leaves its verify a plain
+  // AR step (lossless either way) and says why in its response.
+  void DraftBlocks(std::span<ParsedVerify* const> ps) {
+    std::vector<ParsedVerify*> todo;
+    std::vector<engine::DFlashDraftSession*> sessions;
+    std::vector<int32_t> lasts, sizes;
+    for (ParsedVerify* p : ps) {
+      if (p->draft_rows < 2) continue;
+      todo.push_back(p);
+      sessions.push_back(p->entry->draft.get());
+      lasts.push_back(p->tokens[0]);
+      sizes.push_back(p->draft_rows);
+    }
+    if (todo.empty()) return;
+    const auto t0 = Clock::now();
+    auto results = engine::DFlashDraftSession::DraftBlockBatch(sessions, lasts, sizes);
+    const double ms = MsSince(t0);
+    metrics_->draft_batch.Observe(static_cast<double>(todo.size()));
+    for (size_t k = 0; k < todo.size(); ++k) {
+      ParsedVerify* p = todo[k];
+      p->draft_ms = ms;
+      if (results[k].ok()) {
+        p->tokens.insert(p->tokens.end(), results[k]->begin(), results[k]->end());
+      } else {
+        p->draft_error = std::string(results[k].status().message());
+        metrics_->draft_failures.Increment();
+      }
+      p->req.tokens = p->tokens;
+    }
+  }
+
+  // After a verify committed: the hosted drafter's context grows by the committed rows.
+  static void ExtendDraft(const ParsedVerify& p, const engine::VerifyOutcome& o) {
+    if (p.entry->draft) p.entry->draft->Extend(o.features);
   }
 
   static void FillVerify(const ParsedVerify& p, const engine::VerifyOutcome& o, int batch_size,
@@ -328,15 +468,25 @@ class TargetCore {
     }
     res->set_next_token(o.result.next_token);
     for (int32_t t : o.committed) res->add_committed(t);
-    if (o.features.defined()) *res->mutable_features() = FeaturesToTensor(o.features);
+    if (o.features.defined() && p.return_features) {
+      *res->mutable_features() = FeaturesToTensor(o.features);
+    }
     res->set_length(p.session->length());
     res->set_batch_size(batch_size);
+    if (p.draft_rows >= 2) {
+      res->set_rows_verified(static_cast<int32_t>(p.tokens.size()));
+      res->set_draft_ms(p.draft_ms);
+      res->set_draft_error(p.draft_error);
+    }
   }
 
   absl::Status Verify(uint64_t owner, const v1::TargetVerify& v, v1::TargetResponse* resp) {
     ParsedVerify p;
     RETURN_IF_ERROR(ParseVerify(owner, v, &p));
+    ParsedVerify* one[] = {&p};
+    DraftBlocks(one);
     ASSIGN_OR_RETURN(engine::VerifyOutcome o, p.session->Verify(p.req));
+    ExtendDraft(p, o);
     FillVerify(p, o, 1, resp);
     return absl::OkStatus();
   }
@@ -370,6 +520,11 @@ class TargetCore {
       }
       if (!placed) groups.push_back({i});
     }
+    std::vector<ParsedVerify*> grouped;
+    for (const auto& g : groups) {
+      for (size_t i : g) grouped.push_back(&parsed[i]);
+    }
+    DraftBlocks(grouped);
     for (const auto& g : groups) {
       std::vector<engine::TargetSession*> sessions;
       std::vector<engine::VerifyRequest> reqs;
@@ -383,6 +538,7 @@ class TargetCore {
         Loop::Op& op = ops[g[k]];
         op.status = results[k].status();
         if (results[k].ok()) {
+          ExtendDraft(parsed[g[k]], *results[k]);
           FillVerify(parsed[g[k]], *results[k], static_cast<int>(g.size()), op.response);
         }
       }
@@ -390,7 +546,8 @@ class TargetCore {
   }
 
   std::unique_ptr<model::Transformer> model_;
-  HandleTable<engine::TargetSession> table_;
+  std::unique_ptr<model::DFlashDrafter> drafter_;  // bound to *model_; optional
+  HandleTable<TargetEntry> table_;
   TargetMetrics* metrics_;
   std::unique_ptr<Loop> loop_;  // last: stops first
 };
@@ -417,6 +574,21 @@ class TargetServiceImpl final : public v1::Target::CallbackService {
     for (int32_t e : c.eos_token_ids) info->add_eos_token_ids(e);
     info->set_dtype(core_->model().dtype() == at::kBFloat16 ? "bf16" : "f32");
     info->set_device("cpu");
+    if (const model::DFlashDrafter* d = core_->drafter()) {
+      v1::DraftModelInfo* dm = info->add_draft_models();
+      dm->set_kind(v1::DFLASH_DRAFTER);
+      v1::ModelInfo* mi = dm->mutable_model();
+      mi->set_name("dflash");
+      mi->set_architecture("dflash");
+      mi->set_block_size(d->config().block_size);
+      mi->set_mask_token_id(d->config().mask_token_id);
+      for (int64_t id : d->config().target_layer_ids) mi->add_target_layer_ids(id);
+      mi->set_num_layers(d->config().layers.num_hidden_layers);
+      mi->set_hidden_size(d->config().layers.hidden_size);
+      mi->set_vocab_size(c.vocab_size);
+      mi->set_feature_width(static_cast<int64_t>(d->config().target_layer_ids.size()) *
+                            c.hidden_size);
+    }
     auto* reactor = ctx->DefaultReactor();
     reactor->Finish(grpc::Status::OK);
     return reactor;
@@ -451,14 +623,19 @@ absl::StatusOr<std::unique_ptr<TargetServer>> TargetServer::Start(
   if (options.dtype == "f32") lo.dtype = at::kFloat;
   if (options.dtype == "bf16") lo.dtype = at::kBFloat16;
   ASSIGN_OR_RETURN(auto m, model::Transformer::Load(options.model_dir, lo));
+  std::unique_ptr<model::DFlashDrafter> drafter;
+  if (!options.dflash_dir.empty()) {
+    ASSIGN_OR_RETURN(drafter, model::DFlashDrafter::Load(options.dflash_dir, *m));
+  }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->metrics = std::make_unique<TargetMetrics>(impl->metrics_server.registry());
-  HandleTable<engine::TargetSession>::Options to;
+  HandleTable<TargetEntry>::Options to;
   to.replica = options.replica;
   to.budget_bytes = options.kv_budget_bytes;
   to.lease = std::chrono::milliseconds(options.lease_ms);
-  impl->core = std::make_unique<TargetCore>(std::move(m), to, impl->metrics.get(),
+  impl->core = std::make_unique<TargetCore>(std::move(m), std::move(drafter), to,
+                                            impl->metrics.get(),
                                             options.max_batch, options.batch_wait_max_us);
   impl->service = std::make_unique<TargetServiceImpl>(impl->core.get());
   if (!options.metrics_address.empty()) {

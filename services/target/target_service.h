@@ -16,6 +16,10 @@ struct TargetServerOptions {
   std::string address = "127.0.0.1:50051";         // gRPC; port 0 picks a free port
   std::string metrics_address = "127.0.0.1:9091";  // /metrics; empty = do not serve
   std::string model_dir;                           // HF checkpoint of the target
+  // Optional DFlash drafter checkpoint for this target, hosted in this process: requests that
+  // prefill with hosted_draft draft their blocks here (TargetVerify.draft_block_size), so a
+  // speculative step needs no round trip to a drafter service. Empty = none.
+  std::string dflash_dir;
   std::string dtype = "auto";                      // auto | f32 | bf16
   std::string replica = "target-0";                // prefix of every handle minted here
   int64_t kv_budget_bytes = int64_t{4} << 30;      // KV-cache memory budget

@@ -14,8 +14,10 @@
 
 #include "common/engine/target_session.h"
 #include "common/io/safetensors.h"
+#include "common/model/dflash_drafter.h"
 #include "common/model/transformer.h"
 #include "specdec/v1/target.grpc.pb.h"
+#include "tests/services/test_checkpoints.h"
 
 namespace specdec::services {
 namespace {
@@ -61,13 +63,31 @@ const std::string& ModelDir() {
   return *dir;
 }
 
+// A random DFlash drafter for the SmallConfig target (block size 4), written once per process.
+const std::string& DFlashDir() {
+  static const std::string* dir = [] {
+    model::DFlashConfig fc;
+    fc.layers = SmallConfig();
+    fc.layers.num_hidden_layers = 1;
+    fc.block_size = 4;
+    fc.mask_token_id = 60;
+    fc.target_layer_ids = {0, 1};
+    return new std::string(testing_util::WriteCheckpoint(
+        "target_svc_dflash", model::DFlashDrafter::RandomWeights(fc, 32, 7, 0.3),
+        model::DFlashConfigToJson(fc)));
+  }();
+  return *dir;
+}
+
 class TargetServiceTest : public ::testing::Test {
  protected:
-  void StartServer(int64_t budget = int64_t{1} << 30, int64_t lease_ms = 60000) {
+  void StartServer(int64_t budget = int64_t{1} << 30, int64_t lease_ms = 60000,
+                   bool host_drafter = false) {
     TargetServerOptions o;
     o.address = "127.0.0.1:0";
     o.metrics_address = "";
     o.model_dir = ModelDir();
+    if (host_drafter) o.dflash_dir = DFlashDir();
     o.replica = "t0";
     o.kv_budget_bytes = budget;
     o.lease_ms = lease_ms;
@@ -328,6 +348,101 @@ TEST_F(TargetServiceTest, ARunEndsAtAStopTokenOrAFullCacheAndValidatesItsShape) 
   EXPECT_NE(e.error().message().find("run_steps"), std::string::npos) << e.error().message();
   o.stream->WritesDone();
   EXPECT_TRUE(o.stream->Finish().ok());
+}
+
+// Target-hosted drafting: a server-side speculative run drafts every block on the target and
+// commits exactly what single-row AR steps commit (greedy), never more than run_steps tokens.
+TEST_F(TargetServiceTest, AHostedDraftingRunCommitsExactlyTheStepwiseTokens) {
+  StartServer(int64_t{1} << 30, 60000, /*host_drafter=*/true);
+  {
+    grpc::ClientContext ctx;
+    v1::ModelInfo info;
+    ASSERT_TRUE(stub_->GetInfo(&ctx, v1::GetInfoRequest(), &info).ok());
+    ASSERT_EQ(info.draft_models_size(), 1);
+    EXPECT_EQ(info.draft_models(0).kind(), v1::DFLASH_DRAFTER);
+    EXPECT_EQ(info.draft_models(0).model().block_size(), 4);
+  }
+  for (const std::vector<int32_t>& prompt :
+       {std::vector<int32_t>{3, 9, 27, 20, 1}, std::vector<int32_t>{7, 7, 7, 7, 7, 7, 7, 7}}) {
+    for (int block : {2, 4, 9}) {
+      const std::vector<int32_t> want = StepwiseTokens(stub_.get(), prompt, 0.f, 23);
+      Open o = OpenStream();
+      v1::TargetRequest pf = Prefill(1, prompt);
+      pf.mutable_prefill()->set_hosted_draft(true);
+      v1::TargetResponse r = Call(o.stream.get(), pf);
+      ASSERT_TRUE(r.has_prefill()) << r.error().message();
+      EXPECT_FALSE(r.prefill().has_features());  // none asked for
+      v1::TargetRequest run = Verify(2, r.prefill().handle().id(), {r.prefill().first_token()});
+      run.mutable_verify()->set_run_steps(23);
+      run.mutable_verify()->set_draft_block_size(block);
+      ASSERT_TRUE(o.stream->Write(run));
+      std::vector<int32_t> got;
+      int drafted = 0, steps = 0;
+      v1::TargetResponse step;
+      do {
+        ASSERT_TRUE(o.stream->Read(&step));
+        ASSERT_TRUE(step.has_verify()) << step.error().message();
+        const auto& v = step.verify();
+        EXPECT_TRUE(v.draft_error().empty()) << v.draft_error();
+        // The block is cut to the tokens the run has left.
+        const int left_before = 23 - static_cast<int>(got.size());
+        const int rows = std::max(1, v.rows_verified());
+        EXPECT_EQ(rows, std::min(block, left_before));
+        EXPECT_LE(v.num_accepted(), rows - 1);
+        EXPECT_EQ(v.committed_size(), v.num_accepted() + 1);
+        got.insert(got.end(), v.committed().begin(), v.committed().end());
+        EXPECT_EQ(v.run_left(), 23 - static_cast<int>(got.size()));
+        drafted += rows - 1;
+        ++steps;
+      } while (step.verify().run_left() > 0);
+      EXPECT_EQ(got, want) << "block " << block;
+      EXPECT_GT(drafted, 0);
+      EXPECT_LE(steps, 23);
+      // The same handle goes on with plain AR steps (the hosted drafter keeps up with them).
+      v1::TargetResponse ar = Call(o.stream.get(), Verify(3, r.prefill().handle().id(), {got.back()}));
+      ASSERT_TRUE(ar.has_verify()) << ar.error().message();
+      EXPECT_EQ(ar.verify().rows_verified(), 0);
+      v1::TargetRequest more = Verify(4, r.prefill().handle().id(), {ar.verify().next_token()});
+      more.mutable_verify()->set_draft_block_size(block);
+      v1::TargetResponse m = Call(o.stream.get(), more);
+      ASSERT_TRUE(m.has_verify()) << m.error().message();
+      EXPECT_EQ(m.verify().rows_verified(), block);  // one speculative step, the block uncut
+      o.stream->WritesDone();
+      EXPECT_TRUE(o.stream->Finish().ok());
+    }
+  }
+  // Field errors name the field; a handle without a hosted session cannot draft.
+  Open o = OpenStream();
+  v1::TargetResponse plain = Call(o.stream.get(), Prefill(1, {1, 2, 3}));
+  const std::string h = plain.prefill().handle().id();
+  for (int bad : {1, 65, -2}) {
+    v1::TargetRequest v = Verify(2, h, {4});
+    v.mutable_verify()->set_draft_block_size(bad);
+    v1::TargetResponse e = Call(o.stream.get(), v);
+    EXPECT_EQ(e.error().code(), grpc::StatusCode::INVALID_ARGUMENT) << bad;
+    EXPECT_NE(e.error().message().find("draft_block_size"), std::string::npos);
+  }
+  v1::TargetRequest two = Verify(3, h, {4, 5});
+  two.mutable_verify()->set_draft_block_size(4);
+  EXPECT_EQ(Call(o.stream.get(), two).error().code(), grpc::StatusCode::INVALID_ARGUMENT);
+  v1::TargetRequest no_host = Verify(4, h, {4});
+  no_host.mutable_verify()->set_draft_block_size(4);
+  v1::TargetResponse e = Call(o.stream.get(), no_host);
+  EXPECT_EQ(e.error().code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(e.error().message().find("hosted_draft"), std::string::npos) << e.error().message();
+  o.stream->WritesDone();
+  EXPECT_TRUE(o.stream->Finish().ok());
+  EXPECT_TRUE(WaitForHandles(0));
+  // A replica without a hosted drafter refuses hosted_draft at prefill.
+  StartServer();
+  Open o2 = OpenStream();
+  v1::TargetRequest pf = Prefill(1, {1, 2, 3});
+  pf.mutable_prefill()->set_hosted_draft(true);
+  v1::TargetResponse r = Call(o2.stream.get(), pf);
+  EXPECT_EQ(r.error().code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(r.error().message().find("--dflash"), std::string::npos) << r.error().message();
+  o2.stream->WritesDone();
+  EXPECT_TRUE(o2.stream->Finish().ok());
 }
 
 TEST_F(TargetServiceTest, CancellingAStreamMidRunStopsTheRunAndReleasesItsHandle) {
