@@ -12,6 +12,9 @@
 # by the same offset), SPECDEC_DTYPE (compute dtype of target and drafter: auto, f32, bf16;
 # default auto = the checkpoint's), SPECDEC_THREADS (compute threads of target and drafter; default
 # half the cores: co-located services that each spin all cores stall each other's OpenMP regions).
+# TARGET_DRAFTING (default 1): with DFLASH_MODEL, the target hosts the DFlash drafter too and
+# DFLASH* requests draft there in server-side speculative runs (no round trip per step); 0 = they
+# draft on the drafter service.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD_DIR=${BUILD_DIR:-build}
@@ -57,9 +60,13 @@ case "${1:-start}" in
     : "${TARGET_MODEL:?set TARGET_MODEL to the target checkpoint directory}"
     mkdir -p "$RUN"
     stop
+    target_args=()
+    if [ -n "${DFLASH_MODEL:-}" ] && [ "${TARGET_DRAFTING:-1}" = 1 ]; then
+      target_args=(--dflash "$DFLASH_MODEL")
+    fi
     launch target "$TARGET" "$BUILD_DIR/services/target/specdec-target" --model "$TARGET_MODEL" \
       --address "$TARGET" --metrics-address "127.0.0.1:$((MBASE + 1))" \
-      --dtype "${SPECDEC_DTYPE:-auto}" --threads "$THREADS"
+      --dtype "${SPECDEC_DTYPE:-auto}" --threads "$THREADS" "${target_args[@]}"
     router_args=(--target "$TARGET" --tokenizer "$TARGET_MODEL")
     if [ -n "${DRAFT_LM:-}${DFLASH_MODEL:-}" ]; then
       drafter_args=(--address "$DRAFTER" --metrics-address "127.0.0.1:$((MBASE + 2))"

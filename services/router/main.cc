@@ -15,6 +15,10 @@ int main(int argc, char** argv) {
       ->envname("SPECDEC_TARGET_ENDPOINT");
   app.add_option("--drafter", o.drafter_address, "drafter service address(es), comma-separated")
       ->envname("SPECDEC_DRAFTER_ENDPOINT");
+  app.add_option("--target-drafting", o.target_drafting,
+                 "DFlash requests draft on a target replica that hosts a drafter (server-side "
+                 "speculative runs) instead of on the drafter service")
+      ->envname("SPECDEC_TARGET_DRAFTING");
   app.add_option("--policy", o.policy_address, "policy service address(es), comma-separated")
       ->envname("SPECDEC_POLICY_ENDPOINT");
   app.add_option("--tokenizer", o.tokenizer_dir, "directory with tokenizer.json (text prompts)")

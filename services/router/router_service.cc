@@ -41,6 +41,8 @@ constexpr int32_t kLoadAwareMaxRunTokens = 64;
 // The most steps one server-side AR run may ask for (TargetVerify.run_steps); a longer AR stretch
 // is several runs.
 constexpr int32_t kMaxRunTokens = 4096;
+// The largest block a target-hosted drafter drafts (TargetVerify.draft_block_size).
+constexpr int32_t kMaxHostedBlock = 64;
 
 double MsSince(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
@@ -300,8 +302,13 @@ struct RouterServer::Impl {
   std::vector<std::unique_ptr<v1::Policy::Stub>> policy_stubs;
   v1::ModelInfo target_info;
   bool drafter_has_dflash = false;  // some drafter replica serves DFlash (GetInfo at startup)
+  // Per target replica: the DFlash drafter it hosts (its GetInfo at startup), if any; and
+  // whether some / every replica hosts one. Read-only after Start.
+  std::vector<std::optional<v1::ModelInfo>> hosted_dflash;
+  bool any_hosted = false, all_hosted = false;
+  bool TargetDrafting() const { return options.target_drafting && any_hosted; }
   v1::Method DefaultMethod() const {
-    return drafters && drafter_has_dflash ? v1::DFLASH_ADAPTIVE : v1::AR;
+    return (drafters && drafter_has_dflash) || TargetDrafting() ? v1::DFLASH_ADAPTIVE : v1::AR;
   }
   // The drafter replica's ModelInfo, asked once per replica (and again after it was down).
   absl::StatusOr<v1::ModelInfo> DrafterInfo(size_t i,
@@ -469,8 +476,8 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
   // Load awareness: each step of an adaptive request may run as plain AR when AR steps were
   // measured to decode faster at the current load (LoadAwareSpeculation).
   const int64_t load = in_flight.load();
-  const bool load_aware_on =
-      method == v1::DFLASH_ADAPTIVE && options.load_aware && req.block_size() == 0 && drafters;
+  const bool load_aware_on = method == v1::DFLASH_ADAPTIVE && options.load_aware &&
+                             req.block_size() == 0 && (drafters || TargetDrafting());
   std::vector<int32_t> stops(req.stop_token_ids().begin(), req.stop_token_ids().end());
   if (!req.ignore_eos())
     stops.insert(stops.end(), target_info.eos_token_ids().begin(),
@@ -523,9 +530,13 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
 
   // ---- the drafter replica (picked first: DFlash's prefill captures the layers it reads).
   const bool dflash = method == v1::DFLASH || method == v1::DFLASH_ADAPTIVE;
+  // Target-hosted drafting when the target replica the prefill lands on hosts a DFlash drafter;
+  // the drafter service is only needed when some replica does not.
+  const bool try_hosted = dflash && TargetDrafting();
+  bool hosted = false;
   std::optional<size_t> drafter_index;
   absl::Status drafter_down = absl::UnavailableError("no drafter configured");
-  if (method != v1::AR && drafters) {
+  if (method != v1::AR && drafters && !(try_hosted && all_hosted)) {
     drafter_index = Pick(*drafters, "drafter");
     if (!drafter_index) {
       drafter_down = absl::UnavailableError(
@@ -548,10 +559,7 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
   for (int32_t t : prompt) pf->add_tokens(t);
   *pf->mutable_sampling() = sampling;
   pf->set_reserve_tokens(max_new);
-  if (dflash) {
-    for (int64_t id : dinfo.target_layer_ids()) pf->add_capture_layers(id);
-    pf->set_return_logits(method == v1::DFLASH_ADAPTIVE);
-  }
+  if (dflash) pf->set_return_logits(method == v1::DFLASH_ADAPTIVE);
   // ---- prefill on a target replica; a replica that is gone is marked down and the next one
   // tried (nothing was committed yet, so this is safe).
   auto t0 = Clock::now();
@@ -565,6 +573,12 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
                                                  "); last error: ", presp.status().message()));
     }
     tried.push_back(*ti);
+    hosted = try_hosted && hosted_dflash[*ti].has_value();
+    pf->set_hosted_draft(hosted);
+    pf->clear_capture_layers();
+    if (dflash && !hosted) {
+      for (int64_t id : dinfo.target_layer_ids()) pf->add_capture_layers(id);
+    }
     auto opened = TargetClient::Open(target_stubs[*ti].get(), deadline);
     if (opened.ok()) {
       target_client = *std::move(opened);
@@ -581,6 +595,7 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
     }
   }
   const std::string handle = presp->prefill().handle().id();
+  const v1::ModelInfo& dflash_info = hosted ? *hosted_dflash[tried.back()] : dinfo;
   stats.mutable_timings()->set_prefill_ms(MsSince(t0));
   int32_t last = presp->prefill().first_token();
   bool finished = commit({last}, nullptr);
@@ -719,7 +734,7 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
   int32_t b = 0;
   // Opens the drafter session and picks the block size (BlockPilot for DFLASH_ADAPTIVE).
   auto start_drafter = [&]() {
-    if (method != v1::AR && !finished) {
+    if (method != v1::AR && !finished && !hosted) {
       if (!drafter_index) {
         fallback(drafter_down);
       } else {
@@ -747,8 +762,8 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
         }
       }
     }
-    if (dflash && dclient) {
-      b = req.block_size() > 0 ? req.block_size() : dinfo.block_size();
+    if (dflash && (dclient || hosted)) {
+      b = req.block_size() > 0 ? req.block_size() : dflash_info.block_size();
       if (method == v1::DFLASH_ADAPTIVE && req.block_size() == 0) {
         const auto tp = Clock::now();
         absl::Status why = absl::UnavailableError("no policy configured");
@@ -801,10 +816,11 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
   const int32_t budget = req.tree_budget() > 0 ? req.tree_budget() : 16;
   const int32_t depth = req.tree_max_depth() > 0 ? req.tree_max_depth() : 8;
   uint64_t la_epoch = 0;  // epoch of this request's previous load-aware step
+  double hosted_ms_per_token = 0;  // running mean of this request's server-side speculative runs
   while (!finished) {
     if (cancelled()) return absl::CancelledError("cancelled by the client");
     const int32_t remaining = max_new - static_cast<int32_t>(out.size());
-    const bool drafting = dclient || (!drafter_started && may_speculate);
+    const bool drafting = dclient || hosted || (!drafter_started && may_speculate);
     if (!drafting || remaining <= 1) {
       RETURN_IF_ERROR(ar_run(std::min(remaining, kMaxRunTokens), false));
       continue;
@@ -830,7 +846,8 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
                                               std::min(remaining, kLoadAwareMaxRunTokens));
         bool clean = la_epoch == la->epoch;
         int64_t ran = 0;
-        RETURN_IF_ERROR(ar_run(n, true, [&](double seconds) {
+        // A drafter service needs the AR steps' features; a hosted drafter is fed by the target.
+        RETURN_IF_ERROR(ar_run(n, !hosted, [&](double seconds) {
           load_aware->Observe(*la, 1, seconds, clean);
           clean = true;
           ++ran;
@@ -848,8 +865,76 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
     if (!drafter_started) {
       drafter_started = true;
       start_drafter();
-      if (!dclient) continue;  // the drafter is gone: the request goes on as AR
-      td = Clock::now();       // a once-per-request cost, not the step's
+      if (!dclient && !hosted) continue;  // the drafter is gone: the request goes on as AR
+      td = Clock::now();                  // a once-per-request cost, not the step's
+    }
+    if (hosted) {
+      // A server-side speculative run: the target drafts every block with its hosted drafter and
+      // verifies it in its next pass, answering each step as it commits; under load awareness
+      // the run lasts about to the end of the epoch, at the rate this request's runs decoded.
+      int32_t n = std::min(remaining, kMaxRunTokens);
+      if (la) {
+        const double ms_per_token = hosted_ms_per_token > 0   ? hosted_ms_per_token
+                                    : ar_step_ms.load() > 0 ? ar_step_ms.load()
+                                                            : 5.0;
+        const double left_ms = std::chrono::duration<double, std::milli>(la->ends - td).count();
+        n = std::clamp<int32_t>(static_cast<int32_t>(std::ceil(left_ms / ms_per_token)), 2,
+                                std::min(remaining, kLoadAwareMaxRunTokens));
+      }
+      v1::TargetRequest vr;
+      auto* v = vr.mutable_verify();
+      v->set_handle(handle);
+      v->add_tokens(last);
+      v->set_proposal(v1::TargetVerify::ONE_HOT);
+      v->set_run_steps(n);
+      v->set_draft_block_size(std::clamp(b, 2, kMaxHostedBlock));
+      for (int32_t t : stops) v->add_run_stop_token_ids(t);
+      stats.set_target_drafted(true);
+      auto tv = Clock::now();
+      absl::Status sent = target_client->Send(vr, "target speculative run");
+      if (!sent.ok()) {
+        NoteFailure(*targets, tried.back(), sent);
+        return sent;
+      }
+      bool clean = la && la_epoch == la->epoch;
+      int64_t steps = 0;
+      while (true) {
+        absl::StatusOr<v1::TargetResponse> got = target_client->Next("target speculative run");
+        if (!got.ok()) {
+          NoteFailure(*targets, tried.back(), got.status());
+          return got.status();
+        }
+        const double ms = MsSince(tv);
+        const v1::TargetVerifyResult& gv = got->verify();
+        if (!gv.draft_error().empty() && stats.note().empty()) {
+          stats.set_note(absl::StrCat("the target's hosted drafter failed on a step (",
+                                      gv.draft_error(), "); that step ran as AR"));
+          metrics->fallbacks.Add({{"kind", "drafter"}}).Increment();
+        }
+        stats.mutable_timings()->set_draft_ms(stats.timings().draft_ms() + gv.draft_ms());
+        const int32_t nrows = std::max(1, gv.rows_verified());
+        apply(*got, static_cast<size_t>(nrows), nrows - 1, 0, ms);
+        const double per_token = ms / static_cast<double>(std::max<size_t>(1, last_committed.size()));
+        hosted_ms_per_token =
+            hosted_ms_per_token > 0 ? 0.8 * hosted_ms_per_token + 0.2 * per_token : per_token;
+        if (la) {
+          load_aware->Observe(*la, static_cast<int64_t>(last_committed.size()), ms / 1000.0,
+                              clean);
+          clean = true;
+        }
+        ++steps;
+        tv = Clock::now();
+        if (finished || gv.run_left() == 0) break;
+        if (cancelled()) return absl::CancelledError("cancelled by the client");
+      }
+      if (la) {
+        la_epoch = la->epoch;
+        if (steps > 1) {
+          metrics->load_aware_steps.Add({{"arm", LoadAwareSpeculation::ArmName(la->arm)}})
+              .Increment(static_cast<double>(steps - 1));
+        }
+      }
+      continue;
     }
     v1::DrafterRequest dr;
     std::vector<int32_t> rows = {last}, parents;
@@ -1063,6 +1148,7 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
   const auto connect_deadline =
       std::chrono::system_clock::now() + std::chrono::milliseconds(options.connect_timeout_ms);
   std::string answered_from, errors;
+  impl->hosted_dflash.resize(impl->targets->size());
   for (size_t i = 0; i < impl->targets->size(); ++i) {
     grpc::ClientContext ctx;
     ctx.set_deadline(answered_from.empty()
@@ -1075,6 +1161,11 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
       absl::StrAppend(&errors, " ", impl->targets->address(i), ": ", s.error_message(), ";");
       impl->targets->MarkUnhealthy(i);
       continue;
+    }
+    for (const v1::DraftModelInfo& dm : info.draft_models()) {
+      if (dm.kind() == v1::DFLASH_DRAFTER && dm.model().block_size() > 0) {
+        impl->hosted_dflash[i] = dm.model();
+      }
     }
     if (answered_from.empty()) {
       impl->target_info = info;
@@ -1089,6 +1180,11 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
   }
   if (answered_from.empty()) {
     return absl::UnavailableError(absl::StrCat("no target replica answered GetInfo:", errors));
+  }
+  impl->all_hosted = true;
+  for (const auto& h : impl->hosted_dflash) {
+    impl->any_hosted = impl->any_hosted || h.has_value();
+    impl->all_hosted = impl->all_hosted && h.has_value();
   }
   if (impl->drafters) {
     // Best effort: a drafter that is down now may come up later; methods degrade meanwhile.

@@ -18,6 +18,10 @@ struct RouterServerOptions {
   // are spread over the healthy replicas round robin (see ReplicaSet).
   std::string target_address;     // required
   std::string drafter_address;    // optional: speculative methods need it
+  // DFLASH* requests on a target replica that hosts a DFlash drafter (specdec-target --dflash,
+  // seen in its GetInfo at startup) draft on the target in server-side speculative runs instead
+  // of on a drafter service: no round trip per step. false = always use the drafter service.
+  bool target_drafting = true;
   std::string policy_address;     // optional: DFLASH_ADAPTIVE's block size
   int health_interval_ms = 1000;  // how often every replica's health service is probed
   // Steps of DFLASH_ADAPTIVE requests without a fixed block size run as plain AR steps when AR

@@ -73,6 +73,9 @@ export SPECDEC_RUN_DIR="$(mktemp -d "${TMPDIR:-/tmp}/specdec-prom-e2e.XXXXXX")"
 export SPECDEC_LOAD_AWARE=false
 work=$SPECDEC_RUN_DIR
 export TARGET_MODEL=$PACK/target DRAFT_LM=$PACK/draft DFLASH_MODEL=$PACK/dflash POLICY_MODEL=$PACK/policy
+# DFLASH requests go through the drafter service here (its faults, fallbacks and metrics are
+# what this test checks), not through a target-hosted drafter.
+export TARGET_DRAFTING=0
 pids=()
 cleanup() {
   local rc=$? pid

@@ -13,6 +13,9 @@ BUILD_DIR=$(cd "${1:?usage: $0 BUILD_DIR}" && pwd)
 cd "$(dirname "$0")/../../.."
 PACK=models/specdec-pycode
 export BUILD_DIR TARGET_MODEL=$PACK/target DRAFT_LM=$PACK/draft DFLASH_MODEL=$PACK/dflash
+# DFLASH requests go through the drafter service here (its faults, fallbacks and metrics are
+# what this test checks), not through a target-hosted drafter.
+export TARGET_DRAFTING=0
 export POLICY_MODEL=$PACK/policy SPECDEC_PORT_BASE=${SPECDEC_PORT_BASE:-55050}
 # f32: the AR comparison after a mid-request fallback mixes block-verified and single-token KV
 # entries; in bf16 that can flip a near-tied argmax (DESIGN 2.6), in f32 it does not here.

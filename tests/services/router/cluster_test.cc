@@ -94,12 +94,14 @@ class ClusterTest : public ::testing::Test {
     StartRouter(250, max_active, max_queued, queue_timeout_ms);
   }
 
-  void StartAll(bool with_drafter, bool with_policy) {
+  // `target_drafting`: the target hosts the DFlash drafter too (specdec-target --dflash).
+  void StartAll(bool with_drafter, bool with_policy, bool target_drafting = false) {
     const Dirs& d = Checkpoints();
     TargetServerOptions to;
     to.address = "127.0.0.1:0";
     to.metrics_address = "";
     to.model_dir = d.target;
+    if (target_drafting) to.dflash_dir = d.dflash;
     to.threads = 1;
     target_ = *TargetServer::Start(to);
     if (with_drafter) {
@@ -210,6 +212,69 @@ TEST_F(ClusterTest, EveryMethodEqualsInProcessArGreedy) {
     }
   }
   // Finished requests close their streams, which frees the handles (asynchronously).
+  for (int i = 0; i < 300 && target_->handles_in_use() > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(target_->handles_in_use(), 0u);
+}
+
+// DFLASH requests on a target that hosts the drafter draft there (server-side speculative runs):
+// no drafter service is involved, greedy output equals AR, sampled output equals the in-process
+// decoder's with the same seed, and every handle is freed.
+TEST_F(ClusterTest, TargetHostedDraftingEqualsArAndTheInProcessDecoder) {
+  StartAll(true, true, /*target_drafting=*/true);
+  drafter_.reset();  // not needed: the target drafts
+  auto target = model::Transformer::Load(Checkpoints().target);
+  ASSERT_TRUE(target.ok());
+  auto dflash = model::DFlashDrafter::Load(Checkpoints().dflash, **target);
+  ASSERT_TRUE(dflash.ok()) << dflash.status();
+  engine::EngineModels em{target->get()};
+  em.dflash = dflash->get();
+  for (int p = 0; p < 4; ++p) {
+    std::vector<int32_t> prompt;
+    for (int j = 0; j < 3 + 4 * p; ++j) prompt.push_back((p * 13 + j * 7) % 60);
+    engine::DecodeOptions ar;
+    ar.max_new_tokens = 30;
+    auto want = engine::Decode(em, prompt, ar);
+    ASSERT_TRUE(want.ok());
+    for (v1::Method m : {v1::DFLASH, v1::DFLASH_ADAPTIVE}) {
+      Result r = Generate(Request(prompt, m, 30));
+      ASSERT_TRUE(r.status.ok()) << v1::Method_Name(m) << ": " << r.status.error_message();
+      EXPECT_EQ(r.tokens, want->tokens) << v1::Method_Name(m) << " prompt " << p;
+      const auto& s = r.summary.stats();
+      EXPECT_FALSE(s.drafter_fallback()) << s.note();
+      EXPECT_LE(s.accepted_tokens(), s.drafted_tokens());
+      EXPECT_EQ(r.summary.usage().completion_tokens(), 30);
+      if (m == v1::DFLASH) {
+        EXPECT_TRUE(s.target_drafted());
+        EXPECT_GT(s.drafted_tokens(), 0);
+        EXPECT_EQ(s.block_size(), 5);  // the hosted drafter's training block size
+      }
+      if (s.drafted_tokens() > 0) {
+        EXPECT_TRUE(s.target_drafted()) << v1::Method_Name(m);
+      }
+    }
+  }
+  // Sampling: the same seed gives the in-process decoder's tokens (same rule, same streams).
+  for (int32_t block : {3, 5}) {
+    engine::DecodeOptions o;
+    o.method = engine::Method::kDflash;
+    o.max_new_tokens = 40;
+    o.block_size = block;
+    o.sampling.temperature = 1.0f;
+    o.sampling.seed = 77;
+    const std::vector<int32_t> prompt = {1, 2, 3, 4};
+    auto want = engine::Decode(em, prompt, o);
+    ASSERT_TRUE(want.ok()) << want.status();
+    v1::GenerateRequest req = Request(prompt, v1::DFLASH, 40);
+    req.set_block_size(block);
+    req.mutable_sampling()->set_temperature(1.0f);
+    req.mutable_sampling()->set_seed(77);
+    Result a = Generate(req);
+    ASSERT_TRUE(a.status.ok()) << a.status.error_message();
+    EXPECT_EQ(a.tokens, want->tokens) << "block " << block;
+    EXPECT_TRUE(a.summary.stats().target_drafted());
+  }
   for (int i = 0; i < 300 && target_->handles_in_use() > 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
