@@ -815,7 +815,7 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
   const int32_t k = req.draft_length() > 0 ? req.draft_length() : 4;
   const int32_t budget = req.tree_budget() > 0 ? req.tree_budget() : 16;
   const int32_t depth = req.tree_max_depth() > 0 ? req.tree_max_depth() : 8;
-  uint64_t la_epoch = 0;  // epoch of this request's previous load-aware step
+  uint64_t la_epoch = 0;           // epoch of this request's previous load-aware step
   double hosted_ms_per_token = 0;  // running mean of this request's server-side speculative runs
   while (!finished) {
     if (cancelled()) return absl::CancelledError("cancelled by the client");
@@ -874,7 +874,7 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
       // the run lasts about to the end of the epoch, at the rate this request's runs decoded.
       int32_t n = std::min(remaining, kMaxRunTokens);
       if (la) {
-        const double ms_per_token = hosted_ms_per_token > 0   ? hosted_ms_per_token
+        const double ms_per_token = hosted_ms_per_token > 0 ? hosted_ms_per_token
                                     : ar_step_ms.load() > 0 ? ar_step_ms.load()
                                                             : 5.0;
         const double left_ms = std::chrono::duration<double, std::milli>(la->ends - td).count();
@@ -914,12 +914,12 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
         stats.mutable_timings()->set_draft_ms(stats.timings().draft_ms() + gv.draft_ms());
         const int32_t nrows = std::max(1, gv.rows_verified());
         apply(*got, static_cast<size_t>(nrows), nrows - 1, 0, ms);
-        const double per_token = ms / static_cast<double>(std::max<size_t>(1, last_committed.size()));
+        const double per_token =
+            ms / static_cast<double>(std::max<size_t>(1, last_committed.size()));
         hosted_ms_per_token =
             hosted_ms_per_token > 0 ? 0.8 * hosted_ms_per_token + 0.2 * per_token : per_token;
         if (la) {
-          load_aware->Observe(*la, static_cast<int64_t>(last_committed.size()), ms / 1000.0,
-                              clean);
+          load_aware->Observe(*la, static_cast<int64_t>(last_committed.size()), ms / 1000.0, clean);
           clean = true;
         }
         ++steps;

@@ -16,8 +16,8 @@ struct RouterServerOptions {
   std::string metrics_address = "127.0.0.1:9090";  // /metrics; empty = do not serve
   // Backends: one host:port or a comma-separated list of replicas of the same models. Requests
   // are spread over the healthy replicas round robin (see ReplicaSet).
-  std::string target_address;     // required
-  std::string drafter_address;    // optional: speculative methods need it
+  std::string target_address;   // required
+  std::string drafter_address;  // optional: speculative methods need it
   // DFLASH* requests on a target replica that hosts a DFlash drafter (specdec-target --dflash,
   // seen in its GetInfo at startup) draft on the target in server-side speculative runs instead
   // of on a drafter service: no round trip per step. false = always use the drafter service.

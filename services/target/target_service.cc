@@ -136,8 +136,8 @@ class TargetCore {
   // `drafter` (optional) is bound to `model`: target-hosted drafting.
   TargetCore(std::unique_ptr<model::Transformer> model,
              std::unique_ptr<model::DFlashDrafter> drafter,
-             HandleTable<TargetEntry>::Options table_options, TargetMetrics* metrics,
-             int max_batch, int batch_wait_max_us)
+             HandleTable<TargetEntry>::Options table_options, TargetMetrics* metrics, int max_batch,
+             int batch_wait_max_us)
       : model_(std::move(model)),
         drafter_(std::move(drafter)),
         table_(std::move(table_options)),
@@ -362,9 +362,9 @@ class TargetCore {
     }
     if (v.draft_block_size() != 0) {
       if (v.draft_block_size() < 2 || v.draft_block_size() > kMaxDraftBlock) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "verify.draft_block_size must be 0 or in [2, ", kMaxDraftBlock, "], got ",
-            v.draft_block_size()));
+        return absl::InvalidArgumentError(
+            absl::StrCat("verify.draft_block_size must be 0 or in [2, ", kMaxDraftBlock, "], got ",
+                         v.draft_block_size()));
       }
       if (v.tokens_size() != 1 || v.tree_parents_size() > 0 || v.has_draft_probs()) {
         return absl::InvalidArgumentError(
@@ -406,8 +406,8 @@ class TargetCore {
     if (v.draft_block_size() != 0) {
       const int32_t vocab = static_cast<int32_t>(model_->config().vocab_size);
       if (p->tokens[0] < 0 || p->tokens[0] >= vocab) {
-        return absl::InvalidArgumentError(absl::StrCat("verify.tokens: id ", p->tokens[0],
-                                                       " outside [0, ", vocab, ")"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("verify.tokens: id ", p->tokens[0], " outside [0, ", vocab, ")"));
       }
       // Never commit more than the run has left, nor write past the context.
       int64_t rows = v.draft_block_size();
@@ -634,9 +634,9 @@ absl::StatusOr<std::unique_ptr<TargetServer>> TargetServer::Start(
   to.replica = options.replica;
   to.budget_bytes = options.kv_budget_bytes;
   to.lease = std::chrono::milliseconds(options.lease_ms);
-  impl->core = std::make_unique<TargetCore>(std::move(m), std::move(drafter), to,
-                                            impl->metrics.get(),
-                                            options.max_batch, options.batch_wait_max_us);
+  impl->core =
+      std::make_unique<TargetCore>(std::move(m), std::move(drafter), to, impl->metrics.get(),
+                                   options.max_batch, options.batch_wait_max_us);
   impl->service = std::make_unique<TargetServiceImpl>(impl->core.get());
   if (!options.metrics_address.empty()) {
     RETURN_IF_ERROR(impl->metrics_server.Listen(options.metrics_address));

@@ -20,11 +20,11 @@ struct TargetServerOptions {
   // prefill with hosted_draft draft their blocks here (TargetVerify.draft_block_size), so a
   // speculative step needs no round trip to a drafter service. Empty = none.
   std::string dflash_dir;
-  std::string dtype = "auto";                      // auto | f32 | bf16
-  std::string replica = "target-0";                // prefix of every handle minted here
-  int64_t kv_budget_bytes = int64_t{4} << 30;      // KV-cache memory budget
-  int64_t lease_ms = 60000;                        // idle timeout of a handle
-  int threads = 0;                                 // compute threads, 0 = all cores
+  std::string dtype = "auto";                  // auto | f32 | bf16
+  std::string replica = "target-0";            // prefix of every handle minted here
+  int64_t kv_budget_bytes = int64_t{4} << 30;  // KV-cache memory budget
+  int64_t lease_ms = 60000;                    // idle timeout of a handle
+  int threads = 0;                             // compute threads, 0 = all cores
   // Entries per oneDNN kernel cache (model::ConfigureKernelCache; 0 = the libraries' 1024).
   int kernel_cache_capacity = 0;
   int drain_ms = 2000;  // graceful shutdown budget

@@ -399,7 +399,8 @@ TEST_F(TargetServiceTest, AHostedDraftingRunCommitsExactlyTheStepwiseTokens) {
       EXPECT_GT(drafted, 0);
       EXPECT_LE(steps, 23);
       // The same handle goes on with plain AR steps (the hosted drafter keeps up with them).
-      v1::TargetResponse ar = Call(o.stream.get(), Verify(3, r.prefill().handle().id(), {got.back()}));
+      v1::TargetResponse ar =
+          Call(o.stream.get(), Verify(3, r.prefill().handle().id(), {got.back()}));
       ASSERT_TRUE(ar.has_verify()) << ar.error().message();
       EXPECT_EQ(ar.verify().rows_verified(), 0);
       v1::TargetRequest more = Verify(4, r.prefill().handle().id(), {ar.verify().next_token()});
