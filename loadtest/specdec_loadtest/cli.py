@@ -97,6 +97,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "window ends when they have finished, or after --duration")
     g.add_argument("--warmup", type=float, default=2.0, metavar="S",
                    help="unmeasured load before each cell's window (default 2)")
+    g.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="run every level's methods N times in rotation (AR, DFLASH, ..., AR, "
+                        "DFLASH, ...) and report per method the median over the rounds; plots "
+                        "draw the median cell (default 1)")
+    g.add_argument("--versus", metavar="METHOD", type=lambda v: v.strip().upper(),
+                   help="with --repeat: also report METHOD's median throughput over the best "
+                        "median of the other methods at each level, and its ITL p50 minus AR's")
     g.add_argument("--cooldown", type=float, default=0.5, metavar="S",
                    help="idle pause after each cell, before its closing /metrics scrape "
                         "(default 0.5)")
@@ -183,6 +190,10 @@ def _check_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         return
     if not a.router:
         p.error("--router is required")
+    if a.repeat < 1:
+        p.error("--repeat must be >= 1")
+    if a.versus and a.versus not in a.methods:
+        p.error(f"--versus {a.versus} is not one of --methods")
     if not a.concurrency and not a.rate:
         a.concurrency = [1]
     if a.duration < 0 or a.warmup < 0 or a.cooldown < 0:
@@ -300,8 +311,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     on_window_open=watcher.mark_baseline if watcher else None)
     scraper = prom.Scraper(a.metrics_url, a.metrics_select) if a.metrics_url else None
 
-    plan = [("closed", float(c), m) for c in (a.concurrency or []) for m in a.methods]
-    plan += [("open", float(r), m) for r in (a.rate or []) for m in a.methods]
+    rounds = range(a.repeat)
+    plan = [("closed", float(c), m) for c in (a.concurrency or []) for _ in rounds
+            for m in a.methods]
+    plan += [("open", float(r), m) for r in (a.rate or []) for _ in rounds for m in a.methods]
     started = _now_iso()
     load_start = _loadavg()
     cells: List[Dict[str, object]] = []
@@ -353,6 +366,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             failures.append(f"{n} requests ended with unexpected errors")
 
     print(report.format_table(cells, a.table))
+    summary = report.summarize_rounds(cells, a.versus) if a.repeat > 1 else None
+    if summary:
+        print(f"\nmedians over {a.repeat} rounds:\n" + report.format_summary(summary, a.versus))
     errs = report.format_errors(cells)
     if errs:
         print("\nerrors:\n" + errs)
@@ -372,7 +388,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if a.out:
         made: List[str] = []
         if not a.no_plots and cells:
-            made, err = plots.render(cells, a.out, memory=memory,
+            made, err = plots.render(report.median_cells(cells) if a.repeat > 1 else cells,
+                                     a.out, memory=memory,
                                      title_suffix=f"{a.max_new_tokens} new tokens")
             if err:
                 print(f"specdec_loadtest: plots: {err}", file=sys.stderr)
@@ -384,7 +401,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             host={"cpus": os.cpu_count(), "platform": platform.platform(),
                   "python": platform.python_version(), "loadavg_1m_at_start": load_start},
             started_at=started, finished_at=_now_iso(), memory=memory, check_handles=handles,
-            plots=made, failures=failures)
+            plots=made, failures=failures, summary=summary)
         report.write_json(os.path.join(a.out, "results.json"), doc)
         _log(a.quiet, f"specdec_loadtest: wrote {os.path.join(a.out, 'results.json')}"
                       + (f" and {len(made)} plots" if made else ""))

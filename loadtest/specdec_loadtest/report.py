@@ -49,9 +49,10 @@ def results_document(*, config: Dict[str, object], router: Dict[str, object],
                      started_at: str, finished_at: str,
                      memory: Optional[Dict[str, object]] = None,
                      check_handles: Optional[Dict[str, object]] = None,
-                     plots: Sequence[str] = (), failures: Sequence[str] = ()) -> Dict[str, object]:
-    """The whole results.json document."""
-    return {
+                     plots: Sequence[str] = (), failures: Sequence[str] = (),
+                     summary: Optional[List[Dict[str, object]]] = None) -> Dict[str, object]:
+    """The whole results.json document (``summary``: summarize_rounds of repeated cells)."""
+    doc = {
         "schema": SCHEMA,
         "started_at": started_at,
         "finished_at": finished_at,
@@ -65,6 +66,9 @@ def results_document(*, config: Dict[str, object], router: Dict[str, object],
         "failures": list(failures),
         "ok": not failures,
     }
+    if summary is not None:
+        doc["summary"] = summary
+    return doc
 
 
 def validate(doc: Dict[str, object]) -> List[str]:
@@ -166,6 +170,84 @@ def format_table(cells: Sequence[Dict[str, object]], fmt: str = "text") -> str:
         lines.append("  ".join(v.ljust(w) if i in left else v.rjust(w)
                                for i, (v, w) in enumerate(zip(r, widths))).rstrip())
     return "\n".join(lines)
+
+
+def _median(xs: Sequence[float]) -> Optional[float]:
+    v = sorted(x for x in xs if x is not None)
+    if not v:
+        return None
+    n = len(v)
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+
+
+def summarize_rounds(cells: Sequence[Dict[str, object]],
+                     versus: Optional[str] = None) -> List[Dict[str, object]]:
+    """One entry per (mode, level, method), in first-seen order, over the rounds of --repeat:
+    the median of the cells' throughputs, ITL p50s and taus, every round's throughput, and the
+    ratio of the median throughput to the best median of the level (``vs_best``). With
+    ``versus`` (a method), entries of that method also get ``versus_best_other``: its median over
+    the best median of the level's other methods, and ``itl_p50_vs_ar``: its median ITL p50
+    minus AR's (when AR ran at that level)."""
+    groups: Dict[tuple, List[Dict[str, object]]] = {}
+    for c in cells:
+        groups.setdefault((c["mode"], c["level"], c["method"]), []).append(c)
+    out: List[Dict[str, object]] = []
+    for (mode, level, method), cs in groups.items():
+        out.append({
+            "mode": mode, "level": level, "method": method, "rounds": len(cs),
+            "throughput_tok_s": _median([c["throughput_tok_s"] for c in cs]),  # type: ignore
+            "throughput_rounds": [c["throughput_tok_s"] for c in cs],
+            "itl_p50_ms": _median([c["itl_ms"]["p50"] for c in cs]),  # type: ignore[index]
+            "tau_mean": _median([c["tau_mean"] for c in cs]),  # type: ignore[misc]
+            "unexpected_errors": sum(int(c["unexpected_errors"]) for c in cs),  # type: ignore
+        })
+    for e in out:
+        same = [o for o in out if o["mode"] == e["mode"] and o["level"] == e["level"]]
+        best = max((o["throughput_tok_s"] or 0) for o in same)
+        e["vs_best"] = (e["throughput_tok_s"] or 0) / best if best > 0 else None
+        if versus and e["method"] == versus:
+            others = [o["throughput_tok_s"] or 0 for o in same if o["method"] != versus]
+            e["versus_best_other"] = ((e["throughput_tok_s"] or 0) / max(others)
+                                      if others and max(others) > 0 else None)
+            ar = [o for o in same if o["method"] == "AR"]
+            e["itl_p50_vs_ar"] = (e["itl_p50_ms"] - ar[0]["itl_p50_ms"]
+                                  if ar and e["itl_p50_ms"] is not None
+                                  and ar[0]["itl_p50_ms"] is not None else None)
+    return out
+
+
+def median_cells(cells: Sequence[Dict[str, object]]) -> List[Dict[str, object]]:
+    """Per (mode, level, method) the cell of median throughput (the lower middle one of an even
+    count), in first-seen order: what the plots draw when cells were repeated."""
+    groups: Dict[tuple, List[Dict[str, object]]] = {}
+    for c in cells:
+        groups.setdefault((c["mode"], c["level"], c["method"]), []).append(c)
+    out = []
+    for cs in groups.values():
+        ranked = sorted(cs, key=lambda c: c["throughput_tok_s"])  # type: ignore[arg-type,return-value]
+        out.append(ranked[(len(ranked) - 1) // 2])
+    return out
+
+
+def format_summary(summary: Sequence[Dict[str, object]], versus: Optional[str] = None) -> str:
+    """The --repeat summary as aligned text."""
+    rows = [["load", "method", "rounds", "tok/s median", "tok/s each round", "vs best",
+             "ITL p50 ms", "tau"]]
+    if versus:
+        rows[0] += [f"{versus} / best other", "ITL p50 - AR's"]
+    for e in summary:
+        row = [_level(e), str(e["method"]), str(e["rounds"]), _num(e["throughput_tok_s"]),
+               " ".join(_num(x, 0) for x in e["throughput_rounds"]),  # type: ignore[union-attr]
+               _num(e["vs_best"], 2), _num(e["itl_p50_ms"], 2),  # type: ignore[arg-type]
+               _num(e["tau_mean"], 2)]  # type: ignore[arg-type]
+        if versus:
+            row += [_num(e.get("versus_best_other"), 2),  # type: ignore[arg-type]
+                    _num(e.get("itl_p50_vs_ar"), 2)]  # type: ignore[arg-type]
+        rows.append(row)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(v.ljust(w) if i in (0, 1, 4) else v.rjust(w)
+                               for i, (v, w) in enumerate(zip(r, widths))).rstrip()
+                     for r in rows)
 
 
 def format_errors(cells: Sequence[Dict[str, object]]) -> str:

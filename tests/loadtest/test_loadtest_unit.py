@@ -392,6 +392,69 @@ class ReportTest(unittest.TestCase):
         self.assertEqual(report.format_errors(cells), "")
 
 
+class RepeatSummaryTest(unittest.TestCase):
+    @staticmethod
+    def cell(method, level, tok_s, itl, tau=1.0):
+        return {"mode": "closed", "method": method, "level": level, "throughput_tok_s": tok_s,
+                "itl_ms": {"p50": itl}, "tau_mean": tau, "unexpected_errors": 0}
+
+    def test_medians_ratios_and_median_cells(self):
+        c = self.cell
+        # Three rounds at level 1 in rotation, one round at level 2.
+        cells = [c("AR", 1, 100, 2.0), c("DFLASH", 1, 80, 3.0), c("ADA", 1, 90, 2.2),
+                 c("AR", 1, 130, 1.8), c("DFLASH", 1, 70, 3.1), c("ADA", 1, 125, 2.1),
+                 c("AR", 1, 110, 1.9), c("DFLASH", 1, 90, 2.9), c("ADA", 1, 120, 2.0),
+                 c("AR", 2, 200, 2.5), c("DFLASH", 2, 250, 2.4), c("ADA", 2, 240, 2.6)]
+        summary = report.summarize_rounds(cells, versus="ADA")
+        by = {(e["level"], e["method"]): e for e in summary}
+        self.assertEqual([(e["level"], e["method"]) for e in summary],
+                         [(1, "AR"), (1, "DFLASH"), (1, "ADA"), (2, "AR"), (2, "DFLASH"),
+                          (2, "ADA")])
+        self.assertEqual(by[(1, "AR")]["rounds"], 3)
+        self.assertEqual(by[(1, "AR")]["throughput_tok_s"], 110)
+        self.assertEqual(by[(1, "AR")]["throughput_rounds"], [100, 130, 110])
+        self.assertEqual(by[(1, "ADA")]["throughput_tok_s"], 120)
+        self.assertAlmostEqual(by[(1, "ADA")]["versus_best_other"], 120 / 110)
+        self.assertAlmostEqual(by[(1, "ADA")]["vs_best"], 1.0)
+        self.assertAlmostEqual(by[(1, "DFLASH")]["vs_best"], 80 / 120)
+        self.assertAlmostEqual(by[(1, "ADA")]["itl_p50_vs_ar"], 2.1 - 1.9)
+        self.assertNotIn("versus_best_other", by[(1, "AR")])
+        self.assertAlmostEqual(by[(2, "ADA")]["versus_best_other"], 240 / 250)
+        self.assertAlmostEqual(by[(2, "ADA")]["itl_p50_vs_ar"], 2.6 - 2.5)
+        # Even counts take the mean of the middle two for the median, the lower one for plots.
+        two = report.summarize_rounds([c("AR", 1, 100, 2.0), c("AR", 1, 120, 3.0)])
+        self.assertEqual(two[0]["throughput_tok_s"], 110)
+        self.assertEqual(two[0]["itl_p50_ms"], 2.5)
+        picked = report.median_cells(cells)
+        self.assertEqual([(p["level"], p["method"], p["throughput_tok_s"]) for p in picked],
+                         [(1, "AR", 110), (1, "DFLASH", 80), (1, "ADA", 120), (2, "AR", 200),
+                          (2, "DFLASH", 250), (2, "ADA", 240)])
+        self.assertEqual(report.median_cells([c("AR", 1, 120, 3.0), c("AR", 1, 100, 2.0)])[0]
+                         ["throughput_tok_s"], 100)
+        text = report.format_summary(summary, "ADA").splitlines()
+        self.assertEqual(len(text), 1 + len(summary))
+        self.assertIn("ADA / best other", text[0])
+        self.assertIn("100 130 110", text[1])
+        self.assertIn("1.09", text[3])
+
+    def test_repeat_and_versus_flags(self):
+        a = build_parser().parse_args(["--router", "h:1", "--concurrency", "1,4", "--methods",
+                                       "ar,dflash", "--repeat", "2", "--versus", "dflash"])
+        self.assertEqual((a.repeat, a.versus), (2, "DFLASH"))
+        with open(os.devnull, "w") as devnull:
+            old = sys.stderr
+            sys.stderr = devnull
+            try:
+                from specdec_loadtest import cli
+                for bad in (["--repeat", "0"], ["--versus", "DYSPEC_TREE"]):
+                    p = build_parser()
+                    with self.assertRaises(SystemExit):
+                        cli._check_args(p, p.parse_args(["--router", "h:1", "--methods",
+                                                         "ar,dflash"] + bad))
+            finally:
+                sys.stderr = old
+
+
 class PlotsTest(unittest.TestCase):
     def test_data_and_script(self):
         cells = fake_cells()
