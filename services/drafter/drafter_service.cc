@@ -14,6 +14,7 @@
 #include "common/model/runtime.h"
 #include "common/model/transformer.h"
 #include "common/util/status_macros.h"
+#include "services/common/dflash_info.h"
 #include "services/common/handle_table.h"
 #include "services/common/run_server.h"
 #include "services/common/server.h"
@@ -357,18 +358,7 @@ class DrafterServiceImpl final : public v1::Drafter::CallbackService {
   }
   grpc::ServerUnaryReactor* GetInfo(grpc::CallbackServerContext* ctx, const v1::GetInfoRequest*,
                                     v1::ModelInfo* info) override {
-    if (const model::DFlashDrafter* d = core_->dflash()) {
-      info->set_name("dflash");
-      info->set_architecture("dflash");
-      info->set_block_size(d->config().block_size);
-      info->set_mask_token_id(d->config().mask_token_id);
-      for (int64_t id : d->config().target_layer_ids) info->add_target_layer_ids(id);
-      info->set_num_layers(d->config().layers.num_hidden_layers);
-      info->set_hidden_size(d->config().layers.hidden_size);
-      info->set_vocab_size(d->target().config().vocab_size);
-      info->set_feature_width(static_cast<int64_t>(d->config().target_layer_ids.size()) *
-                              d->target().config().hidden_size);
-    }
+    if (const model::DFlashDrafter* d = core_->dflash()) FillDFlashInfo(*d, info);
     auto* reactor = ctx->DefaultReactor();
     reactor->Finish(grpc::Status::OK);
     return reactor;
@@ -422,10 +412,9 @@ absl::StatusOr<std::unique_ptr<DrafterServer>> DrafterServer::Start(
   to.replica = options.replica;
   to.budget_bytes = options.kv_budget_bytes;
   to.lease = std::chrono::milliseconds(options.lease_ms);
-  impl->core =
-      std::make_unique<DrafterCore>(std::move(target), std::move(dflash), std::move(draft_lm), to,
-                                    impl->metrics.get(), options.max_batch,
-                                    options.batch_wait_max_us);
+  impl->core = std::make_unique<DrafterCore>(std::move(target), std::move(dflash),
+                                             std::move(draft_lm), to, impl->metrics.get(),
+                                             options.max_batch, options.batch_wait_max_us);
   impl->service = std::make_unique<DrafterServiceImpl>(impl->core.get());
   if (!options.metrics_address.empty()) {
     RETURN_IF_ERROR(impl->metrics_server.Listen(options.metrics_address));

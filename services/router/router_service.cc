@@ -677,18 +677,23 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
     apply(*called, rows.size(), positions, draft_ms, MsSince(tv));
     return absl::OkStatus();
   };
-  // A server-side AR run of up to `n` tokens (TargetVerify.run_steps): the target decodes them
-  // in its own passes and answers each step as it is committed, so the request pays one round
-  // trip for the run instead of one per token. The tokens are the ones n single-row verifies
-  // would commit; the run stops at a stop token (the target stops there too) or the length.
-  auto ar_run = [&](int32_t n, bool want_features,
-                    const std::function<void(double seconds)>& each = nullptr) -> absl::Status {
-    if (n <= 1) {
+  // A server-side run of up to `n` tokens (TargetVerify.run_steps): the target decodes them in
+  // its own passes and answers each step as it is committed, so the request pays one round trip
+  // for the run instead of one or two per step. Without `block` every step is a single-row AR
+  // step (the tokens n single-row verifies would commit); with `block` >= 2 the target drafts
+  // every block with its hosted DFlash drafter (draft_block_size). The run stops at a stop token
+  // (the target stops there too) or the length. `each` gets every step's committed tokens and
+  // seconds.
+  auto run = [&](int32_t n, bool want_features, int32_t block,
+                 const std::function<void(size_t committed, double seconds)>& each =
+                     nullptr) -> absl::Status {
+    if (n <= 1 && block == 0) {
       const auto t1 = Clock::now();
       RETURN_IF_ERROR(verify({last}, {}, v1::TargetVerify::ONE_HOT, nullptr, want_features, 0, 0));
-      if (each) each(MsSince(t1) / 1000.0);
+      if (each) each(last_committed.size(), MsSince(t1) / 1000.0);
       return absl::OkStatus();
     }
+    const char* what = block > 0 ? "target speculative run" : "target run";
     v1::TargetRequest vr;
     auto* v = vr.mutable_verify();
     v->set_handle(handle);
@@ -696,24 +701,33 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
     v->set_proposal(v1::TargetVerify::ONE_HOT);
     v->set_return_features(want_features);
     v->set_run_steps(n);
+    v->set_draft_block_size(block);
     for (int32_t t : stops) v->add_run_stop_token_ids(t);
     auto tv = Clock::now();
-    absl::Status sent = target_client->Send(vr, "target run");
+    absl::Status sent = target_client->Send(vr, what);
     if (!sent.ok()) {
       NoteFailure(*targets, tried.back(), sent);
       return sent;
     }
     while (true) {
-      absl::StatusOr<v1::TargetResponse> got = target_client->Next("target run");
+      absl::StatusOr<v1::TargetResponse> got = target_client->Next(what);
       if (!got.ok()) {
         NoteFailure(*targets, tried.back(), got.status());
         return got.status();
       }
       const double ms = MsSince(tv);
-      apply(*got, 1, 0, 0, ms);
-      if (each) each(ms / 1000.0);
+      const v1::TargetVerifyResult& gv = got->verify();
+      if (!gv.draft_error().empty() && stats.note().empty()) {
+        stats.set_note(absl::StrCat("the target's hosted drafter failed on a step (",
+                                    gv.draft_error(), "); that step ran as AR"));
+        metrics->fallbacks.Add({{"kind", "drafter"}}).Increment();
+      }
+      stats.mutable_timings()->set_draft_ms(stats.timings().draft_ms() + gv.draft_ms());
+      const int32_t nrows = std::max(1, gv.rows_verified());
+      apply(*got, static_cast<size_t>(nrows), nrows - 1, 0, ms);
+      if (each) each(last_committed.size(), ms / 1000.0);
       tv = Clock::now();
-      if (finished || got->verify().run_left() == 0) return absl::OkStatus();
+      if (finished || gv.run_left() == 0) return absl::OkStatus();
       if (cancelled()) return absl::CancelledError("cancelled by the client");
     }
   };
@@ -822,7 +836,7 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
     const int32_t remaining = max_new - static_cast<int32_t>(out.size());
     const bool drafting = dclient || hosted || (!drafter_started && may_speculate);
     if (!drafting || remaining <= 1) {
-      RETURN_IF_ERROR(ar_run(std::min(remaining, kMaxRunTokens), false));
+      RETURN_IF_ERROR(run(std::min(remaining, kMaxRunTokens), false, 0));
       continue;
     }
     auto td = Clock::now();
@@ -847,7 +861,7 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
         bool clean = la_epoch == la->epoch;
         int64_t ran = 0;
         // A drafter service needs the AR steps' features; a hosted drafter is fed by the target.
-        RETURN_IF_ERROR(ar_run(n, !hosted, [&](double seconds) {
+        RETURN_IF_ERROR(run(n, !hosted, 0, [&](size_t, double seconds) {
           load_aware->Observe(*la, 1, seconds, clean);
           clean = true;
           ++ran;
@@ -881,52 +895,21 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
         n = std::clamp<int32_t>(static_cast<int32_t>(std::ceil(left_ms / ms_per_token)), 2,
                                 std::min(remaining, kLoadAwareMaxRunTokens));
       }
-      v1::TargetRequest vr;
-      auto* v = vr.mutable_verify();
-      v->set_handle(handle);
-      v->add_tokens(last);
-      v->set_proposal(v1::TargetVerify::ONE_HOT);
-      v->set_run_steps(n);
-      v->set_draft_block_size(std::clamp(b, 2, kMaxHostedBlock));
-      for (int32_t t : stops) v->add_run_stop_token_ids(t);
       stats.set_target_drafted(true);
-      auto tv = Clock::now();
-      absl::Status sent = target_client->Send(vr, "target speculative run");
-      if (!sent.ok()) {
-        NoteFailure(*targets, tried.back(), sent);
-        return sent;
-      }
       bool clean = la && la_epoch == la->epoch;
       int64_t steps = 0;
-      while (true) {
-        absl::StatusOr<v1::TargetResponse> got = target_client->Next("target speculative run");
-        if (!got.ok()) {
-          NoteFailure(*targets, tried.back(), got.status());
-          return got.status();
-        }
-        const double ms = MsSince(tv);
-        const v1::TargetVerifyResult& gv = got->verify();
-        if (!gv.draft_error().empty() && stats.note().empty()) {
-          stats.set_note(absl::StrCat("the target's hosted drafter failed on a step (",
-                                      gv.draft_error(), "); that step ran as AR"));
-          metrics->fallbacks.Add({{"kind", "drafter"}}).Increment();
-        }
-        stats.mutable_timings()->set_draft_ms(stats.timings().draft_ms() + gv.draft_ms());
-        const int32_t nrows = std::max(1, gv.rows_verified());
-        apply(*got, static_cast<size_t>(nrows), nrows - 1, 0, ms);
-        const double per_token =
-            ms / static_cast<double>(std::max<size_t>(1, last_committed.size()));
-        hosted_ms_per_token =
-            hosted_ms_per_token > 0 ? 0.8 * hosted_ms_per_token + 0.2 * per_token : per_token;
-        if (la) {
-          load_aware->Observe(*la, static_cast<int64_t>(last_committed.size()), ms / 1000.0, clean);
-          clean = true;
-        }
-        ++steps;
-        tv = Clock::now();
-        if (finished || gv.run_left() == 0) break;
-        if (cancelled()) return absl::CancelledError("cancelled by the client");
-      }
+      RETURN_IF_ERROR(
+          run(n, false, std::clamp(b, 2, kMaxHostedBlock), [&](size_t committed, double seconds) {
+            const double per_token =
+                seconds * 1000.0 / static_cast<double>(std::max<size_t>(1, committed));
+            hosted_ms_per_token =
+                hosted_ms_per_token > 0 ? 0.8 * hosted_ms_per_token + 0.2 * per_token : per_token;
+            if (la) {
+              load_aware->Observe(*la, static_cast<int64_t>(committed), seconds, clean);
+              clean = true;
+            }
+            ++steps;
+          }));
       if (la) {
         la_epoch = la->epoch;
         if (steps > 1) {

@@ -23,6 +23,7 @@
 #include "common/model/runtime.h"
 #include "common/model/transformer.h"
 #include "common/util/status_macros.h"
+#include "services/common/dflash_info.h"
 #include "services/common/handle_table.h"
 #include "services/common/run_server.h"
 #include "services/common/server.h"
@@ -577,17 +578,7 @@ class TargetServiceImpl final : public v1::Target::CallbackService {
     if (const model::DFlashDrafter* d = core_->drafter()) {
       v1::DraftModelInfo* dm = info->add_draft_models();
       dm->set_kind(v1::DFLASH_DRAFTER);
-      v1::ModelInfo* mi = dm->mutable_model();
-      mi->set_name("dflash");
-      mi->set_architecture("dflash");
-      mi->set_block_size(d->config().block_size);
-      mi->set_mask_token_id(d->config().mask_token_id);
-      for (int64_t id : d->config().target_layer_ids) mi->add_target_layer_ids(id);
-      mi->set_num_layers(d->config().layers.num_hidden_layers);
-      mi->set_hidden_size(d->config().layers.hidden_size);
-      mi->set_vocab_size(c.vocab_size);
-      mi->set_feature_width(static_cast<int64_t>(d->config().target_layer_ids.size()) *
-                            c.hidden_size);
+      FillDFlashInfo(*d, dm->mutable_model());
     }
     auto* reactor = ctx->DefaultReactor();
     reactor->Finish(grpc::Status::OK);
