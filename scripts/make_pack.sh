@@ -66,10 +66,11 @@ fi
 
 if has policy; then
   $TRAIN policy-data --target "$PACK/target" --dflash "$PACK/dflash" --prompts "$WORK/train.tok" \
-    --out "$WORK/policy-data" --num-prompts "${POLICY_PROMPTS:-512}" --max-new-tokens 96 \
+    --out "$WORK/policy-data" --num-prompts "${POLICY_PROMPTS:-1536}" --max-new-tokens 64 \
     --min-prompt-len 16 --max-prompt-len 160 --radius 2
-  $TRAIN policy --data "$WORK/policy-data" --out "$PACK/policy" --hidden 256 --epochs 100 \
-    --lr 1e-3
+  # Narrow and short: wider or longer runs overfit the 1229 training prompts (MODEL_CARD.md).
+  $TRAIN policy --data "$WORK/policy-data" --out "$PACK/policy" --hidden 64 --epochs 30 \
+    --dropout 0.5 --lr 1e-3
 fi
 
 if has bench; then
