@@ -454,8 +454,10 @@ class TargetCore {
   }
 
   // After a verify committed: the hosted drafter's context grows by the committed rows.
+  // The features are a view into the whole pass's output: a copy keeps only these rows alive
+  // while they wait (a request on AR steps may queue thousands of them).
   static void ExtendDraft(const ParsedVerify& p, const engine::VerifyOutcome& o) {
-    if (p.entry->draft) p.entry->draft->Extend(o.features);
+    if (p.entry->draft && o.features.defined()) p.entry->draft->Extend(o.features.clone());
   }
 
   static void FillVerify(const ParsedVerify& p, const engine::VerifyOutcome& o, int batch_size,
