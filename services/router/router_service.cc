@@ -42,7 +42,7 @@ constexpr int32_t kLoadAwareMaxRunTokens = 64;
 // is several runs.
 constexpr int32_t kMaxRunTokens = 4096;
 // The largest block a target-hosted drafter drafts (TargetVerify.draft_block_size).
-constexpr int32_t kMaxHostedBlock = 64;
+constexpr int32_t kMaxHostedBlock = 256;
 
 double MsSince(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();

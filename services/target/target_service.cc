@@ -132,7 +132,7 @@ struct TargetEntry {
 class TargetCore {
  public:
   static constexpr int32_t kMaxRunSteps = 4096;
-  static constexpr int32_t kMaxDraftBlock = 64;
+  static constexpr int32_t kMaxDraftBlock = 256;  // as the drafter service
   using Loop = SessionLoop<v1::TargetRequest, v1::TargetResponse>;
   // `drafter` (optional) is bound to `model`: target-hosted drafting.
   TargetCore(std::unique_ptr<model::Transformer> model,

@@ -416,7 +416,7 @@ TEST_F(TargetServiceTest, AHostedDraftingRunCommitsExactlyTheStepwiseTokens) {
   Open o = OpenStream();
   v1::TargetResponse plain = Call(o.stream.get(), Prefill(1, {1, 2, 3}));
   const std::string h = plain.prefill().handle().id();
-  for (int bad : {1, 65, -2}) {
+  for (int bad : {1, 257, -2}) {
     v1::TargetRequest v = Verify(2, h, {4});
     v.mutable_verify()->set_draft_block_size(bad);
     v1::TargetResponse e = Call(o.stream.get(), v);
