@@ -168,6 +168,12 @@ class ClusterTest : public ::testing::Test {
     r.status = reader->Finish();
     return r;
   }
+  // Prompt p of the greedy-equality tests: 3 + 4p tokens.
+  static std::vector<int32_t> TestPrompt(int p) {
+    std::vector<int32_t> prompt;
+    for (int j = 0; j < 3 + 4 * p; ++j) prompt.push_back((p * 13 + j * 7) % 60);
+    return prompt;
+  }
   static v1::GenerateRequest Request(const std::vector<int32_t>& prompt, v1::Method m, int n) {
     v1::GenerateRequest req;
     for (int32_t t : prompt) req.mutable_token_ids()->add_ids(t);
@@ -189,8 +195,7 @@ TEST_F(ClusterTest, EveryMethodEqualsInProcessArGreedy) {
   ASSERT_TRUE(target.ok());
   engine::EngineModels em{target->get()};
   for (int p = 0; p < 4; ++p) {
-    std::vector<int32_t> prompt;
-    for (int j = 0; j < 3 + 4 * p; ++j) prompt.push_back((p * 13 + j * 7) % 60);
+    const std::vector<int32_t> prompt = TestPrompt(p);
     engine::DecodeOptions ar;
     ar.max_new_tokens = 30;
     auto want = engine::Decode(em, prompt, ar);
@@ -231,8 +236,7 @@ TEST_F(ClusterTest, TargetHostedDraftingEqualsArAndTheInProcessDecoder) {
   engine::EngineModels em{target->get()};
   em.dflash = dflash->get();
   for (int p = 0; p < 4; ++p) {
-    std::vector<int32_t> prompt;
-    for (int j = 0; j < 3 + 4 * p; ++j) prompt.push_back((p * 13 + j * 7) % 60);
+    const std::vector<int32_t> prompt = TestPrompt(p);
     engine::DecodeOptions ar;
     ar.max_new_tokens = 30;
     auto want = engine::Decode(em, prompt, ar);
