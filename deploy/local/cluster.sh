@@ -8,8 +8,8 @@
 # Environment: BUILD_DIR (default build), SPECDEC_RUN_DIR (pids and logs, default
 # $BUILD_DIR/cluster), TARGET_MODEL (target checkpoint; also the tokenizer), DRAFT_LM (small AR
 # draft model), DFLASH_MODEL (DFlash drafter), POLICY_MODEL (BlockPilot), SPECDEC_PORT_BASE
-# (default 50050: router +0, target +1, drafter +2, policy +3; /metrics on 9090..9093 shifted
-# by the same offset), SPECDEC_DTYPE (compute dtype of target and drafter: auto, f32, bf16;
+# (default 50050: router +0, target +1, drafter +2, policy +3), SPECDEC_METRICS_BASE (/metrics
+# ports, same offsets; default 9090 shifted by SPECDEC_PORT_BASE - 50050), SPECDEC_DTYPE (compute dtype of target and drafter: auto, f32, bf16;
 # default auto = the checkpoint's), SPECDEC_THREADS (compute threads of target and drafter; default
 # half the cores: co-located services that each spin all cores stall each other's OpenMP regions).
 # TARGET_DRAFTING (default 1): with DFLASH_MODEL, the target hosts the DFlash drafter too and
@@ -20,7 +20,7 @@ cd "$(dirname "$0")/../.."
 BUILD_DIR=${BUILD_DIR:-build}
 RUN=${SPECDEC_RUN_DIR:-$BUILD_DIR/cluster}
 BASE=${SPECDEC_PORT_BASE:-50050}
-MBASE=$((9090 + BASE - 50050))
+MBASE=${SPECDEC_METRICS_BASE:-$((9090 + BASE - 50050))}
 THREADS=${SPECDEC_THREADS:-$(($(nproc) / 2 > 0 ? $(nproc) / 2 : 1))}
 ROUTER=127.0.0.1:$BASE TARGET=127.0.0.1:$((BASE + 1)) DRAFTER=127.0.0.1:$((BASE + 2))
 POLICY=127.0.0.1:$((BASE + 3))

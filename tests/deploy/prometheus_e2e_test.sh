@@ -24,8 +24,10 @@
 #   tests/deploy/prometheus_e2e_test.sh
 #
 # Environment: BUILD_DIR (binaries, default <repo>/build), SPECDEC_PACK (default
-# models/specdec-pycode), SPECDEC_PORT_BASE (default: first free of 51050, 51060, ...; /metrics
-# ports are shifted as in cluster.sh, Prometheus listens on the metrics base + 9), PROMETHEUS
+# models/specdec-pycode), SPECDEC_PORT_BASE (default: first free of 21050, 21060, ...; /metrics
+# ports from SPECDEC_METRICS_BASE, default the port base - 10000; Prometheus listens on the
+# metrics base + 9; both below the kernel's ephemeral ports, 32768+, so that no client socket of a
+# parallel test holds one of them), PROMETHEUS
 # (default prometheus), PYTHON (default /usr/bin/python3), VERBOSE=1 prints every expression's
 # result. Exit status: 0 pass, 1 failure, 77 skipped (no binaries, pack or prometheus).
 set -euo pipefail
@@ -49,19 +51,20 @@ fi
 
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 ports_free() {  # base: router..policy and two extra routers, their /metrics, Prometheus
-  local b=$1 m=$((9090 + $1 - 50050)) o
+  local b=$1 m=$(($1 - 10000)) o
   for o in 0 1 2 3 4 5; do port_free $((b + o)) && port_free $((m + o)) || return 1; done
   port_free $((m + 9))
 }
 if [ -z "${SPECDEC_PORT_BASE:-}" ]; then
-  for base in $(seq 51050 10 51450); do
+  for base in $(seq 21050 10 21450); do
     if ports_free "$base"; then SPECDEC_PORT_BASE=$base; break; fi
   done
-  : "${SPECDEC_PORT_BASE:?prometheus_e2e_test: no free port base in 51050..51450}"
+  : "${SPECDEC_PORT_BASE:?prometheus_e2e_test: no free port base in 21050..21450}"
 fi
 export SPECDEC_PORT_BASE
 BASE=$SPECDEC_PORT_BASE
-MBASE=$((9090 + BASE - 50050))
+MBASE=${SPECDEC_METRICS_BASE:-$((BASE - 10000))}
+export SPECDEC_METRICS_BASE=$MBASE
 R0=127.0.0.1:$BASE R1=127.0.0.1:$((BASE + 4)) R2=127.0.0.1:$((BASE + 5))
 M0=127.0.0.1:$MBASE M1=127.0.0.1:$((MBASE + 4)) M2=127.0.0.1:$((MBASE + 5))
 TARGET=127.0.0.1:$((BASE + 1)) DRAFTER=127.0.0.1:$((BASE + 2)) POLICY=127.0.0.1:$((BASE + 3))

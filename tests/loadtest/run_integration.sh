@@ -8,7 +8,8 @@
 #   tests/loadtest/run_integration.sh
 #
 # Environment: BUILD_DIR (default <repo>/build), SPECDEC_PACK (default models/specdec-pycode),
-# SPECDEC_PORT_BASE (default: first free of 51650, 51660, ...), PYTHON (default /usr/bin/python3
+# SPECDEC_PORT_BASE (default: first free of 21650, 21660, ...; /metrics from SPECDEC_METRICS_BASE,
+# default the port base - 10000; both below the kernel's ephemeral ports), PYTHON (default /usr/bin/python3
 # if it imports grpc, else python3).
 # Exit status: 0 pass, 1 failure, 77 skipped (no grpc python, no binaries).
 set -uo pipefail
@@ -40,18 +41,19 @@ port_free() {  # port: no listener on 127.0.0.1
   ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
 }
 if [ -z "${SPECDEC_PORT_BASE:-}" ]; then
-  for base in $(seq 51650 10 51950); do
-    mbase=$((9090 + base - 50050))
+  for base in $(seq 21650 10 21950); do
+    mbase=$((base - 10000))
     ok=1
     for off in 0 1 2 3; do
       port_free $((base + off)) && port_free $((mbase + off)) || ok=0
     done
     if [ "$ok" = 1 ]; then SPECDEC_PORT_BASE=$base; break; fi
   done
-  : "${SPECDEC_PORT_BASE:?run_integration: no free port base in 51650..51950}"
+  : "${SPECDEC_PORT_BASE:?run_integration: no free port base in 21650..21950}"
 fi
 export SPECDEC_PORT_BASE
-MBASE=$((9090 + SPECDEC_PORT_BASE - 50050))
+MBASE=${SPECDEC_METRICS_BASE:-$((SPECDEC_PORT_BASE - 10000))}
+export SPECDEC_METRICS_BASE=$MBASE
 SPECDEC_RUN_DIR="$(mktemp -d "${TMPDIR:-/tmp}/specdec-loadtest.XXXXXX")"
 export SPECDEC_RUN_DIR
 OUT="$SPECDEC_RUN_DIR/out"

@@ -5,7 +5,9 @@
 #   tests/clients/python/run_test.sh
 #
 # Environment: BUILD_DIR (default <repo>/build), TARGET_MODEL / DRAFT_LM (default
-# $BUILD_DIR/models/stories260K), SPECDEC_PORT_BASE (default: first free of 50650, 50660, ...),
+# $BUILD_DIR/models/stories260K), SPECDEC_PORT_BASE (default: first free of 20650, 20660, ...;
+# /metrics from SPECDEC_METRICS_BASE, default the port base - 10000; both below the kernel's
+# ephemeral ports),
 # PYTHON (default: /usr/bin/python3 if it imports grpc, else python3).
 # Exit status: 0 pass, 1 failure, 77 skipped (no grpc/grpc_tools python, no binaries or model).
 set -uo pipefail
@@ -40,17 +42,18 @@ port_free() {  # port: no listener on 127.0.0.1
   ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
 }
 if [ -z "${SPECDEC_PORT_BASE:-}" ]; then
-  for base in $(seq 50650 10 50950); do
-    mbase=$((9090 + base - 50050))
+  for base in $(seq 20650 10 20950); do
+    mbase=$((base - 10000))
     if port_free "$base" && port_free $((base + 1)) && port_free $((base + 2)) &&
        port_free "$mbase" && port_free $((mbase + 1)) && port_free $((mbase + 2)); then
       SPECDEC_PORT_BASE=$base
       break
     fi
   done
-  : "${SPECDEC_PORT_BASE:?run_test: no free port base in 50650..50950}"
+  : "${SPECDEC_PORT_BASE:?run_test: no free port base in 20650..20950}"
 fi
 export SPECDEC_PORT_BASE
+export SPECDEC_METRICS_BASE=${SPECDEC_METRICS_BASE:-$((SPECDEC_PORT_BASE - 10000))}
 SPECDEC_RUN_DIR="$(mktemp -d "${TMPDIR:-/tmp}/specdec-pysdk.XXXXXX")"
 export SPECDEC_RUN_DIR
 

@@ -18,7 +18,7 @@ import grpc  # noqa: E402
 
 from specdec import Chunk, Client, GenerateOptions, Result, SpecdecError, Summary  # noqa: E402
 
-ADDRESS = os.environ.get("SPECDEC_ADDRESS", "127.0.0.1:50650")
+ADDRESS = os.environ.get("SPECDEC_ADDRESS", "127.0.0.1:20650")
 PROMPT = "Once upon a time"
 N = 16  # small: the CPU drafter of the test setup is slow
 

@@ -16,14 +16,17 @@ export BUILD_DIR TARGET_MODEL=$PACK/target DRAFT_LM=$PACK/draft DFLASH_MODEL=$PA
 # DFLASH requests go through the drafter service here (its faults, fallbacks and metrics are
 # what this test checks), not through a target-hosted drafter.
 export TARGET_DRAFTING=0
-export POLICY_MODEL=$PACK/policy SPECDEC_PORT_BASE=${SPECDEC_PORT_BASE:-55050}
+# Ports below the kernel's ephemeral range (32768+), so no client socket of a parallel test can
+# hold one of them.
+export POLICY_MODEL=$PACK/policy SPECDEC_PORT_BASE=${SPECDEC_PORT_BASE:-25050}
+export SPECDEC_METRICS_BASE=${SPECDEC_METRICS_BASE:-$((SPECDEC_PORT_BASE - 10000))}
 # f32: the AR comparison after a mid-request fallback mixes block-verified and single-token KV
 # entries; in bf16 that can flip a near-tied argmax (DESIGN 2.6), in f32 it does not here.
 export SPECDEC_DTYPE=f32
 RUN=$(mktemp -d)
 export SPECDEC_RUN_DIR=$RUN/cluster
 ROUTER=127.0.0.1:$SPECDEC_PORT_BASE
-MROUTER=$((9090 + SPECDEC_PORT_BASE - 50050))
+MROUTER=$SPECDEC_METRICS_BASE
 SPECDEC="$BUILD_DIR/cli/specdec"
 cleanup() {
   bash deploy/local/cluster.sh stop >/dev/null 2>&1 || true
