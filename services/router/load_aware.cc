@@ -153,6 +153,7 @@ LoadAwareSpeculation::Rule LoadAwareSpeculation::RuleLocked(int level) const {
 LoadAwareSpeculation::Arm LoadAwareSpeculation::ChooseLocked(int level) {
   LevelState& l = levels_[level];
   ++l.epochs;
+  hold_ = 0;
   auto other = [](Arm a) { return a == Arm::kAr ? Arm::kSpeculative : Arm::kAr; };
   const Rule r = RuleLocked(level);
   exploring_ = alternating_ = false;
@@ -165,6 +166,14 @@ LoadAwareSpeculation::Arm LoadAwareSpeculation::ChooseLocked(int level) {
   }
   exploring_ = options_.explore_every > 0 && ++l.since_explore >= r.every;
   if (exploring_) l.since_explore = 0;
+  // The epochs after this one that keep r.best: until the one that reaches `every` explores.
+  hold_ = 0;
+  if (!exploring_) {
+    const double until = options_.explore_every > 0
+                             ? std::ceil(r.every - static_cast<double>(l.since_explore)) - 1
+                             : options_.max_hold;
+    hold_ = std::clamp(static_cast<int>(until), 0, std::max(0, options_.max_hold));
+  }
   return exploring_ ? other(r.best) : r.best;
 }
 
@@ -209,6 +218,7 @@ LoadAwareSpeculation::Step LoadAwareSpeculation::Next(Clock::time_point now) {
   s.epoch = epoch_;
   s.level = level_;
   s.ends = end_;
+  s.holds = end_ + hold_ * options_.epoch;
   return s;
 }
 

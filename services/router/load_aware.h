@@ -47,7 +47,9 @@ namespace specdec::services {
 // the level is settled (confident, or on a prior), one that lost its first pair, doubles the
 // level's exploration interval, up to `max_backoff` times; one that won resets it. A level still
 // alternating whose speculative epochs twice in a row were too slow to measure stops alternating
-// and starts out on AR. Thread-safe.
+// and starts out on AR. Between explorations a level runs one arm for many epochs; Step::holds
+// says until when, so that a request can run that arm on the target for that long without
+// stopping at every epoch end (each stop costs it a target pass under load). Thread-safe.
 class LoadAwareSpeculation {
  public:
   using Clock = std::chrono::steady_clock;
@@ -61,6 +63,7 @@ class LoadAwareSpeculation {
     double alpha = 0.15;       // weight of a new epoch in the per-arm rate means (metrics)
     int min_steps = 4;         // clean steps an epoch needs to be measured
     int max_backoff = 8;       // exploration interval multiplier after lost explorations
+    int max_hold = 4;          // epochs after the current one that Step::holds may cover
   };
   static constexpr int kLevels = 6;
 
@@ -82,6 +85,11 @@ class LoadAwareSpeculation {
     int level = 0;
     bool new_epoch = false;    // this call began the epoch (for metrics)
     Clock::time_point ends{};  // when the epoch is due to end
+    // When the arm is next due to change at this level, as planned now: the end of the last
+    // epoch before the level's next exploration (at most `max_hold` epochs after this one), or
+    // `ends` while the level alternates or this epoch explores. A request may run this arm
+    // until then without asking again (and should still report each step with its epoch).
+    Clock::time_point holds{};
   };
   // The arm of the next step of a load-aware request.
   Step Next(Clock::time_point now);
@@ -172,6 +180,7 @@ class LoadAwareSpeculation {
   Arm arm_ = Arm::kSpeculative;
   int level_ = 0;
   bool exploring_ = false, alternating_ = false, settled_ = false;
+  int hold_ = 0;  // epochs after this one planned to run the same arm (Step::holds)
   Clock::time_point start_{}, end_{};
   double load_integral_ = 0;  // request-seconds since start_
   double tokens_ = 0, seconds_ = 0;

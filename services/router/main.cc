@@ -42,6 +42,9 @@ int main(int argc, char** argv) {
   app.add_option("--load-aware-epoch-ms", o.load_aware_epoch_ms,
                  "length of the epochs in which every load-aware step takes one arm")
       ->envname("SPECDEC_LOAD_AWARE_EPOCH_MS");
+  app.add_option("--load-aware-max-hold-epochs", o.load_aware_max_hold_epochs,
+                 "epochs past the current one a load-aware run may span while its arm holds")
+      ->envname("SPECDEC_LOAD_AWARE_MAX_HOLD_EPOCHS");
   app.add_option("--health-interval-ms", o.health_interval_ms, "replica health probe period")
       ->envname("SPECDEC_HEALTH_INTERVAL_MS");
   app.add_option("--drain-ms", o.drain_ms, "graceful shutdown budget")->envname("SPECDEC_DRAIN_MS");

@@ -34,10 +34,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// At most this many tokens per server-side AR run of a load-aware request's AR arm; a run is
-// sized to end with its epoch (at the measured AR step time), so that the request follows the
-// next epoch's arm promptly.
-constexpr int32_t kLoadAwareMaxRunTokens = 64;
+// At most this many tokens per server-side run of a load-aware request; a run is sized (at the
+// measured step time) to end when its arm is next due to change (LoadAwareSpeculation's
+// Step::holds), so that the request follows the next arm promptly.
+constexpr int32_t kLoadAwareMaxRunTokens = 512;
 // The most steps one server-side AR run may ask for (TargetVerify.run_steps); a longer AR stretch
 // is several runs.
 constexpr int32_t kMaxRunTokens = 4096;
@@ -829,7 +829,32 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
   const int32_t k = req.draft_length() > 0 ? req.draft_length() : 4;
   const int32_t budget = req.tree_budget() > 0 ? req.tree_budget() : 16;
   const int32_t depth = req.tree_max_depth() > 0 ? req.tree_max_depth() : 8;
-  uint64_t la_epoch = 0;           // epoch of this request's previous load-aware step
+  uint64_t la_epoch = 0;  // epoch of this request's previous load-aware step
+  auto ms_until = [](Clock::time_point until, Clock::time_point from) {
+    return std::chrono::duration<double, std::milli>(until - from).count();
+  };
+  // The load-aware arm of a step beginning now (a new epoch is counted in the metrics).
+  auto next_step = [&](Clock::time_point now) {
+    LoadAwareSpeculation::Step s = load_aware->Next(now);
+    if (s.new_epoch) {
+      metrics->load_aware
+          .Add({{"level", LoadAwareSpeculation::LevelName(s.level)},
+                {"arm", LoadAwareSpeculation::ArmName(s.arm)}})
+          .Increment();
+    }
+    return s;
+  };
+  // A step of a server-side run that began as `began`'s arm committed `tokens` in `seconds`. The
+  // run may outlast its epoch (it lasts while the arm holds), so each step after the first asks
+  // which epoch it ended in and counts there, if that epoch runs the same arm (a plan that
+  // changed under the run leaves its last steps unmeasured: they would mix arms). A step is
+  // clean when this request's previous step counted in the same epoch.
+  auto observe_run_step = [&](const LoadAwareSpeculation::Step& began, int64_t tokens,
+                              double seconds, bool first) {
+    const LoadAwareSpeculation::Step at = first ? began : next_step(Clock::now());
+    if (at.arm == began.arm) load_aware->Observe(at, tokens, seconds, la_epoch == at.epoch);
+    la_epoch = at.epoch;
+  };
   double hosted_ms_per_token = 0;  // running mean of this request's server-side speculative runs
   while (!finished) {
     if (cancelled()) return absl::CancelledError("cancelled by the client");
@@ -842,34 +867,23 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
     auto td = Clock::now();
     std::optional<LoadAwareSpeculation::Step> la;
     if (load_aware_on) {
-      la = load_aware->Next(td);
-      if (la->new_epoch) {
-        metrics->load_aware
-            .Add({{"level", LoadAwareSpeculation::LevelName(la->level)},
-                  {"arm", LoadAwareSpeculation::ArmName(la->arm)}})
-            .Increment();
-      }
+      la = next_step(td);
       if (la->arm == LoadAwareSpeculation::Arm::kAr) {
-        // An AR run to the end of the epoch that still collects the features the drafter will
-        // need later. Each of its steps is measured like a single AR step: the first one is
-        // clean when this request's previous step ran in the same epoch, the others always.
-        // Before any AR step was measured: a typical batched step on this class of machine.
+        // An AR run until the arm is next due to change, that still collects the features the
+        // drafter will need later. Before any AR step was measured: a typical batched step on
+        // this class of machine.
         const double step_ms = ar_step_ms.load() > 0 ? ar_step_ms.load() : 5.0;
-        const double left_ms = std::chrono::duration<double, std::milli>(la->ends - td).count();
-        const int32_t n = std::clamp<int32_t>(static_cast<int32_t>(std::ceil(left_ms / step_ms)), 1,
-                                              std::min(remaining, kLoadAwareMaxRunTokens));
-        bool clean = la_epoch == la->epoch;
+        const int32_t n =
+            std::clamp<int32_t>(static_cast<int32_t>(std::ceil(ms_until(la->holds, td) / step_ms)),
+                                1, std::min(remaining, kLoadAwareMaxRunTokens));
         int64_t ran = 0;
         // A drafter service needs the AR steps' features; a hosted drafter is fed by the target.
         RETURN_IF_ERROR(run(n, !hosted, 0, [&](size_t, double seconds) {
-          load_aware->Observe(*la, 1, seconds, clean);
-          clean = true;
-          ++ran;
+          observe_run_step(*la, 1, seconds, ran++ == 0);
         }));
         stats.set_load_aware_ar_steps(stats.load_aware_ar_steps() + ran);
         metrics->load_aware_steps.Add({{"arm", LoadAwareSpeculation::ArmName(la->arm)}})
             .Increment(static_cast<double>(ran));
-        la_epoch = la->epoch;
         continue;
       }
     }
@@ -891,12 +905,11 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
         const double ms_per_token = hosted_ms_per_token > 0 ? hosted_ms_per_token
                                     : ar_step_ms.load() > 0 ? ar_step_ms.load()
                                                             : 5.0;
-        const double left_ms = std::chrono::duration<double, std::milli>(la->ends - td).count();
-        n = std::clamp<int32_t>(static_cast<int32_t>(std::ceil(left_ms / ms_per_token)), 2,
-                                std::min(remaining, kLoadAwareMaxRunTokens));
+        n = std::clamp<int32_t>(
+            static_cast<int32_t>(std::ceil(ms_until(la->holds, td) / ms_per_token)), 2,
+            std::min(remaining, kLoadAwareMaxRunTokens));
       }
       stats.set_target_drafted(true);
-      bool clean = la && la_epoch == la->epoch;
       int64_t steps = 0;
       RETURN_IF_ERROR(
           run(n, false, std::clamp(b, 2, kMaxHostedBlock), [&](size_t committed, double seconds) {
@@ -904,14 +917,10 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
                 seconds * 1000.0 / static_cast<double>(std::max<size_t>(1, committed));
             hosted_ms_per_token =
                 hosted_ms_per_token > 0 ? 0.8 * hosted_ms_per_token + 0.2 * per_token : per_token;
-            if (la) {
-              load_aware->Observe(*la, static_cast<int64_t>(committed), seconds, clean);
-              clean = true;
-            }
+            if (la) observe_run_step(*la, static_cast<int64_t>(committed), seconds, steps == 0);
             ++steps;
           }));
       if (la) {
-        la_epoch = la->epoch;
         if (steps > 1) {
           metrics->load_aware_steps.Add({{"arm", LoadAwareSpeculation::ArmName(la->arm)}})
               .Increment(static_cast<double>(steps - 1));
@@ -1077,6 +1086,7 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
   impl->options = options;
   LoadAwareSpeculation::Options lo;
   lo.epoch = std::chrono::milliseconds(std::max(1, options.load_aware_epoch_ms));
+  lo.max_hold = std::max(0, options.load_aware_max_hold_epochs);
   impl->load_aware = std::make_unique<LoadAwareSpeculation>(lo);
   impl->admission = std::make_unique<AdmissionQueue>(
       AdmissionQueue::Options{options.max_active_requests, std::max(0, options.max_queued_requests),

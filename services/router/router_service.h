@@ -29,6 +29,9 @@ struct RouterServerOptions {
   // epochs of this length.
   bool load_aware = true;
   int load_aware_epoch_ms = 250;
+  // Epochs past the current one that a load-aware server-side run may span while its level keeps
+  // the arm (0: every run stops at its epoch's end).
+  int load_aware_max_hold_epochs = 4;
   // Admission control (AdmissionQueue): requests served at once (0 = unbounded), requests that
   // may wait for a slot, and how long one may wait before RESOURCE_EXHAUSTED.
   int max_active_requests = 64;

@@ -210,6 +210,64 @@ TEST(LoadAwareSpeculation, ExploresThenExploitsWithPeriodicReexploration) {
   EXPECT_NEAR(la.ExploreInterval(level), 160, 1);
 }
 
+TEST(LoadAwareSpeculation, HoldsCoversTheEpochsBeforeTheNextExploration) {
+  LoadAwareSpeculation::Options o;
+  o.explore_every = 4;
+  o.min_pairs = 3;
+  o.confident_pairs = 3;
+  o.max_hold = 6;
+  LoadAwareSpeculation la(o);
+  Sim sim{la, Clock::now()};
+  for (int i = 0; i < 4; ++i) la.RequestStarted(sim.now);
+  struct Epoch {
+    Arm arm;
+    int hold;  // (holds - ends) in epochs
+  };
+  std::vector<Epoch> epochs;
+  std::vector<uint64_t> prev(4, 0);
+  for (int i = 0; i < 4 * 8000; ++i) {
+    auto s = la.Next(sim.now);
+    if (s.new_epoch) {
+      ASSERT_GE(s.holds, s.ends);
+      const auto extra = s.holds - s.ends;
+      ASSERT_EQ(extra % o.epoch, Clock::duration::zero());
+      epochs.push_back({s.arm, static_cast<int>(extra / o.epoch)});
+    }
+    const bool ar = s.arm == Arm::kAr;
+    la.Observe(s, ar ? 1 : 3, (ar ? 5 : 10) / 1000.0, prev[i % 4] == s.epoch);  // spec wins
+    prev[i % 4] = s.epoch;
+    sim.now += milliseconds(ar ? 5 : 10) / 4;
+  }
+  ASSERT_GE(epochs.size(), 200u);
+  // While alternating (speculation first, until min_pairs pairs are measured, one epoch after
+  // they ran), no epoch holds beyond itself.
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(epochs[i].arm, i % 2 ? Arm::kAr : Arm::kSpeculative) << "epoch " << i;
+    EXPECT_EQ(epochs[i].hold, 0) << "epoch " << i;
+  }
+  // Then an exploiting epoch holds until the epoch before the next exploration (at most
+  // max_hold), and an exploring one not at all. Epochs just after an exploration are skipped:
+  // its pair is judged (and the interval changed) two epochs later.
+  int checked = 0, full = 0;
+  size_t last_explore = 0;
+  for (size_t i = 5; i < epochs.size(); ++i) {
+    if (epochs[i].arm == Arm::kAr) {
+      EXPECT_EQ(epochs[i].hold, 0) << "exploring epoch " << i;
+      last_explore = i;
+      continue;
+    }
+    size_t next = i + 1;
+    while (next < epochs.size() && epochs[next].arm == Arm::kSpeculative) ++next;
+    if (next == epochs.size() || i < last_explore + 4) continue;
+    EXPECT_EQ(epochs[i].hold, std::min<int>(static_cast<int>(next - i - 1), o.max_hold))
+        << "epoch " << i;
+    ++checked;
+    full += epochs[i].hold == o.max_hold;
+  }
+  EXPECT_GT(checked, 100);
+  EXPECT_GT(full, 50);
+}
+
 TEST(LoadAwareSpeculation, AnExplorationThatWinsResetsTheBackoff) {
   LoadAwareSpeculation::Options o;
   o.explore_every = 4;
