@@ -2,12 +2,16 @@
 // one TargetSession::VerifyBatch pass against n separate Verify calls, for a grid of n and r.
 // The ratio (batched / separate) is the cost of a batched pass relative to running its sessions
 // one at a time; it is what the target service's scheduler and the router's load-aware
-// speculation trade on.
+// speculation trade on. With --new-prompts K, each pass also prefills K fresh sessions' prompts
+// (prompt-len tokens): "batched" is one TargetSession::RunBatch pass over the prompts and the n
+// verifies, "separate" the K prefills alone followed by one VerifyBatch of the n sessions (what
+// the target does with --batch-prefill=false).
 //
 //   specdec-batch-bench --target DIR [--prompt-len 128] [--batches 1,2,4,8,16] [--rows 1,4,17]
-//       [--repeats 20] [--threads 1] [--json FILE]
-#include <CLI/CLI.hpp>
+//       [--new-prompts 0] [--repeats 20] [--threads 1] [--json FILE]
 #include <c10/core/InferenceMode.h>
+
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -16,6 +20,8 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
+#include <span>
+#include <vector>
 
 #include "absl/strings/str_split.h"
 #include "common/engine/target_session.h"
@@ -38,7 +44,7 @@ double Median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   std::string target_dir, batches_s = "1,2,4,8,16", rows_s = "1,4,17", json_path;
-  int prompt_len = 128, repeats = 20, threads = 1;
+  int prompt_len = 128, repeats = 20, threads = 1, new_prompts = 0;
   bool grad_mode = false;
   std::string capture_s;
   CLI::App app{"specdec batched-verify benchmark (target continuous batching)"};
@@ -46,6 +52,8 @@ int main(int argc, char** argv) {
   app.add_option("--prompt-len", prompt_len, "prompt tokens per session");
   app.add_option("--batches", batches_s, "sessions per pass, comma-separated");
   app.add_option("--rows", rows_s, "rows verified per session, comma-separated");
+  app.add_option("--new-prompts", new_prompts,
+                 "fresh prompts prefilled in each pass (batched) or before it (separate)");
   app.add_option("--repeats", repeats, "timed passes per cell (median reported)");
   app.add_option("--threads", threads, "compute threads");
   app.add_option("--json", json_path, "write results as JSON");
@@ -78,8 +86,8 @@ int main(int argc, char** argv) {
       // Fresh sessions per cell so context lengths stay near prompt_len.
       std::vector<std::unique_ptr<engine::TargetSession>> sessions;
       for (int i = 0; i < std::max(n, 1); ++i) {
-        sessions.push_back(std::make_unique<engine::TargetSession>(
-            **target, sampling::SamplingParams{}, capture));
+        sessions.push_back(
+            std::make_unique<engine::TargetSession>(**target, sampling::SamplingParams{}, capture));
         std::vector<int32_t> prompt(prompt_len + 13 * i);  // ragged, as in service
         for (auto& t : prompt) t = tok(rng);
         if (auto p = sessions.back()->Prefill(prompt); !p.ok()) {
@@ -99,20 +107,55 @@ int main(int argc, char** argv) {
           reqs[i].want_features = !capture.empty();
           ptrs.push_back(sessions[i].get());
         }
+        // Fresh sessions and prompts for the prefills of this pass (both variants).
+        std::vector<std::vector<int32_t>> prompts(new_prompts, std::vector<int32_t>(prompt_len));
+        std::vector<std::unique_ptr<engine::TargetSession>> fresh_b, fresh_s;
+        std::vector<engine::TargetSession*> fresh_ptrs;
+        std::vector<std::span<const int32_t>> prompt_spans;
+        for (auto& pr : prompts) {
+          for (auto& t : pr) t = tok(rng);
+          fresh_b.push_back(std::make_unique<engine::TargetSession>(
+              **target, sampling::SamplingParams{}, capture));
+          fresh_s.push_back(std::make_unique<engine::TargetSession>(
+              **target, sampling::SamplingParams{}, capture));
+          fresh_ptrs.push_back(fresh_b.back().get());
+          prompt_spans.push_back(pr);
+        }
         auto t0 = Clock::now();
-        auto res = engine::TargetSession::VerifyBatch(ptrs, reqs);
+        auto res = engine::TargetSession::RunBatch(fresh_ptrs, prompt_spans, ptrs, reqs);
         const double b = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-        for (auto& r : res) {
+        for (auto& r : res.verifies) {
+          if (!r.ok()) {
+            std::cerr << r.status() << "\n";
+            return 1;
+          }
+        }
+        for (auto& r : res.prefills) {
           if (!r.ok()) {
             std::cerr << r.status() << "\n";
             return 1;
           }
         }
         t0 = Clock::now();
-        for (int i = 0; i < n; ++i) {
-          if (auto r = sessions[i]->Verify(reqs[i]); !r.ok()) {
+        for (int k = 0; k < new_prompts; ++k) {
+          if (auto r = fresh_s[k]->Prefill(prompts[k]); !r.ok()) {
             std::cerr << r.status() << "\n";
             return 1;
+          }
+        }
+        if (new_prompts > 0) {
+          for (auto& r : engine::TargetSession::VerifyBatch(ptrs, reqs)) {
+            if (!r.ok()) {
+              std::cerr << r.status() << "\n";
+              return 1;
+            }
+          }
+        } else {
+          for (int i = 0; i < n; ++i) {
+            if (auto r = sessions[i]->Verify(reqs[i]); !r.ok()) {
+              std::cerr << r.status() << "\n";
+              return 1;
+            }
           }
         }
         const double s = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -126,6 +169,7 @@ int main(int argc, char** argv) {
       out.push_back({{"sessions", n},
                      {"rows", rows},
                      {"prompt_len", prompt_len},
+                     {"new_prompts", new_prompts},
                      {"batched_ms", b},
                      {"separate_ms", s},
                      {"ratio", b / s}});

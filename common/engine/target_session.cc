@@ -39,18 +39,40 @@ std::vector<float> TargetSession::Rows(const at::Tensor& logits) const {
   return probs;
 }
 
+absl::Status TargetSession::PreparePrefill(std::span<const int32_t> prompt) const {
+  if (cache_->length() != 0) return absl::FailedPreconditionError("session already prefilled");
+  if (prompt.empty()) return absl::InvalidArgumentError("prefill: the prompt is empty");
+  const int64_t vocab = target_.config().vocab_size;
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    if (prompt[i] < 0 || prompt[i] >= vocab) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "prefill: token id ", prompt[i], " at position ", i, " is outside [0, ", vocab, ")"));
+    }
+  }
+  if (static_cast<int64_t>(prompt.size()) > target_.max_context()) {
+    return absl::InvalidArgumentError(absl::StrCat("prefill: ", prompt.size(),
+                                                   " prompt tokens exceed the maximum context of ",
+                                                   target_.max_context()));
+  }
+  return absl::OkStatus();
+}
+
+PrefillOutcome TargetSession::FinishPrefill(const at::Tensor& logits, const at::Tensor& features) {
+  PrefillOutcome r;
+  r.last_logits = logits.select(0, 0);
+  r.features = features;
+  std::vector<float> row = ToVector(r.last_logits);
+  r.first_token = sampling::SampleToken(row, sampling_, rng_);
+  return r;
+}
+
 absl::StatusOr<PrefillOutcome> TargetSession::Prefill(std::span<const int32_t> prompt) {
   if (cache_->length() != 0) return absl::FailedPreconditionError("session already prefilled");
   model::SequenceInput in{cache_.get(), prompt, {}, {}, model::LogitsMode::kLast};
   model::ForwardOptions fo;
   fo.capture_layers = capture_;
   ASSIGN_OR_RETURN(auto out, target_.Forward(std::span<const model::SequenceInput>(&in, 1), fo));
-  PrefillOutcome r;
-  r.last_logits = out[0].logits.select(0, 0);
-  r.features = out[0].features;
-  std::vector<float> row = ToVector(r.last_logits);
-  r.first_token = sampling::SampleToken(row, sampling_, rng_);
-  return r;
+  return FinishPrefill(out[0].logits, out[0].features);
 }
 
 absl::StatusOr<int32_t> TargetSession::Step(int32_t last) {
@@ -178,46 +200,75 @@ bool TargetSession::CanShareBatch(const TargetSession& a, const VerifyRequest& r
 
 std::vector<absl::StatusOr<VerifyOutcome>> TargetSession::VerifyBatch(
     std::span<TargetSession* const> sessions, std::span<const VerifyRequest> requests) {
-  const size_t n = sessions.size();
-  std::vector<absl::StatusOr<VerifyOutcome>> results(n, absl::InternalError("not run"));
-  if (n == 1) {
-    results[0] = sessions[0]->Verify(requests[0]);
-    return results;
-  }
-  std::vector<Prepared> preps(n);
-  std::vector<size_t> run;  // indices that passed validation
+  if (sessions.size() == 1) return {sessions[0]->Verify(requests[0])};
+  return RunBatch({}, {}, sessions, requests).verifies;
+}
+
+TargetSession::BatchResults TargetSession::RunBatch(
+    std::span<TargetSession* const> prefill_sessions,
+    std::span<const std::span<const int32_t>> prompts,
+    std::span<TargetSession* const> verify_sessions, std::span<const VerifyRequest> verifies) {
+  BatchResults r;
+  r.prefills.assign(prefill_sessions.size(), absl::InternalError("not run"));
+  r.verifies.assign(verify_sessions.size(), absl::InternalError("not run"));
+  std::vector<size_t> run_prefills, run_verifies;  // indices that passed validation
   const std::vector<int64_t>* capture = nullptr;
-  for (size_t i = 0; i < n; ++i) {
-    auto p = sessions[i]->PrepareVerify(requests[i]);
+  const model::Transformer* target = nullptr;
+  for (size_t i = 0; i < prefill_sessions.size(); ++i) {
+    absl::Status s = prefill_sessions[i]->PreparePrefill(prompts[i]);
+    if (!s.ok()) {
+      r.prefills[i] = s;
+      continue;
+    }
+    if (prefill_sessions[i]->WantsFeaturesOnPrefill()) capture = &prefill_sessions[i]->capture_;
+    target = &prefill_sessions[i]->target_;
+    run_prefills.push_back(i);
+  }
+  std::vector<Prepared> preps(verify_sessions.size());
+  for (size_t i = 0; i < verify_sessions.size(); ++i) {
+    auto p = verify_sessions[i]->PrepareVerify(verifies[i]);
     if (!p.ok()) {
-      results[i] = p.status();
+      r.verifies[i] = p.status();
       continue;
     }
     preps[i] = *std::move(p);
-    if (requests[i].want_features) capture = &sessions[i]->capture_;
-    run.push_back(i);
+    if (verifies[i].want_features) capture = &verify_sessions[i]->capture_;
+    target = &verify_sessions[i]->target_;
+    run_verifies.push_back(i);
   }
-  if (run.empty()) return results;
+  if (target == nullptr) return r;
   std::vector<model::SequenceInput> inputs;
-  for (size_t i : run) {
-    inputs.push_back(model::SequenceInput{sessions[i]->cache_.get(), requests[i].tokens,
-                                          preps[i].positions, requests[i].tree_parents,
+  for (size_t i : run_prefills) {
+    inputs.push_back(model::SequenceInput{
+        prefill_sessions[i]->cache_.get(), prompts[i], {}, {}, model::LogitsMode::kLast});
+  }
+  for (size_t i : run_verifies) {
+    inputs.push_back(model::SequenceInput{verify_sessions[i]->cache_.get(), verifies[i].tokens,
+                                          preps[i].positions, verifies[i].tree_parents,
                                           model::LogitsMode::kAll});
   }
   model::ForwardOptions fo;
   if (capture != nullptr) fo.capture_layers = *capture;
-  auto out = sessions[run[0]]->target_.Forward(inputs, fo);
+  auto out = target->Forward(inputs, fo);
   if (!out.ok()) {
-    // Not expected after PrepareVerify; keep the requests apart so the error lands where due.
-    for (size_t i : run) results[i] = sessions[i]->Verify(requests[i]);
-    return results;
+    // Not expected after validation; keep the requests apart so the error lands where due.
+    for (size_t i : run_prefills) r.prefills[i] = prefill_sessions[i]->Prefill(prompts[i]);
+    for (size_t i : run_verifies) r.verifies[i] = verify_sessions[i]->Verify(verifies[i]);
+    return r;
   }
-  for (size_t k = 0; k < run.size(); ++k) {
-    const size_t i = run[k];
-    results[i] =
-        sessions[i]->FinishVerify(preps[i], requests[i], (*out)[k].logits, (*out)[k].features);
+  size_t k = 0;
+  for (size_t i : run_prefills) {
+    const at::Tensor features =
+        prefill_sessions[i]->WantsFeaturesOnPrefill() ? (*out)[k].features : at::Tensor();
+    r.prefills[i] = prefill_sessions[i]->FinishPrefill((*out)[k].logits, features);
+    ++k;
   }
-  return results;
+  for (size_t i : run_verifies) {
+    r.verifies[i] = verify_sessions[i]->FinishVerify(preps[i], verifies[i], (*out)[k].logits,
+                                                     (*out)[k].features);
+    ++k;
+  }
+  return r;
 }
 
 }  // namespace specdec::engine

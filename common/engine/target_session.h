@@ -73,6 +73,24 @@ class TargetSession {
   static bool CanShareBatch(const TargetSession& a, const VerifyRequest& ra, const TargetSession& b,
                             const VerifyRequest& rb);
 
+  // One forward pass over the prompts of fresh sessions and the verify requests of others (every
+  // session at most once): prefills are batched with each other and with decoding, so that a
+  // new request's prompt does not cost the running ones a pass of their own. Each result equals
+  // that session's Prefill or Verify up to floating-point rounding; a request that fails
+  // validation gets its own error and leaves its session untouched. Sessions that want features
+  // (a prefill does when its session has capture layers) must share their capture layers (see
+  // WantsFeaturesOnPrefill and CanShareBatch).
+  struct BatchResults {
+    std::vector<absl::StatusOr<PrefillOutcome>> prefills;
+    std::vector<absl::StatusOr<VerifyOutcome>> verifies;
+  };
+  static BatchResults RunBatch(std::span<TargetSession* const> prefill_sessions,
+                               std::span<const std::span<const int32_t>> prompts,
+                               std::span<TargetSession* const> verify_sessions,
+                               std::span<const VerifyRequest> verifies);
+  bool WantsFeaturesOnPrefill() const { return !capture_.empty(); }
+  const std::vector<int64_t>& capture_layers() const { return capture_; }
+
   int64_t length() const { return cache_->length(); }
   int64_t kv_bytes() const { return cache_->allocated_bytes(); }
   const sampling::SamplingParams& sampling() const { return sampling_; }
@@ -83,6 +101,8 @@ class TargetSession {
   absl::StatusOr<Prepared> PrepareVerify(const VerifyRequest& req) const;
   absl::StatusOr<VerifyOutcome> FinishVerify(const Prepared& prep, const VerifyRequest& req,
                                              const at::Tensor& logits, const at::Tensor& features);
+  absl::Status PreparePrefill(std::span<const int32_t> prompt) const;
+  PrefillOutcome FinishPrefill(const at::Tensor& logits, const at::Tensor& features);
 
   const model::Transformer& target_;
   sampling::SamplingParams sampling_;

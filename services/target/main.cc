@@ -34,6 +34,10 @@ int main(int argc, char** argv) {
   app.add_option("--batch-wait-max-us", o.batch_wait_max_us,
                  "longest wait for sessions expected back soon before a batched pass (0 = none)")
       ->envname("SPECDEC_BATCH_WAIT_MAX_US");
+  app.add_option("--batch-prefill-max-rows", o.batch_prefill_max_rows,
+                 "a prefill joins the batched pass while it stays within this many rows (0 = never)")
+      ->check(CLI::Range(0, 1 << 20))
+      ->envname("SPECDEC_BATCH_PREFILL_MAX_ROWS");
   app.add_option("--drain-ms", o.drain_ms, "graceful shutdown budget")->envname("SPECDEC_DRAIN_MS");
   CLI11_PARSE(app, argc, argv);
   return specdec::services::RunTargetServer(o);

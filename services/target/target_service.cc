@@ -138,11 +138,12 @@ class TargetCore {
   TargetCore(std::unique_ptr<model::Transformer> model,
              std::unique_ptr<model::DFlashDrafter> drafter,
              HandleTable<TargetEntry>::Options table_options, TargetMetrics* metrics, int max_batch,
-             int batch_wait_max_us)
+             int batch_wait_max_us, int batch_prefill_max_rows)
       : model_(std::move(model)),
         drafter_(std::move(drafter)),
         table_(std::move(table_options)),
-        metrics_(metrics) {
+        metrics_(metrics),
+        batch_prefill_max_rows_(batch_prefill_max_rows) {
     SessionLoop<v1::TargetRequest, v1::TargetResponse>::Hooks h;
     h.execute = [this](uint64_t owner, const v1::TargetRequest& r, v1::TargetResponse* resp) {
       absl::Status s = Execute(owner, r, resp);
@@ -234,7 +235,23 @@ class TargetCore {
     }
   }
 
+  // A prefill operation decoded from its request, its handle created (and its KV memory
+  // reserved) but its prompt not run yet.
+  struct ParsedPrefill {
+    const v1::TargetPrefill* request = nullptr;
+    std::string id;
+    TargetEntry* entry = nullptr;
+    std::vector<int32_t> tokens;
+    int batch_size = 1;  // sequences in its pass
+  };
+
   absl::Status Prefill(uint64_t owner, const v1::TargetPrefill& p, v1::TargetResponse* resp) {
+    ParsedPrefill pp;
+    RETURN_IF_ERROR(ParsePrefill(owner, p, &pp));
+    return FinishPrefill(pp, pp.entry->target->Prefill(pp.tokens), resp);
+  }
+
+  absl::Status ParsePrefill(uint64_t owner, const v1::TargetPrefill& p, ParsedPrefill* out) {
     if (!p.handle().empty() || p.features_tail() != 0) {
       return absl::UnimplementedError(
           "prefill.handle (extending a cache) and prefill.features_tail are not supported yet");
@@ -273,17 +290,27 @@ class TargetCore {
     entry->target = std::make_unique<engine::TargetSession>(*model_, sp, capture);
     TargetEntry* e = entry.get();
     // Admission: reserve the whole request's KV memory up front.
-    ASSIGN_OR_RETURN(std::string id,
+    ASSIGN_OR_RETURN(out->id,
                      table_.Create(std::move(entry), want_tokens * bytes_per_token, owner));
-    std::vector<int32_t> tokens(p.tokens().begin(), p.tokens().end());
-    auto out = e->target->Prefill(tokens);
+    out->request = &p;
+    out->entry = e;
+    out->tokens.assign(p.tokens().begin(), p.tokens().end());
+    return absl::OkStatus();
+  }
+
+  // Answers a parsed prefill with the outcome of its prompt's pass; a failed one frees its handle.
+  absl::Status FinishPrefill(const ParsedPrefill& pp,
+                             const absl::StatusOr<engine::PrefillOutcome>& out,
+                             v1::TargetResponse* resp) {
     if (!out.ok()) {
-      (void)table_.Release(id);
+      (void)table_.Release(pp.id);
       return out.status();
     }
+    const v1::TargetPrefill& p = *pp.request;
+    TargetEntry* e = pp.entry;
     if (e->draft) e->draft->Extend(out->features);
     auto* res = resp->mutable_prefill();
-    FillHandle(id, *e, res->mutable_handle());
+    FillHandle(pp.id, *e, res->mutable_handle());
     res->set_first_token(out->first_token);
     if (p.return_logits()) {
       at::Tensor l = out->last_logits.contiguous();
@@ -294,7 +321,7 @@ class TargetCore {
     if (out->features.defined() && !p.capture_layers().empty()) {
       *res->mutable_features() = FeaturesToTensor(out->features);
     }
-    res->set_batch_size(1);
+    res->set_batch_size(pp.batch_size);
     return absl::OkStatus();
   }
 
@@ -495,54 +522,107 @@ class TargetCore {
   }
 
   // Continuous batching: the verify operations of different sessions run as batched forward
-  // passes (sessions that need different feature layers go in separate passes); every other
-  // operation runs on its own.
+  // passes (sessions that need different feature layers go in separate passes), and a new
+  // request's prompt joins such a pass while it stays within batch_prefill_max_rows_ rows
+  // instead of costing the running requests a pass of its own; every other operation runs on
+  // its own.
   void ExecuteBatch(std::vector<Loop::Op>& ops) {
     std::vector<ParsedVerify> parsed(ops.size());
+    std::vector<ParsedPrefill> prefills(ops.size());
+    // The feature layers an operation's pass must capture (nullptr: it wants none).
+    auto capture = [&](size_t i) -> const std::vector<int64_t>* {
+      if (ops[i].request->has_prefill()) {
+        const engine::TargetSession& t = *prefills[i].entry->target;
+        return t.WantsFeaturesOnPrefill() ? &t.capture_layers() : nullptr;
+      }
+      return parsed[i].req.want_features ? &parsed[i].session->capture_layers() : nullptr;
+    };
+    // Rows an operation adds to a pass.
+    auto rows = [&](size_t i) -> int64_t {
+      if (ops[i].request->has_prefill()) return static_cast<int64_t>(prefills[i].tokens.size());
+      return std::max<int64_t>(parsed[i].draft_rows, static_cast<int64_t>(parsed[i].tokens.size()));
+    };
     std::vector<std::vector<size_t>> groups;
+    std::vector<const std::vector<int64_t>*> group_capture;
+    std::vector<int64_t> group_rows;
+    // Verifies share a pass whatever its rows; a prefill joins one only within the row budget.
+    auto place = [&](size_t i) {
+      const std::vector<int64_t>* c = capture(i);
+      const bool prefill = ops[i].request->has_prefill();
+      // A session verifies at most once per pass (a re-attached handle could come twice).
+      auto holds_session = [&](const std::vector<size_t>& g) {
+        if (prefill) return false;
+        for (size_t j : g) {
+          if (ops[j].request->has_verify() && parsed[j].session == parsed[i].session) return true;
+        }
+        return false;
+      };
+      for (size_t g = 0; g < groups.size(); ++g) {
+        if ((c == nullptr || group_capture[g] == nullptr || *c == *group_capture[g]) &&
+            !holds_session(groups[g]) &&
+            (!prefill || group_rows[g] + rows(i) <= batch_prefill_max_rows_)) {
+          groups[g].push_back(i);
+          if (group_capture[g] == nullptr) group_capture[g] = c;
+          group_rows[g] += rows(i);
+          return;
+        }
+      }
+      groups.push_back({i});
+      group_capture.push_back(c);
+      group_rows.push_back(rows(i));
+    };
     for (size_t i = 0; i < ops.size(); ++i) {
       Loop::Op& op = ops[i];
-      if (!op.request->has_verify()) {
+      if (op.request->has_prefill() && batch_prefill_max_rows_ > 0) {
+        op.status = ParsePrefill(op.owner, op.request->prefill(), &prefills[i]);
+      } else if (op.request->has_verify()) {
+        op.status = ParseVerify(op.owner, op.request->verify(), &parsed[i]);
+        if (op.status.ok()) place(i);
+      } else {
         op.status = Execute(op.owner, *op.request, op.response);
-        continue;
       }
-      op.status = ParseVerify(op.owner, op.request->verify(), &parsed[i]);
-      if (!op.status.ok()) continue;
-      bool placed = false;
-      for (auto& g : groups) {
-        bool fits = true;
-        for (size_t j : g) {
-          fits = fits && engine::TargetSession::CanShareBatch(*parsed[j].session, parsed[j].req,
-                                                              *parsed[i].session, parsed[i].req);
-        }
-        if (fits) {
-          g.push_back(i);
-          placed = true;
-          break;
-        }
+    }
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (ops[i].request->has_prefill() && batch_prefill_max_rows_ > 0 && ops[i].status.ok()) {
+        place(i);
       }
-      if (!placed) groups.push_back({i});
     }
     std::vector<ParsedVerify*> grouped;
     for (const auto& g : groups) {
-      for (size_t i : g) grouped.push_back(&parsed[i]);
+      for (size_t i : g) {
+        if (ops[i].request->has_verify()) grouped.push_back(&parsed[i]);
+      }
     }
     DraftBlocks(grouped);
     for (const auto& g : groups) {
-      std::vector<engine::TargetSession*> sessions;
+      std::vector<size_t> pi, vi;
+      std::vector<engine::TargetSession*> psessions, vsessions;
+      std::vector<std::span<const int32_t>> prompts;
       std::vector<engine::VerifyRequest> reqs;
       for (size_t i : g) {
-        sessions.push_back(parsed[i].session);
-        reqs.push_back(parsed[i].req);
+        if (ops[i].request->has_prefill()) {
+          pi.push_back(i);
+          psessions.push_back(prefills[i].entry->target.get());
+          prompts.push_back(prefills[i].tokens);
+        } else {
+          vi.push_back(i);
+          vsessions.push_back(parsed[i].session);
+          reqs.push_back(parsed[i].req);
+        }
       }
-      auto results = engine::TargetSession::VerifyBatch(sessions, reqs);
-      metrics_->batch.Observe(static_cast<double>(g.size()));
-      for (size_t k = 0; k < g.size(); ++k) {
-        Loop::Op& op = ops[g[k]];
-        op.status = results[k].status();
-        if (results[k].ok()) {
-          ExtendDraft(parsed[g[k]], *results[k]);
-          FillVerify(parsed[g[k]], *results[k], static_cast<int>(g.size()), op.response);
+      auto results = engine::TargetSession::RunBatch(psessions, prompts, vsessions, reqs);
+      if (!vi.empty()) metrics_->batch.Observe(static_cast<double>(vi.size()));
+      for (size_t k = 0; k < pi.size(); ++k) {
+        Loop::Op& op = ops[pi[k]];
+        prefills[pi[k]].batch_size = static_cast<int>(g.size());
+        op.status = FinishPrefill(prefills[pi[k]], results.prefills[k], op.response);
+      }
+      for (size_t k = 0; k < vi.size(); ++k) {
+        Loop::Op& op = ops[vi[k]];
+        op.status = results.verifies[k].status();
+        if (results.verifies[k].ok()) {
+          ExtendDraft(parsed[vi[k]], *results.verifies[k]);
+          FillVerify(parsed[vi[k]], *results.verifies[k], static_cast<int>(vi.size()), op.response);
         }
       }
     }
@@ -552,6 +632,7 @@ class TargetCore {
   std::unique_ptr<model::DFlashDrafter> drafter_;  // bound to *model_; optional
   HandleTable<TargetEntry> table_;
   TargetMetrics* metrics_;
+  const int64_t batch_prefill_max_rows_;
   std::unique_ptr<Loop> loop_;  // last: stops first
 };
 
@@ -627,9 +708,9 @@ absl::StatusOr<std::unique_ptr<TargetServer>> TargetServer::Start(
   to.replica = options.replica;
   to.budget_bytes = options.kv_budget_bytes;
   to.lease = std::chrono::milliseconds(options.lease_ms);
-  impl->core =
-      std::make_unique<TargetCore>(std::move(m), std::move(drafter), to, impl->metrics.get(),
-                                   options.max_batch, options.batch_wait_max_us);
+  impl->core = std::make_unique<TargetCore>(
+      std::move(m), std::move(drafter), to, impl->metrics.get(), options.max_batch,
+      options.batch_wait_max_us, options.batch_prefill_max_rows);
   impl->service = std::make_unique<TargetServiceImpl>(impl->core.get());
   if (!options.metrics_address.empty()) {
     RETURN_IF_ERROR(impl->metrics_server.Listen(options.metrics_address));

@@ -35,6 +35,11 @@ struct TargetServerOptions {
   // expected within a quarter of a pass (concurrent requests otherwise fall into lockstep and
   // never share a pass); 0 = never held.
   int batch_wait_max_us = 2000;
+  // A prefill joins the batched pass of the operations queued with it while that pass stays
+  // within this many rows (prompt tokens plus verified rows); otherwise, or with 0, it runs in a
+  // forward pass of its own before the batch's verify pass. Passes of more rows cost more than
+  // their parts on the CPU (measured with specdec-batch-bench --new-prompts).
+  int batch_prefill_max_rows = 256;
 };
 
 // A running target server. Start/Shutdown from one thread; the service is thread-safe.

@@ -1,6 +1,7 @@
 // TargetSession::VerifyBatch (continuous batching): several sessions verified in one ragged
 // forward pass give the results each would get alone (chains, trees, features, sampling), a bad
-// request fails alone and leaves its session untouched, and CanShareBatch keeps sessions with
+// request fails alone and leaves its session untouched; RunBatch adds fresh sessions' prefills
+// to that pass with the same guarantees; and CanShareBatch keeps sessions with
 // different feature layers apart. DFlashDraftSession::DraftBlockBatch likewise equals drafting
 // alone and isolates a bad request.
 #include "common/engine/target_session.h"
@@ -131,6 +132,81 @@ TEST(VerifyBatch, SessionsWithDifferentFeatureLayersDoNotShareABatch) {
   EXPECT_TRUE(TargetSession::CanShareBatch(a, with, c, with));
   EXPECT_TRUE(TargetSession::CanShareBatch(a, with, b, without));
   EXPECT_FALSE(TargetSession::CanShareBatch(a, with, a, with));  // one session, one op per pass
+}
+
+TEST(RunBatch, PrefillsJoinTheVerifyPassAndEqualEachAlone) {
+  auto target = Target();
+  const auto cs = Cases();
+  // Sessions 0 and 1 are prefilled beforehand and verify in the pass; 2 and 3 prefill in it (one
+  // with feature layers, one without: the pass captures them, only the one that wants gets them).
+  auto alone = Prefilled(*target, cs);
+  auto batched = Prefilled(*target, {cs[0], cs[1]});
+  std::vector<std::unique_ptr<TargetSession>> fresh;
+  fresh.push_back(
+      std::make_unique<TargetSession>(*target, cs[2].sampling, std::vector<int64_t>{0, 2}));
+  fresh.push_back(std::make_unique<TargetSession>(*target, cs[3].sampling, std::vector<int64_t>{}));
+  TargetSession plain(*target, cs[3].sampling, {});
+  SPECDEC_ASSERT_OK_AND_ASSIGN(PrefillOutcome plain_want, plain.Prefill(cs[3].prompt));
+  std::vector<TargetSession*> pptrs = {fresh[0].get(), fresh[1].get()};
+  std::vector<std::span<const int32_t>> prompts = {cs[2].prompt, cs[3].prompt};
+  std::vector<TargetSession*> vptrs = {batched[0].get(), batched[1].get()};
+  std::vector<VerifyRequest> reqs = {Req(cs[0]), Req(cs[1])};
+  auto r = TargetSession::RunBatch(pptrs, prompts, vptrs, reqs);
+  ASSERT_EQ(r.prefills.size(), 2u);
+  ASSERT_EQ(r.verifies.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    SPECDEC_ASSERT_OK_AND_ASSIGN(VerifyOutcome want, alone[i]->Verify(Req(cs[i])));
+    ASSERT_TRUE(r.verifies[i].ok()) << i << ": " << r.verifies[i].status();
+    EXPECT_EQ(r.verifies[i]->committed, want.committed) << i;
+    EXPECT_TRUE(at::allclose(r.verifies[i]->features, want.features, 1e-4, 1e-5)) << i;
+  }
+  // The prefill with feature layers equals session 2's own prefill (from Prefilled): same
+  // context length, first token, last logits and features.
+  TargetSession again(*target, cs[2].sampling, {0, 2});
+  SPECDEC_ASSERT_OK_AND_ASSIGN(PrefillOutcome want2, again.Prefill(cs[2].prompt));
+  ASSERT_TRUE(r.prefills[0].ok()) << r.prefills[0].status();
+  EXPECT_EQ(r.prefills[0]->first_token, want2.first_token);
+  EXPECT_TRUE(at::allclose(r.prefills[0]->last_logits, want2.last_logits, 1e-4, 1e-5));
+  ASSERT_TRUE(r.prefills[0]->features.defined());
+  EXPECT_TRUE(at::allclose(r.prefills[0]->features, want2.features, 1e-4, 1e-5));
+  EXPECT_EQ(fresh[0]->length(), static_cast<int64_t>(cs[2].prompt.size()));
+  ASSERT_TRUE(r.prefills[1].ok()) << r.prefills[1].status();
+  EXPECT_EQ(r.prefills[1]->first_token, plain_want.first_token);
+  EXPECT_TRUE(at::allclose(r.prefills[1]->last_logits, plain_want.last_logits, 1e-4, 1e-5));
+  EXPECT_FALSE(r.prefills[1]->features.defined());
+  // The batched prefills left the same caches: their next steps (and verifies) agree.
+  for (size_t k = 0; k < 2; ++k) {
+    const Case& c = cs[2 + k];
+    TargetSession* mine = fresh[k].get();
+    TargetSession* ref = k == 0 ? alone[2].get() : &plain;
+    VerifyRequest v = Req(c);
+    v.want_features = false;
+    SPECDEC_ASSERT_OK_AND_ASSIGN(VerifyOutcome a, ref->Verify(v));
+    SPECDEC_ASSERT_OK_AND_ASSIGN(VerifyOutcome b, mine->Verify(v));
+    EXPECT_EQ(a.committed, b.committed) << k;
+  }
+}
+
+TEST(RunBatch, ABadPromptFailsAloneAndTheRestRuns) {
+  auto target = Target();
+  const auto cs = Cases();
+  auto verifying = Prefilled(*target, {cs[0]});
+  TargetSession bad(*target, {}, {}), used(*target, {}, {}), good(*target, {}, {});
+  ASSERT_TRUE(used.Prefill(cs[1].prompt).ok());
+  const std::vector<int32_t> out_of_vocab = {1, 2, 61};
+  std::vector<TargetSession*> pptrs = {&bad, &used, &good};
+  std::vector<std::span<const int32_t>> prompts = {out_of_vocab, cs[1].prompt, cs[2].prompt};
+  std::vector<TargetSession*> vptrs = {verifying[0].get()};
+  std::vector<VerifyRequest> reqs = {Req(cs[0])};
+  auto r = TargetSession::RunBatch(pptrs, prompts, vptrs, reqs);
+  EXPECT_EQ(r.prefills[0].status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.prefills[0].status().message().find("61"), absl::string_view::npos);
+  EXPECT_EQ(bad.length(), 0);
+  EXPECT_EQ(r.prefills[1].status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(used.length(), static_cast<int64_t>(cs[1].prompt.size()));
+  EXPECT_TRUE(r.prefills[2].ok()) << r.prefills[2].status();
+  EXPECT_EQ(good.length(), static_cast<int64_t>(cs[2].prompt.size()));
+  EXPECT_TRUE(r.verifies[0].ok()) << r.verifies[0].status();
 }
 
 TEST(DraftBlockBatch, EqualsEachSessionDraftingAlone) {

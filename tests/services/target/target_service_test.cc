@@ -1,5 +1,6 @@
 // The target service over real loopback gRPC: results equal the in-process engine, errors are
-// per-operation with the documented codes, handles follow their streams, leases and budget.
+// per-operation with the documented codes, prompts join other requests' passes, handles follow
+// their streams, leases and budget.
 #include "services/target/target_service.h"
 
 #include <ATen/ATen.h>
@@ -92,6 +93,7 @@ class TargetServiceTest : public ::testing::Test {
     o.kv_budget_bytes = budget;
     o.lease_ms = lease_ms;
     o.threads = 1;
+    o.batch_prefill_max_rows = batch_prefill_max_rows_;
     auto s = TargetServer::Start(o);
     ASSERT_TRUE(s.ok()) << s.status();
     server_ = *std::move(s);
@@ -141,6 +143,12 @@ class TargetServiceTest : public ::testing::Test {
     return server_->handles_in_use() == n;
   }
 
+  // Prompts beside a long server-side run (a verify in every scheduler iteration), one of them
+  // bad, three rounds: each answer equals the in-process prefill, the run's tokens equal
+  // stepwise decoding. Returns how many prefills shared a pass.
+  int PrefillsBesideARun();
+
+  int batch_prefill_max_rows_ = 256;
   std::unique_ptr<TargetServer> server_;
   std::unique_ptr<v1::Target::Stub> stub_;
 };
@@ -292,6 +300,74 @@ TEST_F(TargetServiceTest, ARunDecodesServerSideExactlyLikeSingleSteps) {
     EXPECT_EQ(got, want) << "temperature " << t;
   }
   EXPECT_TRUE(WaitForHandles(0));
+}
+
+int TargetServiceTest::PrefillsBesideARun() {
+  auto model = model::Transformer::Load(ModelDir());
+  EXPECT_TRUE(model.ok());
+  if (!model.ok()) return -1;
+  const std::vector<int32_t> prompt = {3, 9, 27, 20, 1};
+  const std::vector<int32_t> want = StepwiseTokens(stub_.get(), prompt, 0.f, 110);
+  // A long server-side run keeps a verify in every scheduler iteration.
+  Open a = OpenStream();
+  v1::TargetResponse r = Call(a.stream.get(), Prefill(1, prompt));
+  EXPECT_TRUE(r.has_prefill()) << r.error().message();
+  v1::TargetRequest run = Verify(2, r.prefill().handle().id(), {r.prefill().first_token()});
+  run.mutable_verify()->set_run_steps(110);
+  EXPECT_TRUE(a.stream->Write(run));
+  a.stream->WritesDone();
+  std::thread reader([&] {
+    std::vector<int32_t> got;
+    v1::TargetResponse step;
+    while (a.stream->Read(&step)) got.push_back(step.verify().next_token());
+    EXPECT_TRUE(a.stream->Finish().ok());
+    EXPECT_EQ(got, want);
+  });
+  // Meanwhile prompts of other streams, one of them bad, arrive.
+  const std::vector<std::vector<int32_t>> prompts = {
+      {5, 6, 7}, {8, 9, 10, 11, 12, 13}, {1, 99, 2}, {40, 41}, {2, 4, 8, 16, 32, 3, 6}};
+  int joined = 0;
+  for (int round = 0; round < 3; ++round) {
+    std::vector<Open> opens(prompts.size());
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      opens[i] = OpenStream();
+      EXPECT_TRUE(opens[i].stream->Write(Prefill(1, prompts[i])));
+    }
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      v1::TargetResponse pr;
+      EXPECT_TRUE(opens[i].stream->Read(&pr));
+      if (i == 2) {
+        EXPECT_EQ(pr.error().code(), static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
+        EXPECT_NE(pr.error().message().find("99"), std::string::npos) << pr.error().message();
+      } else {
+        EXPECT_TRUE(pr.has_prefill()) << pr.error().message();
+        engine::TargetSession local(**model, sampling::SamplingParams{0.f, 0, 1.f, 11}, {});
+        auto lp = local.Prefill(prompts[i]);
+        EXPECT_TRUE(lp.ok());
+        if (!lp.ok()) continue;
+        EXPECT_EQ(pr.prefill().first_token(), lp->first_token) << i;
+        EXPECT_EQ(pr.prefill().handle().length(), static_cast<int64_t>(prompts[i].size()));
+        joined += pr.prefill().batch_size() > 1;
+      }
+      opens[i].stream->WritesDone();
+      EXPECT_TRUE(opens[i].stream->Finish().ok());
+    }
+  }
+  reader.join();
+  EXPECT_TRUE(WaitForHandles(0));
+  return joined;
+}
+
+TEST_F(TargetServiceTest, PrefillsJoinARunningRequestsPassAndAnswerAsAlone) {
+  StartServer();
+  // Prompts arriving while the run decodes share its passes (and each other's).
+  EXPECT_GT(PrefillsBesideARun(), 0);
+}
+
+TEST_F(TargetServiceTest, PrefillsRunInPassesOfTheirOwnWithARowBudgetOfZero) {
+  batch_prefill_max_rows_ = 0;
+  StartServer();
+  EXPECT_EQ(PrefillsBesideARun(), 0);
 }
 
 TEST_F(TargetServiceTest, ARunEndsAtAStopTokenOrAFullCacheAndValidatesItsShape) {
