@@ -165,27 +165,40 @@ TEST(LoadAwareSpeculation, LearnsThatArWinsUnderLoadAndSpeculationAlone) {
   EXPECT_NEAR(la.Rate(level, Arm::kAr), 125, 1);
 }
 
-TEST(LoadAwareSpeculation, ExploresThenExploitsWithPeriodicReexploration) {
+// Options that settle a level quickly: 3 pairs, then re-explore every 4 epochs or more seldom.
+LoadAwareSpeculation::Options QuickOptions() {
   LoadAwareSpeculation::Options o;
   o.explore_every = 4;
   o.min_pairs = 3;
   o.confident_pairs = 3;
-  LoadAwareSpeculation la(o);
-  Sim sim{la, Clock::now()};
+  return o;
+}
+
+// Four requests stepping in turn where speculation wins (3 tokens in 10 ms against 1 in 5 ms);
+// on_step gets every step's answer.
+void RunFourWhereSpeculationWins(
+    LoadAwareSpeculation& la, Sim& sim, int steps,
+    const std::function<void(const LoadAwareSpeculation::Step&)>& on_step) {
   for (int i = 0; i < 4; ++i) la.RequestStarted(sim.now);
-  // Record the arm of every epoch.
-  std::vector<Arm> epochs;
-  uint64_t last = 0;
   std::vector<uint64_t> prev(4, 0);
-  for (int i = 0; i < 4 * 20000; ++i) {
+  for (int i = 0; i < steps; ++i) {
     auto s = la.Next(sim.now);
-    if (s.epoch != last) epochs.push_back(s.arm);
-    last = s.epoch;
+    on_step(s);
     const bool ar = s.arm == Arm::kAr;
-    la.Observe(s, ar ? 1 : 3, (ar ? 5 : 10) / 1000.0, prev[i % 4] == s.epoch);  // spec wins
+    la.Observe(s, ar ? 1 : 3, (ar ? 5 : 10) / 1000.0, prev[i % 4] == s.epoch);
     prev[i % 4] = s.epoch;
     sim.now += milliseconds(ar ? 5 : 10) / 4;
   }
+}
+
+TEST(LoadAwareSpeculation, ExploresThenExploitsWithPeriodicReexploration) {
+  LoadAwareSpeculation la(QuickOptions());
+  Sim sim{la, Clock::now()};
+  // Record the arm of every epoch.
+  std::vector<Arm> epochs;
+  RunFourWhereSpeculationWins(la, sim, 4 * 20000, [&](const LoadAwareSpeculation::Step& s) {
+    if (s.new_epoch) epochs.push_back(s.arm);
+  });
   ASSERT_GE(epochs.size(), 12u);
   // Exploration alternates, speculation first.
   EXPECT_EQ(epochs[0], Arm::kSpeculative);
@@ -211,33 +224,22 @@ TEST(LoadAwareSpeculation, ExploresThenExploitsWithPeriodicReexploration) {
 }
 
 TEST(LoadAwareSpeculation, HoldsCoversTheEpochsBeforeTheNextExploration) {
-  LoadAwareSpeculation::Options o;
-  o.explore_every = 4;
-  o.min_pairs = 3;
-  o.confident_pairs = 3;
+  LoadAwareSpeculation::Options o = QuickOptions();
   o.max_hold = 6;
   LoadAwareSpeculation la(o);
   Sim sim{la, Clock::now()};
-  for (int i = 0; i < 4; ++i) la.RequestStarted(sim.now);
   struct Epoch {
     Arm arm;
     int hold;  // (holds - ends) in epochs
   };
   std::vector<Epoch> epochs;
-  std::vector<uint64_t> prev(4, 0);
-  for (int i = 0; i < 4 * 8000; ++i) {
-    auto s = la.Next(sim.now);
-    if (s.new_epoch) {
-      ASSERT_GE(s.holds, s.ends);
-      const auto extra = s.holds - s.ends;
-      ASSERT_EQ(extra % o.epoch, Clock::duration::zero());
-      epochs.push_back({s.arm, static_cast<int>(extra / o.epoch)});
-    }
-    const bool ar = s.arm == Arm::kAr;
-    la.Observe(s, ar ? 1 : 3, (ar ? 5 : 10) / 1000.0, prev[i % 4] == s.epoch);  // spec wins
-    prev[i % 4] = s.epoch;
-    sim.now += milliseconds(ar ? 5 : 10) / 4;
-  }
+  RunFourWhereSpeculationWins(la, sim, 4 * 8000, [&](const LoadAwareSpeculation::Step& s) {
+    if (!s.new_epoch) return;
+    ASSERT_GE(s.holds, s.ends);
+    const auto extra = s.holds - s.ends;
+    ASSERT_EQ(extra % o.epoch, Clock::duration::zero());
+    epochs.push_back({s.arm, static_cast<int>(extra / o.epoch)});
+  });
   ASSERT_GE(epochs.size(), 200u);
   // While alternating (speculation first, until min_pairs pairs are measured, one epoch after
   // they ran), no epoch holds beyond itself.
@@ -269,10 +271,7 @@ TEST(LoadAwareSpeculation, HoldsCoversTheEpochsBeforeTheNextExploration) {
 }
 
 TEST(LoadAwareSpeculation, AnExplorationThatWinsResetsTheBackoff) {
-  LoadAwareSpeculation::Options o;
-  o.explore_every = 4;
-  o.min_pairs = 3;
-  o.confident_pairs = 3;
+  LoadAwareSpeculation::Options o = QuickOptions();
   o.window = 5;
   LoadAwareSpeculation la(o);
   Sim sim{la, Clock::now()};
