@@ -67,7 +67,7 @@ PrefillOutcome TargetSession::FinishPrefill(const at::Tensor& logits, const at::
 }
 
 absl::StatusOr<PrefillOutcome> TargetSession::Prefill(std::span<const int32_t> prompt) {
-  if (cache_->length() != 0) return absl::FailedPreconditionError("session already prefilled");
+  RETURN_IF_ERROR(PreparePrefill(prompt));
   model::SequenceInput in{cache_.get(), prompt, {}, {}, model::LogitsMode::kLast};
   model::ForwardOptions fo;
   fo.capture_layers = capture_;
