@@ -342,7 +342,10 @@ class TargetCore {
     bool return_features = false;  // the client asked for them (hosted drafting always takes them)
     int32_t draft_rows = 0;        // rows to verify with a hosted draft block (>= 2), else 0
     double draft_ms = 0;
+    int32_t draft_pass_rows = 0;  // rows of the batched drafter pass that drafted its block
     std::string draft_error;
+    double pass_ms = 0;     // compute of the forward pass that verified it
+    int64_t pass_rows = 0;  // rows of that pass
   };
 
   // The next step of a server-side AR run (TargetVerify.run_steps), or nullopt when the run is
@@ -467,9 +470,12 @@ class TargetCore {
     auto results = engine::DFlashDraftSession::DraftBlockBatch(sessions, lasts, sizes);
     const double ms = MsSince(t0);
     metrics_->draft_batch.Observe(static_cast<double>(todo.size()));
+    int32_t rows = 0;
+    for (int32_t s : sizes) rows += s;
     for (size_t k = 0; k < todo.size(); ++k) {
       ParsedVerify* p = todo[k];
       p->draft_ms = ms;
+      p->draft_pass_rows = rows;
       if (results[k].ok()) {
         p->tokens.insert(p->tokens.end(), results[k]->begin(), results[k]->end());
       } else {
@@ -503,6 +509,9 @@ class TargetCore {
     }
     res->set_length(p.session->length());
     res->set_batch_size(batch_size);
+    res->set_compute_ms(p.pass_ms);
+    res->set_pass_rows(static_cast<int32_t>(p.pass_rows));
+    res->set_draft_pass_rows(p.draft_pass_rows);
     if (p.draft_rows >= 2) {
       res->set_rows_verified(static_cast<int32_t>(p.tokens.size()));
       res->set_draft_ms(p.draft_ms);
@@ -515,7 +524,10 @@ class TargetCore {
     RETURN_IF_ERROR(ParseVerify(owner, v, &p));
     ParsedVerify* one[] = {&p};
     DraftBlocks(one);
+    const auto t0 = Clock::now();
     ASSIGN_OR_RETURN(engine::VerifyOutcome o, p.session->Verify(p.req));
+    p.pass_ms = MsSince(t0);
+    p.pass_rows = static_cast<int64_t>(p.tokens.size());
     ExtendDraft(p, o);
     FillVerify(p, o, 1, resp);
     return absl::OkStatus();
@@ -594,7 +606,8 @@ class TargetCore {
       }
     }
     DraftBlocks(grouped);
-    for (const auto& g : groups) {
+    for (size_t gi = 0; gi < groups.size(); ++gi) {
+      const std::vector<size_t>& g = groups[gi];
       std::vector<size_t> pi, vi;
       std::vector<engine::TargetSession*> psessions, vsessions;
       std::vector<std::span<const int32_t>> prompts;
@@ -610,7 +623,13 @@ class TargetCore {
           reqs.push_back(parsed[i].req);
         }
       }
+      const auto t0 = Clock::now();
       auto results = engine::TargetSession::RunBatch(psessions, prompts, vsessions, reqs);
+      const double pass_ms = MsSince(t0);
+      for (size_t i : vi) {
+        parsed[i].pass_ms = pass_ms;
+        parsed[i].pass_rows = group_rows[gi];
+      }
       if (!vi.empty()) metrics_->batch.Observe(static_cast<double>(vi.size()));
       for (size_t k = 0; k < pi.size(); ++k) {
         Loop::Op& op = ops[pi[k]];

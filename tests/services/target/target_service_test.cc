@@ -316,10 +316,15 @@ int TargetServiceTest::PrefillsBesideARun() {
   run.mutable_verify()->set_run_steps(110);
   EXPECT_TRUE(a.stream->Write(run));
   a.stream->WritesDone();
+  int wide = 0;  // the run's steps whose pass carried more rows than its own (a prompt's)
   std::thread reader([&] {
     std::vector<int32_t> got;
     v1::TargetResponse step;
-    while (a.stream->Read(&step)) got.push_back(step.verify().next_token());
+    while (a.stream->Read(&step)) {
+      got.push_back(step.verify().next_token());
+      EXPECT_GE(step.verify().pass_rows(), 1);
+      wide += step.verify().pass_rows() > 1;
+    }
     EXPECT_TRUE(a.stream->Finish().ok());
     EXPECT_EQ(got, want);
   });
@@ -355,6 +360,7 @@ int TargetServiceTest::PrefillsBesideARun() {
   }
   reader.join();
   EXPECT_TRUE(WaitForHandles(0));
+  EXPECT_EQ(wide > 0, joined > 0) << wide << " wide passes, " << joined << " prompts joined";
   return joined;
 }
 
@@ -464,6 +470,11 @@ TEST_F(TargetServiceTest, AHostedDraftingRunCommitsExactlyTheStepwiseTokens) {
         const int left_before = 23 - static_cast<int>(got.size());
         const int rows = std::max(1, v.rows_verified());
         EXPECT_EQ(rows, std::min(block, left_before));
+        // The step's costs: a pass of its rows alone, and its block's drafter pass.
+        EXPECT_EQ(v.pass_rows(), rows);
+        EXPECT_GT(v.compute_ms(), 0);
+        EXPECT_EQ(v.draft_pass_rows(), v.rows_verified());
+        if (v.rows_verified() > 0) EXPECT_GT(v.draft_ms(), 0);
         EXPECT_LE(v.num_accepted(), rows - 1);
         EXPECT_EQ(v.committed_size(), v.num_accepted() + 1);
         got.insert(got.end(), v.committed().begin(), v.committed().end());
@@ -479,6 +490,8 @@ TEST_F(TargetServiceTest, AHostedDraftingRunCommitsExactlyTheStepwiseTokens) {
           Call(o.stream.get(), Verify(3, r.prefill().handle().id(), {got.back()}));
       ASSERT_TRUE(ar.has_verify()) << ar.error().message();
       EXPECT_EQ(ar.verify().rows_verified(), 0);
+      EXPECT_EQ(ar.verify().pass_rows(), 1);
+      EXPECT_EQ(ar.verify().draft_pass_rows(), 0);
       v1::TargetRequest more = Verify(4, r.prefill().handle().id(), {ar.verify().next_token()});
       more.mutable_verify()->set_draft_block_size(block);
       v1::TargetResponse m = Call(o.stream.get(), more);
