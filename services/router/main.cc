@@ -45,6 +45,10 @@ int main(int argc, char** argv) {
   app.add_option("--load-aware-max-hold-epochs", o.load_aware_max_hold_epochs,
                  "epochs past the current one a load-aware run may span while its arm holds")
       ->envname("SPECDEC_LOAD_AWARE_MAX_HOLD_EPOCHS");
+  app.add_option("--load-aware-block", o.load_aware_block,
+                 "load-aware speculative runs use the block a model of measured step costs "
+                 "predicts fastest at the current load (at most BlockPilot's)")
+      ->envname("SPECDEC_LOAD_AWARE_BLOCK");
   app.add_option("--health-interval-ms", o.health_interval_ms, "replica health probe period")
       ->envname("SPECDEC_HEALTH_INTERVAL_MS");
   app.add_option("--drain-ms", o.drain_ms, "graceful shutdown budget")->envname("SPECDEC_DRAIN_MS");

@@ -23,6 +23,7 @@
 #include "services/common/run_server.h"
 #include "services/common/server.h"
 #include "services/router/admission.h"
+#include "services/router/block_cost_model.h"
 #include "services/router/load_aware.h"
 #include "services/router/replica_set.h"
 #include "services/router/stream_clients.h"
@@ -188,7 +189,13 @@ struct RouterMetrics {
                                   .Name("specdec_load_aware_unmeasured_epochs")
                                   .Help("Epochs whose steps were too slow to measure within the "
                                         "epoch, by load level (cumulative)")
-                                  .Register(r)) {}
+                                  .Register(r)),
+        load_aware_block(prometheus::BuildCounter()
+                             .Name("specdec_load_aware_block_size_total")
+                             .Help("Load-aware speculative runs by load level and the block size "
+                                   "they drafted (the step-cost model's pick, at most "
+                                   "BlockPilot's)")
+                             .Register(r)) {}
   prometheus::Family<prometheus::Counter>& drafts;
   prometheus::Family<prometheus::Counter>& draft_tokens;
   prometheus::Family<prometheus::Counter>& accepted;
@@ -215,6 +222,7 @@ struct RouterMetrics {
   prometheus::Family<prometheus::Gauge>& load_aware_pairs;
   prometheus::Family<prometheus::Gauge>& load_aware_interval;
   prometheus::Family<prometheus::Gauge>& load_aware_unmeasured;
+  prometheus::Family<prometheus::Counter>& load_aware_block;
 };
 
 // Responses a worker produced, written one at a time by the reactor. Outlives the reactor.
@@ -334,6 +342,7 @@ struct RouterServer::Impl {
   std::atomic<double> ar_step_ms{0};                 // running mean of single-token target steps
   std::atomic<int64_t> in_flight{0};                 // requests being served
   std::unique_ptr<LoadAwareSpeculation> load_aware;  // set in Start
+  BlockCostModel block_model;                        // fed by every server-side run's steps
   std::unique_ptr<AdmissionQueue> admission;         // set in Start
 
   void Spawn(std::shared_ptr<Outbox> box, v1::GenerateRequest req,
@@ -704,6 +713,7 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
     v->set_draft_block_size(block);
     for (int32_t t : stops) v->add_run_stop_token_ids(t);
     auto tv = Clock::now();
+    bool first_step = true;  // its time includes the round trip
     absl::Status sent = target_client->Send(vr, what);
     if (!sent.ok()) {
       NoteFailure(*targets, tried.back(), sent);
@@ -724,6 +734,14 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
       }
       stats.mutable_timings()->set_draft_ms(stats.timings().draft_ms() + gv.draft_ms());
       const int32_t nrows = std::max(1, gv.rows_verified());
+      block_model.ObserveStep({.sessions = gv.batch_size(),
+                               .pass_rows = gv.pass_rows(),
+                               .pass_ms = gv.compute_ms(),
+                               .draft_rows = gv.draft_pass_rows(),
+                               .draft_ms = gv.draft_ms(),
+                               .wall_ms = first_step ? -1.0 : ms});
+      first_step = false;
+      if (nrows >= 2) block_model.ObserveAcceptance(nrows - 1, gv.num_accepted());
       apply(*got, static_cast<size_t>(nrows), nrows - 1, 0, ms);
       if (each) each(last_committed.size(), ms / 1000.0);
       tv = Clock::now();
@@ -910,16 +928,25 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
             std::min(remaining, kLoadAwareMaxRunTokens));
       }
       stats.set_target_drafted(true);
+      // Under load awareness the block the step-cost model predicts fastest for the requests in
+      // flight now, at most BlockPilot's.
+      int32_t block = std::clamp(b, 2, kMaxHostedBlock);
+      if (la && options.load_aware_block) {
+        block = block_model.BestBlock(static_cast<int>(load_aware->in_flight()), block);
+        metrics->load_aware_block
+            .Add({{"level", LoadAwareSpeculation::LevelName(la->level)},
+                  {"block_size", std::to_string(block)}})
+            .Increment();
+      }
       int64_t steps = 0;
-      RETURN_IF_ERROR(
-          run(n, false, std::clamp(b, 2, kMaxHostedBlock), [&](size_t committed, double seconds) {
-            const double per_token =
-                seconds * 1000.0 / static_cast<double>(std::max<size_t>(1, committed));
-            hosted_ms_per_token =
-                hosted_ms_per_token > 0 ? 0.8 * hosted_ms_per_token + 0.2 * per_token : per_token;
-            if (la) observe_run_step(*la, static_cast<int64_t>(committed), seconds, steps == 0);
-            ++steps;
-          }));
+      RETURN_IF_ERROR(run(n, false, block, [&](size_t committed, double seconds) {
+        const double per_token =
+            seconds * 1000.0 / static_cast<double>(std::max<size_t>(1, committed));
+        hosted_ms_per_token =
+            hosted_ms_per_token > 0 ? 0.8 * hosted_ms_per_token + 0.2 * per_token : per_token;
+        if (la) observe_run_step(*la, static_cast<int64_t>(committed), seconds, steps == 0);
+        ++steps;
+      }));
       if (la) {
         if (steps > 1) {
           metrics->load_aware_steps.Add({{"arm", LoadAwareSpeculation::ArmName(la->arm)}})

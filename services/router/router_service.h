@@ -32,6 +32,9 @@ struct RouterServerOptions {
   // Epochs past the current one that a load-aware server-side run may span while its level keeps
   // the arm (0: every run stops at its epoch's end).
   int load_aware_max_hold_epochs = 4;
+  // Load-aware speculative runs on a hosted drafter use the block (at most BlockPilot's) that
+  // BlockCostModel predicts decodes fastest at the current load; false: BlockPilot's block.
+  bool load_aware_block = true;
   // Admission control (AdmissionQueue): requests served at once (0 = unbounded), requests that
   // may wait for a slot, and how long one may wait before RESOURCE_EXHAUSTED.
   int max_active_requests = 64;

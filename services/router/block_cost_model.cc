@@ -1,0 +1,121 @@
+#include "services/router/block_cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace specdec::services {
+
+BlockCostModel::BlockCostModel(Options options) : options_(options) {}
+
+void BlockCostModel::Line::Add(double decay, double weight, double xi, double yi) {
+  w = w * decay + weight;
+  x = x * decay + weight * xi;
+  y = y * decay + weight * yi;
+  xx = xx * decay + weight * xi * xi;
+  xy = xy * decay + weight * xi * yi;
+}
+
+bool BlockCostModel::Line::Fit(double* a, double* c) const {
+  if (w <= 0) return false;
+  const double mx = x / w, my = y / w;
+  const double var = xx / w - mx * mx;
+  if (var <= 0.01 * mx * mx) return false;
+  *c = (xy / w - mx * my) / var;
+  *a = my - *c * mx;
+  return *a >= 0 && *c >= 0;
+}
+
+double BlockCostModel::Line::At(double xi, const Line* shape) const {
+  if (w <= 0 || xx <= 0) return 0;
+  double a = 0, c = 0;
+  if (Fit(&a, &c)) return a + c * xi;
+  const double mx = x / w, my = y / w;
+  if (shape != nullptr && shape->Fit(&a, &c) && a + c * mx > 0) {
+    return my * (a + c * xi) / (a + c * mx);
+  }
+  return xy / xx * xi;  // through the origin
+}
+
+void BlockCostModel::ObserveStep(const StepCost& step) {
+  if (step.pass_rows <= 0 || step.pass_ms <= 0) return;
+  // Every sequence of a pass reports it: together they weigh one pass.
+  const double weight = 1.0 / std::max(1, step.sessions);
+  const double decay = std::pow(options_.decay, weight);
+  std::lock_guard<std::mutex> lock(mu_);
+  verify_.Add(decay, weight, step.pass_rows, step.pass_ms);
+  const bool drafted = step.draft_rows > 0 && step.draft_ms > 0;
+  if (drafted) draft_.Add(decay, weight, step.draft_rows, step.draft_ms);
+  if (step.wall_ms >= 0) {
+    const double rest = std::max(0.0, step.wall_ms - step.pass_ms - (drafted ? step.draft_ms : 0));
+    overhead_w_ = overhead_w_ * decay + weight;
+    overhead_ = overhead_ * decay + weight * rest;
+  }
+}
+
+void BlockCostModel::ObserveAcceptance(int drafted, int accepted) {
+  if (drafted <= 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (int i = 0; i < kMaxPositions; ++i) {
+    drafted_[i] *= options_.decay;
+    accepted_[i] *= options_.decay;
+    if (i < drafted) {
+      drafted_[i] += 1;
+      if (i < accepted) accepted_[i] += 1;
+    }
+  }
+  ++spec_steps_;
+}
+
+double BlockCostModel::TauLocked(int block) const {
+  double tau = 1;
+  for (int i = 0; i + 1 < block && i < kMaxPositions; ++i) {
+    if (drafted_[i] > 1e-9) tau += accepted_[i] / drafted_[i];
+  }
+  return tau;
+}
+
+double BlockCostModel::StepMsLocked(int sessions, int block) const {
+  const double n = std::max(1, sessions);
+  const double rows = n * std::max(1, block);
+  double ms = verify_.At(rows);
+  if (block >= 2) ms += draft_.At(rows, &verify_);
+  if (overhead_w_ > 0) ms += overhead_ / overhead_w_;
+  return ms;
+}
+
+double BlockCostModel::Tau(int block) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return TauLocked(block);
+}
+
+double BlockCostModel::StepMs(int sessions, int block) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return StepMsLocked(sessions, block);
+}
+
+int BlockCostModel::BestBlock(int sessions, int max_block) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (max_block <= 2 || spec_steps_ < options_.min_steps || verify_.w <= 0 || draft_.w <= 0) {
+    return max_block;
+  }
+  int best = max_block;
+  double best_rate = -1;
+  // From the largest block down, a smaller one only when strictly faster.
+  for (int b = max_block; b >= 2; --b) {
+    const double ms = StepMsLocked(sessions, b);
+    if (ms <= 0) return max_block;
+    const double rate = TauLocked(b) / ms;
+    if (rate > best_rate) {
+      best_rate = rate;
+      best = b;
+    }
+  }
+  return best;
+}
+
+int64_t BlockCostModel::SpeculativeSteps() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return spec_steps_;
+}
+
+}  // namespace specdec::services

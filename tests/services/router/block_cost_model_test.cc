@@ -1,0 +1,131 @@
+// BlockCostModel: per-position acceptance, straight-line pass costs from the target's reports,
+// and the block that maximizes tau / step cost at a load.
+#include "services/router/block_cost_model.h"
+
+#include <gtest/gtest.h>
+
+namespace specdec::services {
+namespace {
+
+using StepCost = BlockCostModel::StepCost;
+
+// Steps that accept 0, 1, 2, 0, 1, 2, ... of `drafted`: position 0 is accepted 2/3 of the time,
+// position 1 1/3, later ones never.
+void AcceptZeroOneTwo(BlockCostModel& m, int steps, int drafted) {
+  for (int i = 0; i < steps; ++i) m.ObserveAcceptance(drafted, i % 3);
+}
+
+// Passes whose costs lie on verify_ms = 2 + 0.1 rows and draft_ms = 1 + 0.05 rows, with rows
+// from 1 to 256 and nothing else in a step's wall time.
+void ObserveLinearCosts(BlockCostModel& m) {
+  for (int rows = 1; rows <= 256; rows *= 2) {
+    for (int k = 0; k < 8; ++k) {
+      m.ObserveStep({.sessions = 1,
+                     .pass_rows = rows,
+                     .pass_ms = 2 + 0.1 * rows,
+                     .draft_rows = rows,
+                     .draft_ms = 1 + 0.05 * rows,
+                     .wall_ms = 3 + 0.15 * rows});
+      m.ObserveStep({.sessions = 1, .pass_rows = rows, .pass_ms = 2 + 0.1 * rows});
+    }
+  }
+}
+
+TEST(BlockCostModel, TauSumsAcceptanceOfTheDraftedPositions) {
+  BlockCostModel m;
+  EXPECT_DOUBLE_EQ(m.Tau(16), 1.0);  // nothing observed: a block commits its bonus token only
+  AcceptZeroOneTwo(m, 300, 15);
+  EXPECT_DOUBLE_EQ(m.Tau(1), 1.0);
+  EXPECT_NEAR(m.Tau(2), 1 + 2.0 / 3, 0.01);
+  EXPECT_NEAR(m.Tau(3), 2.0, 0.01);
+  EXPECT_NEAR(m.Tau(16), 2.0, 0.01);
+  EXPECT_EQ(m.SpeculativeSteps(), 300);
+}
+
+TEST(BlockCostModel, FitsStraightLinesThroughThePassCosts) {
+  BlockCostModel m;
+  ObserveLinearCosts(m);
+  // An AR step of 16 requests: a 16-row pass and no draft.
+  EXPECT_NEAR(m.StepMs(16, 1), 2 + 1.6, 1e-6);
+  // 4 requests with 8-row blocks: a 32-row pass and a 32-row draft.
+  EXPECT_NEAR(m.StepMs(4, 8), (2 + 3.2) + (1 + 1.6), 1e-6);
+}
+
+TEST(BlockCostModel, CostsWithoutSpreadInRowsAreProportionalToRows) {
+  BlockCostModel m;
+  for (int k = 0; k < 20; ++k) m.ObserveStep({.sessions = 16, .pass_rows = 16, .pass_ms = 4});
+  EXPECT_NEAR(m.StepMs(16, 1), 4, 1e-9);
+  EXPECT_NEAR(m.StepMs(16, 1) * 2, m.StepMs(32, 1), 1e-9);
+}
+
+TEST(BlockCostModel, DraftCostsOfOneSizeScaleAsTheTargetsPasses) {
+  BlockCostModel m;
+  for (int k = 0; k < 20; ++k) {
+    m.ObserveStep({.sessions = 1, .pass_rows = 1, .pass_ms = 2.1});
+    m.ObserveStep(
+        {.sessions = 1, .pass_rows = 16, .pass_ms = 3.6, .draft_rows = 16, .draft_ms = 1.8});
+  }
+  // The target's line: 2 + 0.1 rows. The drafter was seen at 16 rows only (1.8 ms = 0.5 x the
+  // target's 3.6): at 4 rows, 0.5 x (2 + 0.4).
+  EXPECT_NEAR(m.StepMs(1, 4), (2 + 0.4) * 1.5, 1e-6);
+}
+
+TEST(BlockCostModel, TheRestOfAStepsWallTimeIsOverhead) {
+  BlockCostModel m;
+  for (int k = 0; k < 20; ++k) {
+    m.ObserveStep({.sessions = 1, .pass_rows = 4, .pass_ms = 3, .wall_ms = 4.5});
+    // A run's first step (its time includes the round trip) says nothing about the overhead.
+    m.ObserveStep({.sessions = 1, .pass_rows = 4, .pass_ms = 3, .wall_ms = -1});
+  }
+  EXPECT_NEAR(m.StepMs(4, 1), 3 + 1.5, 1e-9);
+}
+
+TEST(BlockCostModel, BestBlockShrinksAsTheLoadGrows) {
+  BlockCostModel m;
+  ObserveLinearCosts(m);
+  AcceptZeroOneTwo(m, 300, 15);
+  // 1 request: b=2 makes (5/3) / 3.3 ms = 0.505 tokens/ms, b=3 2 / 3.45 = 0.580, b=4 2 / 3.6.
+  EXPECT_EQ(m.BestBlock(1, 16), 3);
+  // 16 requests: b=2 makes (5/3) / 7.8 = 0.214, b=3 2 / 10.2 = 0.196.
+  EXPECT_EQ(m.BestBlock(16, 16), 2);
+  // Never above the cap it is given.
+  EXPECT_EQ(m.BestBlock(1, 2), 2);
+}
+
+TEST(BlockCostModel, HighAcceptanceAndCheapRowsKeepTheWholeBlock) {
+  BlockCostModel m;
+  for (int k = 0; k < 50; ++k) {
+    m.ObserveStep({.sessions = 1, .pass_rows = 1, .pass_ms = 2});
+    m.ObserveStep(
+        {.sessions = 1, .pass_rows = 64, .pass_ms = 2.2, .draft_rows = 64, .draft_ms = 1.1});
+    m.ObserveStep(
+        {.sessions = 1, .pass_rows = 16, .pass_ms = 2.05, .draft_rows = 16, .draft_ms = 1.0});
+  }
+  for (int i = 0; i < 100; ++i) m.ObserveAcceptance(15, 15);  // every drafted token accepted
+  EXPECT_EQ(m.BestBlock(1, 16), 16);
+}
+
+TEST(BlockCostModel, KeepsTheCapUntilEnoughSpeculativeStepsWereSeen) {
+  BlockCostModel m({.decay = 0.998, .min_steps = 32});
+  ObserveLinearCosts(m);
+  AcceptZeroOneTwo(m, 31, 15);
+  EXPECT_EQ(m.BestBlock(16, 16), 16);
+  m.ObserveAcceptance(15, 0);
+  EXPECT_EQ(m.BestBlock(16, 16), 2);
+}
+
+TEST(BlockCostModel, FollowsAChangedMachine) {
+  BlockCostModel m;
+  for (int k = 0; k < 100; ++k) m.ObserveStep({.sessions = 1, .pass_rows = 8, .pass_ms = 10});
+  // The passes got twice as fast: after a few thousand more, the old ones are forgotten.
+  for (int k = 0; k < 5000; ++k) m.ObserveStep({.sessions = 1, .pass_rows = 8, .pass_ms = 5});
+  EXPECT_NEAR(m.StepMs(8, 1), 5, 0.01);
+  // Every sequence of a pass reports it: 16 reports of one pass weigh as one observation.
+  BlockCostModel w;
+  w.ObserveStep({.sessions = 1, .pass_rows = 16, .pass_ms = 10});
+  for (int k = 0; k < 16; ++k) w.ObserveStep({.sessions = 16, .pass_rows = 16, .pass_ms = 20});
+  EXPECT_NEAR(w.StepMs(16, 1), 15, 0.1);
+}
+
+}  // namespace
+}  // namespace specdec::services
