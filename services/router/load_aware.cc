@@ -131,7 +131,17 @@ LoadAwareSpeculation::Rule LoadAwareSpeculation::RuleLocked(int level) const {
     r.every = 2;
     return r;
   }
-  r.best = l.pairs < options_.min_pairs || l.log_advantage <= 0 ? Arm::kAr : Arm::kSpeculative;
+  // Speculation's advantage only shrinks as the load grows, so no level is credited with more
+  // than a lower confident level measured: under heavy load a level's epoch pairs are the
+  // noisiest (bursts of prompts), and one that read a spurious advantage would speculate where
+  // every lighter load found AR faster.
+  double advantage = l.log_advantage;
+  for (int k = level - 1; k >= 0; --k) {
+    if (levels_[k].pairs >= options_.confident_pairs) {
+      advantage = std::min(advantage, levels_[k].log_advantage);
+    }
+  }
+  r.best = l.pairs < options_.min_pairs || advantage <= 0 ? Arm::kAr : Arm::kSpeculative;
   // Explore often while the estimate rests on few pairs (unless something says where to look);
   // then the clearer the advantage, the rarer the exploration: every explore_every epochs when
   // the arms are even, up to 5x as seldom when one is 40% (log 0.4) ahead. Lost explorations
@@ -139,7 +149,7 @@ LoadAwareSpeculation::Rule LoadAwareSpeculation::RuleLocked(int level) const {
   r.every = options_.explore_every;
   r.settled = true;
   if (l.pairs >= options_.confident_pairs) {
-    r.every *= 1 + std::min(4.0, std::abs(l.log_advantage) / 0.1);
+    r.every *= 1 + std::min(4.0, std::abs(advantage) / 0.1);
   } else if (prior_ar) {
     r.every *= 1 + std::min(4.0, std::abs(prior) / 0.1);
   } else if (!slow_spec) {

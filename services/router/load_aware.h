@@ -38,7 +38,9 @@ namespace specdec::services {
 // every `explore_every` epochs while the arms are even, up to five times as seldom when one is
 // clearly ahead (exploring a losing arm is what this costs). A level still learning starts out
 // on AR when the nearest lower level has learned that AR wins clearly (speculation's advantage
-// only shrinks as the load grows), exploring as seldom as that level's advantage says.
+// only shrinks as the load grows), exploring as seldom as that level's advantage says; for the
+// same reason a level's estimate counts for no more than that of any lower level that has
+// learned (LogAdvantage reports the level's own).
 //
 // Exploring costs most where it loses most: under heavy load a speculative epoch makes every
 // request in flight catch its drafter up on its whole context and verify whole blocks in the

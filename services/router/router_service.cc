@@ -866,11 +866,16 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
   // run may outlast its epoch (it lasts while the arm holds), so each step after the first asks
   // which epoch it ended in and counts there, if that epoch runs the same arm (a plan that
   // changed under the run leaves its last steps unmeasured: they would mix arms). A step is
-  // clean when this request's previous step counted in the same epoch.
+  // clean when this request's previous step counted in the same epoch, or when it is the first
+  // step of a run (it began in this epoch, after the request's previous step had ended): what a
+  // run's first step costs (the round trip; for a speculative run after AR steps, the hosted
+  // drafter catching up on the context) is a cost of taking that arm now.
   auto observe_run_step = [&](const LoadAwareSpeculation::Step& began, int64_t tokens,
                               double seconds, bool first) {
     const LoadAwareSpeculation::Step at = first ? began : next_step(Clock::now());
-    if (at.arm == began.arm) load_aware->Observe(at, tokens, seconds, la_epoch == at.epoch);
+    if (at.arm == began.arm) {
+      load_aware->Observe(at, tokens, seconds, first || la_epoch == at.epoch);
+    }
     la_epoch = at.epoch;
   };
   double hosted_ms_per_token = 0;  // running mean of this request's server-side speculative runs

@@ -121,6 +121,26 @@ TEST(LoadAwareSpeculation, AHigherLevelStartsOnArWhenALowerOneLearnedArWins) {
   EXPECT_EQ(fresh.Next(t).arm, Arm::kSpeculative);
 }
 
+TEST(LoadAwareSpeculation, NoLevelIsCreditedWithMoreThanALowerOneLearned) {
+  LoadAwareSpeculation la;
+  Sim sim{la, Clock::now()};
+  // Level 3-4 learns that AR wins clearly (log advantage about -0.5).
+  for (int i = 0; i < 4; ++i) la.RequestStarted(sim.now);
+  sim.Run(4, 5, 16.5, 2, 4 * 800);
+  ASSERT_GE(la.Pairs(2), 12);
+  const double lower = la.LogAdvantage(2);
+  ASSERT_LT(lower, -0.4);
+  // At 8 in flight speculation measures twice as fast (log advantage +0.69), a reading no
+  // lighter load supports: the level keeps AR and explores as seldom as the lower level says.
+  for (int i = 0; i < 4; ++i) la.RequestStarted(sim.now);
+  sim.steps.clear();
+  sim.Run(8, 5, 5, 2, 8 * 400 * 400);
+  ASSERT_GE(la.Pairs(3), 12);
+  EXPECT_GT(la.LogAdvantage(3), 0.5);
+  EXPECT_NEAR(la.ExploreInterval(3), 10 * (1 + std::min(4.0, -lower / 0.1)), 1e-9);
+  EXPECT_GT(sim.steps[Arm::kAr], 10 * sim.steps[Arm::kSpeculative]);
+}
+
 TEST(LoadAwareSpeculation, OneArmPerEpochThenANewEpoch) {
   LoadAwareSpeculation la;
   const auto t0 = Clock::now();
