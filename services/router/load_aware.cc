@@ -108,21 +108,21 @@ void LoadAwareSpeculation::MeasureLocked(const Closed& e) {
 
 LoadAwareSpeculation::Rule LoadAwareSpeculation::RuleLocked(int level) const {
   const LevelState& l = levels_[level];
-  // A prior for a level still learning: speculation's advantage only shrinks as the load grows
-  // (each request gets less of the target's batch room), so when the nearest lower level that
-  // has learned says AR wins clearly, this level starts out exploiting AR instead of
-  // alternating, exploring as seldom as that level's advantage says, and its own pairs (from
-  // that exploration) take over.
-  bool prior_ar = false;
-  double prior = 0;
-  if (l.pairs < options_.confident_pairs) {
-    for (int k = level - 1; k >= 0; --k) {
-      if (levels_[k].pairs < options_.confident_pairs) continue;
-      prior = levels_[k].log_advantage;
-      prior_ar = prior < -0.1;
-      break;
-    }
+  // Speculation's advantage only shrinks as the load grows (each request gets less of the
+  // target's batch room), so the lower levels that have learned bound this one's: no level is
+  // credited with more advantage than any of them measured (under heavy load a level's epoch
+  // pairs are the noisiest, with bursts of prompts, and one that read a spurious advantage would
+  // speculate where every lighter load found AR faster); and a level still learning whose bound
+  // says AR is at least as fast starts out exploiting AR instead of alternating, exploring as
+  // seldom as the bound says, while its own pairs (from that exploration) accumulate.
+  bool bounded = false;
+  double bound = 0;
+  for (int k = level - 1; k >= 0; --k) {
+    if (levels_[k].pairs < options_.confident_pairs) continue;
+    bound = bounded ? std::min(bound, levels_[k].log_advantage) : levels_[k].log_advantage;
+    bounded = true;
   }
+  const bool prior_ar = l.pairs < options_.confident_pairs && bounded && bound <= 0;
   // Speculative epochs too slow to be measured here: as good as a prior that AR wins.
   const bool slow_spec = l.slow_spec >= 2;
   Rule r;
@@ -131,16 +131,7 @@ LoadAwareSpeculation::Rule LoadAwareSpeculation::RuleLocked(int level) const {
     r.every = 2;
     return r;
   }
-  // Speculation's advantage only shrinks as the load grows, so no level is credited with more
-  // than a lower confident level measured: under heavy load a level's epoch pairs are the
-  // noisiest (bursts of prompts), and one that read a spurious advantage would speculate where
-  // every lighter load found AR faster.
-  double advantage = l.log_advantage;
-  for (int k = level - 1; k >= 0; --k) {
-    if (levels_[k].pairs >= options_.confident_pairs) {
-      advantage = std::min(advantage, levels_[k].log_advantage);
-    }
-  }
+  const double advantage = bounded ? std::min(l.log_advantage, bound) : l.log_advantage;
   r.best = l.pairs < options_.min_pairs || advantage <= 0 ? Arm::kAr : Arm::kSpeculative;
   // Explore often while the estimate rests on few pairs (unless something says where to look);
   // then the clearer the advantage, the rarer the exploration: every explore_every epochs when
@@ -151,7 +142,7 @@ LoadAwareSpeculation::Rule LoadAwareSpeculation::RuleLocked(int level) const {
   if (l.pairs >= options_.confident_pairs) {
     r.every *= 1 + std::min(4.0, std::abs(advantage) / 0.1);
   } else if (prior_ar) {
-    r.every *= 1 + std::min(4.0, std::abs(prior) / 0.1);
+    r.every *= 1 + std::min(4.0, std::abs(bound) / 0.1);
   } else if (!slow_spec) {
     r.every = 3;
     r.settled = false;

@@ -36,11 +36,11 @@ namespace specdec::services {
 // then one runs the other arm, which makes new pairs with its neighbours so the estimate follows
 // changing conditions: every third epoch until the level has `confident_pairs` pairs, then
 // every `explore_every` epochs while the arms are even, up to five times as seldom when one is
-// clearly ahead (exploring a losing arm is what this costs). A level still learning starts out
-// on AR when the nearest lower level has learned that AR wins clearly (speculation's advantage
-// only shrinks as the load grows), exploring as seldom as that level's advantage says; for the
-// same reason a level's estimate counts for no more than that of any lower level that has
-// learned (LogAdvantage reports the level's own).
+// clearly ahead (exploring a losing arm is what this costs). Speculation's advantage only
+// shrinks as the load grows, so a level's estimate counts for no more than that of any lower
+// level that has learned (LogAdvantage reports the level's own), and a level still learning
+// starts out on AR, without alternating, when such a lower level found AR at least as fast,
+// exploring as seldom as that level's advantage says.
 //
 // Exploring costs most where it loses most: under heavy load a speculative epoch makes every
 // request in flight catch its drafter up on its whole context and verify whole blocks in the

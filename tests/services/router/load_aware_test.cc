@@ -121,6 +121,32 @@ TEST(LoadAwareSpeculation, AHigherLevelStartsOnArWhenALowerOneLearnedArWins) {
   EXPECT_EQ(fresh.Next(t).arm, Arm::kSpeculative);
 }
 
+TEST(LoadAwareSpeculation, AHigherLevelStartsOnArWhenALowerOneFoundTheArmsEven) {
+  LoadAwareSpeculation la;
+  Sim sim{la, Clock::now()};
+  // Level 3-4 learns that speculation is slightly slower (log(2 / 10.5 x 5) = -0.049).
+  for (int i = 0; i < 4; ++i) la.RequestStarted(sim.now);
+  sim.Run(4, 5, 10.5, 2, 4 * 1600);
+  ASSERT_GE(la.Pairs(2), 12);
+  const double lower = la.LogAdvantage(2);
+  ASSERT_LT(lower, 0);
+  ASSERT_GT(lower, -0.1);
+  // Speculation can only lose more at 8 in flight: no alternating there, AR from the start.
+  for (int i = 0; i < 4; ++i) la.RequestStarted(sim.now);
+  std::vector<Arm> first;
+  uint64_t last = 0;
+  for (int i = 0; i < 4000 && first.size() < 6; ++i) {
+    auto s = la.Next(sim.now);
+    if (s.epoch != last && s.level == 3) first.push_back(s.arm);
+    last = s.epoch;
+    la.Observe(s, 1, 0.008, true);
+    sim.now += milliseconds(1);
+  }
+  ASSERT_EQ(first.size(), 6u);
+  for (Arm a : first) EXPECT_EQ(a, Arm::kAr);
+  EXPECT_NEAR(la.ExploreInterval(3), 10 * (1 - lower / 0.1), 1e-9);
+}
+
 TEST(LoadAwareSpeculation, NoLevelIsCreditedWithMoreThanALowerOneLearned) {
   LoadAwareSpeculation la;
   Sim sim{la, Clock::now()};
