@@ -91,6 +91,21 @@ void RunWaitingRequests(LoadAwareSpeculation& la, Clock::time_point& now, int n,
   }
 }
 
+// The arms of the first `count` epochs chosen at `level`, stepping every 1 ms (8 ms AR steps).
+std::vector<Arm> FirstEpochArms(LoadAwareSpeculation& la, Clock::time_point& now, int level,
+                                size_t count) {
+  std::vector<Arm> arms;
+  uint64_t last = 0;
+  for (int i = 0; i < 4000 && arms.size() < count; ++i) {
+    auto s = la.Next(now);
+    if (s.epoch != last && s.level == level) arms.push_back(s.arm);
+    last = s.epoch;
+    la.Observe(s, 1, 0.008, true);
+    now += milliseconds(1);
+  }
+  return arms;
+}
+
 TEST(LoadAwareSpeculation, AHigherLevelStartsOnArWhenALowerOneLearnedArWins) {
   LoadAwareSpeculation la;
   Sim sim{la, Clock::now()};
@@ -101,15 +116,7 @@ TEST(LoadAwareSpeculation, AHigherLevelStartsOnArWhenALowerOneLearnedArWins) {
   ASSERT_LT(la.LogAdvantage(2), -0.4);
   // At 8 in flight nothing is measured yet, but the first epochs run AR.
   for (int i = 0; i < 4; ++i) la.RequestStarted(sim.now);
-  std::vector<Arm> first;
-  uint64_t last = 0;
-  for (int i = 0; i < 4000 && first.size() < 6; ++i) {
-    auto s = la.Next(sim.now);
-    if (s.epoch != last && s.level == 3) first.push_back(s.arm);
-    last = s.epoch;
-    la.Observe(s, 1, 0.008, true);
-    sim.now += milliseconds(1);
-  }
+  const std::vector<Arm> first = FirstEpochArms(la, sim.now, 3, 6);
   ASSERT_EQ(first.size(), 6u);
   for (Arm a : first) EXPECT_EQ(a, Arm::kAr);
   // And it explores as seldom as the lower level's clear advantage says: every 10 x 5 epochs.
@@ -133,15 +140,7 @@ TEST(LoadAwareSpeculation, AHigherLevelStartsOnArWhenALowerOneFoundTheArmsEven) 
   ASSERT_GT(lower, -0.1);
   // Speculation can only lose more at 8 in flight: no alternating there, AR from the start.
   for (int i = 0; i < 4; ++i) la.RequestStarted(sim.now);
-  std::vector<Arm> first;
-  uint64_t last = 0;
-  for (int i = 0; i < 4000 && first.size() < 6; ++i) {
-    auto s = la.Next(sim.now);
-    if (s.epoch != last && s.level == 3) first.push_back(s.arm);
-    last = s.epoch;
-    la.Observe(s, 1, 0.008, true);
-    sim.now += milliseconds(1);
-  }
+  const std::vector<Arm> first = FirstEpochArms(la, sim.now, 3, 6);
   ASSERT_EQ(first.size(), 6u);
   for (Arm a : first) EXPECT_EQ(a, Arm::kAr);
   EXPECT_NEAR(la.ExploreInterval(3), 10 * (1 - lower / 0.1), 1e-9);
