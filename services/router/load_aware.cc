@@ -54,7 +54,7 @@ void LoadAwareSpeculation::JudgeExplorationLocked(int level, bool won) {
 
 void LoadAwareSpeculation::MeasureLocked(const Closed& e) {
   if (e.epoch == 0) return;
-  if (!e.measurable || e.steps < options_.min_steps || e.seconds <= 0) {
+  if (!e.measurable || e.steps < options_.min_steps || e.tokens <= 0) {
     // Steps began in it, with requests in flight throughout, but too few finished cleanly: its
     // arm's steps are too slow to measure within an epoch at this load (an epoch with few steps
     // begun, or one that outlived itself with nothing in flight, was merely quiet; one that
@@ -73,7 +73,7 @@ void LoadAwareSpeculation::MeasureLocked(const Closed& e) {
   }
   if (e.alternating && e.arm == Arm::kSpeculative) levels_[e.chosen_level].slow_spec = 0;
   const int level = Level(e.load);
-  const double rate = e.tokens / e.seconds;
+  const double rate = e.tokens / e.span / std::max(1.0, e.load);
   Cell& c = cells_[level][static_cast<int>(e.arm)];
   c.rate = c.epochs == 0 ? rate : (1 - options_.alpha) * c.rate + options_.alpha * rate;
   ++c.epochs;
@@ -191,10 +191,10 @@ LoadAwareSpeculation::Step LoadAwareSpeculation::Next(Clock::time_point now) {
       const double span = Seconds(now - start_);
       if (recent && span > 0) load = load_integral_ / span;
       // The epoch before the one ending now has had all its steps finish: measure it. The one
-      // ending now waits for its straggling steps.
+      // ending now waits for its straggling steps (to count its clean ones).
       MeasureLocked(closed_);
-      closed_ = Closed{epoch_, arm_, level_,  exploring_, alternating_, settled_,
-                       false,  0,    tokens_, seconds_,   steps_,       started_};
+      closed_ = Closed{epoch_, arm_, level_, exploring_, alternating_, settled_,
+                       false,  0,    span,   tokens_,    steps_,       started_};
       // An epoch that outlived itself by a whole epoch was idle for part of it: its load
       // average says nothing about the load its steps saw, so it is not measured.
       closed_.measurable = span > 0 && span <= 2 * Seconds(options_.epoch);
@@ -210,7 +210,7 @@ LoadAwareSpeculation::Step LoadAwareSpeculation::Next(Clock::time_point now) {
     end_ = now + options_.epoch;
     load_since_ = now;
     load_integral_ = 0;
-    tokens_ = seconds_ = 0;
+    tokens_ = 0;
     steps_ = started_ = 0;
     s.new_epoch = true;
   }
@@ -223,18 +223,20 @@ LoadAwareSpeculation::Step LoadAwareSpeculation::Next(Clock::time_point now) {
   return s;
 }
 
-void LoadAwareSpeculation::Observe(const Step& step, int64_t tokens, double seconds, bool clean) {
-  if (!clean || tokens <= 0 || seconds <= 0) return;
+void LoadAwareSpeculation::Observe(const Step& step, bool clean) {
+  if (!clean) return;
   std::lock_guard<std::mutex> lock(mu_);
   if (open_ && step.epoch == epoch_) {
-    tokens_ += static_cast<double>(tokens);
-    seconds_ += seconds;
     ++steps_;
   } else if (step.epoch == closed_.epoch) {
-    closed_.tokens += static_cast<double>(tokens);
-    closed_.seconds += seconds;
     ++closed_.steps;
   }  // else: it outlived the epoch after its own and is not counted
+}
+
+void LoadAwareSpeculation::Committed(Clock::time_point now, int64_t tokens) {
+  if (tokens <= 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (open_ && now >= start_) tokens_ += static_cast<double>(tokens);
 }
 
 double LoadAwareSpeculation::LogAdvantage(int level) const {

@@ -17,14 +17,15 @@ namespace specdec::services {
 // hardware and the load, so it is measured, not tabled.
 //
 // Time is cut into epochs (default 250 ms). During an epoch every load-aware step of every
-// request takes the same arm, so the population is homogeneous and the step costs measured in
-// it are the costs that arm has at that load (a per-request measure in a mixed population is
+// request takes the same arm, so the population is homogeneous and what is measured in it is
+// what that arm delivers at that load (a per-request measure in a mixed population is
 // misleading: speculative requests riding in batches with AR ones look faster than either
-// population alone). An epoch's rate is committed tokens over step seconds of its clean steps
-// (a step is clean when the request's previous step ran in the same epoch, so no step of the
-// other arm overlapped it): the per-request decode rate, which at equal load is proportional to
-// the system's throughput. Its load level is the time-averaged number of requests in flight
-// (buckets 1, 2, 3-4, 5-8, 9-16, 17+).
+// population alone). An epoch's rate is the output tokens every request committed while it was
+// open, per second and per request in flight: the system's throughput, normalized by the load.
+// It counts what the time of the requests' steps alone would miss: the gaps between a request's
+// runs, its drafter and policy start-up, the prompts that joined the passes (a faster arm
+// finishes requests sooner and admits their successors sooner). Its load level is the
+// time-averaged number of requests in flight (buckets 1, 2, 3-4, 5-8, 9-16, 17+).
 //
 // Epoch rates are noisy (which prompts are in flight, their acceptance, prefills, a shared
 // machine), so arms are compared in pairs: two adjacent epochs at the same level with different
@@ -95,13 +96,16 @@ class LoadAwareSpeculation {
   };
   // The arm of the next step of a load-aware request.
   Step Next(Clock::time_point now);
-  // That step committed `tokens` in `seconds`; `clean` when the request's previous step ran in
-  // the same epoch. A step counts for the epoch it began in, if it ends before the epoch after
-  // that one closes.
-  void Observe(const Step& step, int64_t tokens, double seconds, bool clean);
+  // That step ended; `clean` when the request's previous step ran in the same epoch. A clean step
+  // counts for the epoch it began in, if it ends before the epoch after that one closes: an
+  // epoch with fewer than `min_steps` of them was too slow to measure.
+  void Observe(const Step& step, bool clean);
+  // A request (of any method) committed `tokens` output tokens at `now`: they count for the
+  // epoch open then.
+  void Committed(Clock::time_point now, int64_t tokens);
 
-  // Decayed mean per-request decode rate of an arm's epochs at a level (tokens/s; 0 when
-  // unknown) and the epochs measured.
+  // Decayed mean rate of an arm's epochs at a level (output tokens/s per request in flight; 0
+  // when unknown) and the epochs measured.
   double Rate(int level, Arm arm) const;
   int64_t Epochs(int level, Arm arm) const;
   // The median of log(speculative rate / AR rate) over the recent adjacent epoch pairs at a
@@ -151,8 +155,9 @@ class LoadAwareSpeculation {
     bool alternating = false;  // it ran while its level alternated
     bool settled = false;      // it ran while its level was settled (Rule::settled)
     bool measurable = false;
-    double load = 0;  // time-averaged requests in flight
-    double tokens = 0, seconds = 0;
+    double load = 0;      // time-averaged requests in flight
+    double span = 0;      // seconds it was open
+    double tokens = 0;    // output tokens committed while it was open
     int64_t steps = 0;    // clean steps measured
     int64_t started = 0;  // steps begun
   };
@@ -185,7 +190,7 @@ class LoadAwareSpeculation {
   int hold_ = 0;  // epochs after this one planned to run the same arm (Step::holds)
   Clock::time_point start_{}, end_{};
   double load_integral_ = 0;  // request-seconds since start_
-  double tokens_ = 0, seconds_ = 0;
+  double tokens_ = 0;         // output tokens committed since start_
   int64_t steps_ = 0, started_ = 0;
   Closed closed_;  // the epoch before the current one
 };

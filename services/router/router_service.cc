@@ -169,11 +169,12 @@ struct RouterMetrics {
                              .Register(r)),
         load_aware_rate(prometheus::BuildGauge()
                             .Name("specdec_load_aware_decode_rate")
-                            .Help("Measured per-request decode tokens/s by load level and arm")
+                            .Help("Measured output tokens/s per request in flight by load level "
+                                  "and arm (decayed mean over the arm's epochs)")
                             .Register(r)),
         load_aware_advantage(prometheus::BuildGauge()
                                  .Name("specdec_load_aware_log_advantage")
-                                 .Help("Median log(speculative / AR decode rate) over the recent "
+                                 .Help("Median log(speculative / AR epoch rate) over the recent "
                                        "paired epochs, by load level")
                                  .Register(r)),
         load_aware_pairs(prometheus::BuildGauge()
@@ -523,6 +524,10 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
       if (text) c->mutable_text()->append(text->Push(t));
     }
     if (step) *c->mutable_step() = *step;
+    // Every request's output counts for the load-aware epoch it lands in (its throughput).
+    if (options.load_aware && c->token_ids_size() > 0) {
+      load_aware->Committed(Clock::now(), c->token_ids_size());
+    }
     if (c->token_ids_size() > 0) {
       if (out.size() == static_cast<size_t>(c->token_ids_size())) {
         ttft_ms = MsSince(t_start);
@@ -862,20 +867,15 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
     }
     return s;
   };
-  // A step of a server-side run that began as `began`'s arm committed `tokens` in `seconds`. The
-  // run may outlast its epoch (it lasts while the arm holds), so each step after the first asks
-  // which epoch it ended in and counts there, if that epoch runs the same arm (a plan that
-  // changed under the run leaves its last steps unmeasured: they would mix arms). A step is
-  // clean when this request's previous step counted in the same epoch, or when it is the first
-  // step of a run (it began in this epoch, after the request's previous step had ended): what a
-  // run's first step costs (the round trip; for a speculative run after AR steps, the hosted
-  // drafter catching up on the context) is a cost of taking that arm now.
-  auto observe_run_step = [&](const LoadAwareSpeculation::Step& began, int64_t tokens,
-                              double seconds, bool first) {
+  // A step of a server-side run that began as `began`'s arm ended. The run may outlast its epoch
+  // (it lasts while the arm holds), so each step after the first asks which epoch it ended in
+  // and counts there, if that epoch runs the same arm (a plan that changed under the run leaves
+  // its last steps uncounted). A step is clean when this request's previous step counted in the
+  // same epoch, or when it is the first step of a run (it began in this epoch, after the
+  // request's previous step had ended).
+  auto observe_run_step = [&](const LoadAwareSpeculation::Step& began, bool first) {
     const LoadAwareSpeculation::Step at = first ? began : next_step(Clock::now());
-    if (at.arm == began.arm) {
-      load_aware->Observe(at, tokens, seconds, first || la_epoch == at.epoch);
-    }
+    if (at.arm == began.arm) load_aware->Observe(at, first || la_epoch == at.epoch);
     la_epoch = at.epoch;
   };
   double hosted_ms_per_token = 0;  // running mean of this request's server-side speculative runs
@@ -901,9 +901,8 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
                                 1, std::min(remaining, kLoadAwareMaxRunTokens));
         int64_t ran = 0;
         // A drafter service needs the AR steps' features; a hosted drafter is fed by the target.
-        RETURN_IF_ERROR(run(n, !hosted, 0, [&](size_t, double seconds) {
-          observe_run_step(*la, 1, seconds, ran++ == 0);
-        }));
+        RETURN_IF_ERROR(
+            run(n, !hosted, 0, [&](size_t, double) { observe_run_step(*la, ran++ == 0); }));
         stats.set_load_aware_ar_steps(stats.load_aware_ar_steps() + ran);
         metrics->load_aware_steps.Add({{"arm", LoadAwareSpeculation::ArmName(la->arm)}})
             .Increment(static_cast<double>(ran));
@@ -949,7 +948,7 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
             seconds * 1000.0 / static_cast<double>(std::max<size_t>(1, committed));
         hosted_ms_per_token =
             hosted_ms_per_token > 0 ? 0.8 * hosted_ms_per_token + 0.2 * per_token : per_token;
-        if (la) observe_run_step(*la, static_cast<int64_t>(committed), seconds, steps == 0);
+        if (la) observe_run_step(*la, steps == 0);
         ++steps;
       }));
       if (la) {
@@ -1010,8 +1009,7 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
     }
     RETURN_IF_ERROR(verify(rows, parents, proposal, &d.probs(), dflash, positions, draft_ms));
     if (la) {
-      load_aware->Observe(*la, static_cast<int64_t>(last_committed.size()), MsSince(td) / 1000.0,
-                          la_epoch == la->epoch);
+      load_aware->Observe(*la, la_epoch == la->epoch);
       la_epoch = la->epoch;
     }
     if (!dflash && dclient && !finished) {

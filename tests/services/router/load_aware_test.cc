@@ -1,6 +1,6 @@
 // LoadAwareSpeculation: epochs in which every load-aware step takes one arm; per (load level,
-// arm) decode rates from the clean steps of those epochs; exploration, then the faster arm with
-// periodic re-exploration; levels independent.
+// arm) rates of those epochs (output tokens/s per request in flight); exploration, then the faster
+// arm with periodic re-exploration; levels independent.
 #include "services/router/load_aware.h"
 
 #include <gtest/gtest.h>
@@ -43,7 +43,8 @@ struct Sim {
       LoadAwareSpeculation::Step s = la.Next(now);
       const bool ar = s.arm == Arm::kAr;
       const double ms = ar ? ar_ms : spec_ms;
-      la.Observe(s, ar ? 1 : tau, ms / 1000.0, prev[r] == s.epoch);
+      la.Observe(s, prev[r] == s.epoch);
+      la.Committed(now, ar ? 1 : tau);
       prev[r] = s.epoch;
       ++steps[s.arm];
       // The n requests step concurrently: the clock moves one step time per n steps.
@@ -78,7 +79,8 @@ void RunWaitingRequests(LoadAwareSpeculation& la, Clock::time_point& now, int n,
       if (r.busy_until > now) continue;
       if (r.running) {
         const bool ar = r.step.arm == Arm::kAr;
-        la.Observe(r.step, ar ? 1 : spec_tokens, r.ms / 1000, r.prev == r.step.epoch);
+        la.Observe(r.step, r.prev == r.step.epoch);
+        la.Committed(now, ar ? 1 : spec_tokens);
         r.prev = r.step.epoch;
       }
       r.step = la.Next(now);
@@ -100,7 +102,8 @@ std::vector<Arm> FirstEpochArms(LoadAwareSpeculation& la, Clock::time_point& now
     auto s = la.Next(now);
     if (s.epoch != last && s.level == level) arms.push_back(s.arm);
     last = s.epoch;
-    la.Observe(s, 1, 0.008, true);
+    la.Observe(s, true);
+    la.Committed(now, 1);
     now += milliseconds(1);
   }
   return arms;
@@ -230,7 +233,8 @@ void RunFourWhereSpeculationWins(
     auto s = la.Next(sim.now);
     on_step(s);
     const bool ar = s.arm == Arm::kAr;
-    la.Observe(s, ar ? 1 : 3, (ar ? 5 : 10) / 1000.0, prev[i % 4] == s.epoch);
+    la.Observe(s, prev[i % 4] == s.epoch);
+    la.Committed(sim.now, ar ? 1 : 3);
     prev[i % 4] = s.epoch;
     sim.now += milliseconds(ar ? 5 : 10) / 4;
   }
@@ -356,7 +360,8 @@ TEST(LoadAwareSpeculation, SpeculationTooSlowToMeasureStopsAlternatingAndBacksOf
     last = s.epoch;
     const bool ar = s.arm == Arm::kAr;
     const double ms = ar ? 14 : 600;
-    la.Observe(s, ar ? 1 : 3, ms / 1000, prev[i % 16] == s.epoch);
+    la.Observe(s, prev[i % 16] == s.epoch);
+    la.Committed(sim.now, ar ? 1 : 3);
     prev[i % 16] = s.epoch;
     sim.now += std::chrono::duration_cast<Clock::duration>(
         std::chrono::duration<double, std::milli>(ms / 16));
@@ -415,7 +420,8 @@ TEST(LoadAwareSpeculation, PairedEpochsCancelSlowDriftOfTheMachine) {
     auto s = la.Next(now);
     const bool ar = s.arm == Arm::kAr;
     const double ms = (ar ? 5.0 : 5.0 * 2 / 1.1) * slow;  // AR 1 token, speculation 2
-    la.Observe(s, ar ? 1 : 2, ms / 1000, prev[i % 4] == s.epoch);
+    la.Observe(s, prev[i % 4] == s.epoch);
+    la.Committed(now, ar ? 1 : 2);
     prev[i % 4] = s.epoch;
     if (at > 5) {
       ++total;
@@ -446,7 +452,8 @@ TEST(LoadAwareSpeculation, AnOutlierEpochDoesNotFlipTheChoice) {
     const bool ar = s.arm == Arm::kAr;
     const double slow = s.epoch % 7 == 0 ? 4 : 1;
     const double ms = (ar ? 4.0 : 10.0) * slow;
-    la.Observe(s, ar ? 1 : 2, ms / 1000, prev[i % 2] == s.epoch);
+    la.Observe(s, prev[i % 2] == s.epoch);
+    la.Committed(now, ar ? 1 : 2);
     prev[i % 2] = s.epoch;
     now += std::chrono::duration_cast<Clock::duration>(
         std::chrono::duration<double, std::milli>(ms / 2));
@@ -461,7 +468,7 @@ TEST(LoadAwareSpeculation, AnOutlierEpochDoesNotFlipTheChoice) {
   EXPECT_EQ(flips, 0) << "an outlier pair turned the estimate towards speculation";
 }
 
-TEST(LoadAwareSpeculation, StepsCountForTheEpochTheyBeganInUnlessUncleanOrTooLate) {
+TEST(LoadAwareSpeculation, CleanStepsCountForTheirEpochAndTokensWhenCommitted) {
   LoadAwareSpeculation::Options o;
   o.min_steps = 4;
   LoadAwareSpeculation la(o);
@@ -469,34 +476,66 @@ TEST(LoadAwareSpeculation, StepsCountForTheEpochTheyBeganInUnlessUncleanOrTooLat
   la.RequestStarted(t);
   auto e1 = la.Next(t);
   // Unclean steps (the request's previous step was in another epoch) never count, and 3 clean
-  // ones are too few.
-  for (int i = 0; i < 10; ++i) la.Observe(e1, 5, 0.001, false);
-  for (int i = 0; i < 3; ++i) la.Observe(e1, 5, 0.001, true);
-  t += milliseconds(260);
+  // ones are too few: epoch 1 is not measured, whatever it committed.
+  for (int i = 0; i < 10; ++i) la.Observe(e1, false);
+  for (int i = 0; i < 3; ++i) la.Observe(e1, true);
+  la.Committed(t + milliseconds(100), 50);
+  t += milliseconds(250);
   auto e2 = la.Next(t);
   EXPECT_NE(e2.epoch, e1.epoch);
-  // Epoch 2 gets 4 clean steps, two of them finishing after it closed: they still count.
-  for (int i = 0; i < 2; ++i) la.Observe(e2, 1, 0.004, true);
-  t += milliseconds(260);
+  // Epoch 2 commits 50 tokens in its 250 ms with one request in flight: 200 tokens/s. It gets 4
+  // clean steps, two of them finishing after it closed: they still count.
+  for (int i = 0; i < 2; ++i) la.Observe(e2, true);
+  la.Committed(t + milliseconds(125), 50);
+  t += milliseconds(250);
   auto e3 = la.Next(t);  // measures epoch 1 (not enough steps); epoch 2 waits
   EXPECT_EQ(la.Epochs(0, e1.arm), 0);
-  for (int i = 0; i < 2; ++i) la.Observe(e2, 1, 0.004, true);
+  for (int i = 0; i < 2; ++i) la.Observe(e2, true);
   // A step of epoch 1 finishing now is too late for anything.
-  for (int i = 0; i < 10; ++i) la.Observe(e1, 5, 0.001, true);
-  for (int i = 0; i < 4; ++i) la.Observe(e3, 3, 0.012, true);
-  t += milliseconds(260);
+  for (int i = 0; i < 10; ++i) la.Observe(e1, true);
+  // Tokens count for the epoch open when they are committed, whenever their step began.
+  la.Committed(t + milliseconds(10), 30);
+  for (int i = 0; i < 4; ++i) la.Observe(e3, true);
+  t += milliseconds(250);
   la.Next(t);  // measures epoch 2
   EXPECT_EQ(la.Epochs(0, e2.arm), 1);
-  EXPECT_NEAR(la.Rate(0, e2.arm), 250, 1e-6);
-  // Epoch 3 ran until an idle spell made it outlive itself: not measured.
+  EXPECT_NEAR(la.Rate(0, e2.arm), 200, 1e-6);
+  // Epoch 4 ran until an idle spell made it outlive itself: not measured.
   auto e4 = la.Next(t);
-  for (int i = 0; i < 8; ++i) la.Observe(e4, 1, 0.004, true);
+  for (int i = 0; i < 8; ++i) la.Observe(e4, true);
+  la.Committed(t + milliseconds(100), 40);
   t += milliseconds(900);
-  la.Next(t);  // closes epoch 4 (too long) and measures epoch 3
-  t += milliseconds(260);
+  la.Next(t);  // closes epoch 4 (too long) and measures epoch 3: 30 tokens in 250 ms
+  EXPECT_EQ(la.Epochs(0, e3.arm), e3.arm == e2.arm ? 2 : 1);
+  t += milliseconds(250);
   la.Next(t);  // measures epoch 4
   const int64_t ar = la.Epochs(0, Arm::kAr), spec = la.Epochs(0, Arm::kSpeculative);
   EXPECT_EQ(ar + spec, 2) << "epochs 2 and 3 measured, 1 and 4 not";
+  // The epoch-3 rate (120 tokens/s) is in its arm's decayed mean.
+  if (e3.arm != e2.arm) EXPECT_NEAR(la.Rate(0, e3.arm), 120, 1e-6);
+}
+
+TEST(LoadAwareSpeculation, EpochRateIsThroughputPerRequestInFlight) {
+  // Two requests in flight for a whole epoch commit 100 tokens in 250 ms: 200 tokens/s each. In
+  // the next epoch a third joins halfway (2.5 requests on average) and they commit 150 tokens:
+  // 240 tokens/s each.
+  LoadAwareSpeculation::Options o;
+  o.min_steps = 1;
+  LoadAwareSpeculation la(o);
+  auto t = Clock::now();
+  la.RequestStarted(t);
+  la.RequestStarted(t);
+  auto e1 = la.Next(t);
+  la.Observe(e1, true);
+  la.Committed(t + milliseconds(50), 100);
+  auto e2 = la.Next(t + milliseconds(250));
+  la.RequestStarted(t + milliseconds(375));
+  la.Observe(e2, true);
+  la.Committed(t + milliseconds(300), 150);
+  la.Next(t + milliseconds(500));  // measures epoch 1
+  EXPECT_NEAR(la.Rate(1, e1.arm), 200, 1e-6);
+  la.Next(t + milliseconds(750));  // measures epoch 2
+  EXPECT_NEAR(la.Rate(LoadAwareSpeculation::Level(2.5), e2.arm), 240, 1e-6);
 }
 
 TEST(LoadAwareSpeculation, EpochLevelIsTheTimeAveragedLoad) {
@@ -506,7 +545,10 @@ TEST(LoadAwareSpeculation, EpochLevelIsTheTimeAveragedLoad) {
   auto s = la.Next(t);
   EXPECT_EQ(s.level, 0);
   la.RequestStarted(t + milliseconds(10));  // two in flight for almost the whole epoch
-  for (int i = 0; i < 8; ++i) la.Observe(s, 1, 0.005, true);
+  for (int i = 0; i < 8; ++i) {
+    la.Observe(s, true);
+    la.Committed(t + milliseconds(20 * i), 1);
+  }
   auto s2 = la.Next(t + milliseconds(250));
   EXPECT_EQ(s2.level, 1);
   la.Next(t + milliseconds(500));     // measures the first epoch
@@ -515,11 +557,60 @@ TEST(LoadAwareSpeculation, EpochLevelIsTheTimeAveragedLoad) {
   EXPECT_EQ(la.in_flight(), 2);
 }
 
+TEST(LoadAwareSpeculation, TimeBetweenARequestsStepsCountsAgainstItsArm) {
+  // Four requests. A speculative step commits 2 tokens in 10 ms and an AR step 1 token, but
+  // every speculative step is followed by 15 ms in which the request has no step going (a
+  // round trip, a drafter to start): 80 tokens/s per request against AR's 100. The time of the
+  // steps alone would rate speculation at 200.
+  LoadAwareSpeculation la(QuickOptions());
+  auto now = Clock::now();
+  constexpr int kRequests = 4;
+  for (int i = 0; i < kRequests; ++i) la.RequestStarted(now);
+  struct Req {
+    Clock::time_point busy_until;
+    LoadAwareSpeculation::Step step;
+    uint64_t prev = 0;
+    bool stepping = false;  // else between steps (or not started)
+  };
+  std::vector<Req> reqs(kRequests);
+  for (int i = 0; i < kRequests; ++i) reqs[i].busy_until = now + milliseconds(3 * i);
+  const auto end = now + std::chrono::seconds(30);
+  int spec_epochs = 0, epochs = 0;
+  while (now < end) {
+    for (Req& r : reqs) {
+      if (r.busy_until > now) continue;
+      if (r.stepping) {
+        const bool ar = r.step.arm == Arm::kAr;
+        la.Observe(r.step, r.prev == r.step.epoch);
+        la.Committed(now, ar ? 1 : 2);
+        r.prev = r.step.epoch;
+        r.stepping = false;
+        if (!ar) {
+          r.busy_until = now + milliseconds(15);
+          continue;
+        }
+      }
+      r.step = la.Next(now);
+      if (r.step.new_epoch) {
+        ++epochs;
+        spec_epochs += r.step.arm == Arm::kSpeculative;
+      }
+      r.stepping = true;
+      r.busy_until = now + milliseconds(10);
+    }
+    now += milliseconds(1);
+  }
+  const int level = LoadAwareSpeculation::Level(kRequests);
+  EXPECT_NEAR(la.Rate(level, Arm::kAr), 100, 5);
+  EXPECT_NEAR(la.Rate(level, Arm::kSpeculative), 80, 8);
+  EXPECT_LT(la.LogAdvantage(level), std::log(0.9));
+  EXPECT_LT(spec_epochs, epochs / 3) << "of " << epochs << " epochs";
+}
+
 TEST(LoadAwareSpeculation, LongStepsStraddlingAnEpochEndStillCount) {
   // Speculative steps take 60 or 180 ms (2 tokens) against AR's 20 ms (1 token): per request AR
-  // wins, 50 against 16.7 tokens/s. Counting only steps that end inside their 250 ms epoch would
-  // keep the short speculative steps more often than the long ones and flatter speculation;
-  // counting every step for the epoch it began in measures the true rates.
+  // wins, 50 against 16.7 tokens/s. A speculative epoch holds a dozen steps of two lengths, some
+  // of which end in the epoch after; tokens counted when committed measure the true rates.
   LoadAwareSpeculation la;
   auto now = Clock::now();
   constexpr int kRequests = 8;
