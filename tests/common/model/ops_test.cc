@@ -23,7 +23,9 @@ TEST(GemmRowsTest, ExactUpTo32ThenRoundedUp) {
   for (int64_t r = 1; r <= 4096; ++r) {
     const int64_t g = GemmRows(r);
     ASSERT_GE(g, r);
-    if (r > 256) EXPECT_LE(g - r, r * 0.25) << r;
+    if (r > 256) {
+      EXPECT_LE(g - r, r * 0.25) << r;
+    }
     distinct.insert(g);
   }
   EXPECT_LE(distinct.size(), 90u);

@@ -474,7 +474,9 @@ TEST_F(TargetServiceTest, AHostedDraftingRunCommitsExactlyTheStepwiseTokens) {
         EXPECT_EQ(v.pass_rows(), rows);
         EXPECT_GT(v.compute_ms(), 0);
         EXPECT_EQ(v.draft_pass_rows(), v.rows_verified());
-        if (v.rows_verified() > 0) EXPECT_GT(v.draft_ms(), 0);
+        if (v.rows_verified() > 0) {
+          EXPECT_GT(v.draft_ms(), 0);
+        }
         EXPECT_LE(v.num_accepted(), rows - 1);
         EXPECT_EQ(v.committed_size(), v.num_accepted() + 1);
         got.insert(got.end(), v.committed().begin(), v.committed().end());
