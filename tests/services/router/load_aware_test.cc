@@ -57,11 +57,13 @@ struct Sim {
 // `n` requests that each wait on their own step, as the router's do (a request starts its next
 // step when its previous one ends), for `duration` on a 1 ms clock; request i starts `stagger` x i
 // into the run. A request's k-th step of an arm (counted from 0) takes step_ms(arm, k) and commits
-// 1 token (AR) or `spec_tokens`; on_epoch(arm) is called for every epoch a step began.
+// 1 token (AR) or `spec_tokens`, after which the request has no step going for gap_ms(arm) (0
+// without it); on_epoch(arm) is called for every epoch a step began.
 void RunWaitingRequests(LoadAwareSpeculation& la, Clock::time_point& now, int n,
                         std::chrono::milliseconds duration, std::chrono::milliseconds stagger,
                         const std::function<double(Arm, int)>& step_ms, int spec_tokens,
-                        const std::function<void(Arm)>& on_epoch = nullptr) {
+                        const std::function<void(Arm)>& on_epoch = nullptr,
+                        const std::function<double(Arm)>& gap_ms = nullptr) {
   for (int i = 0; i < n; ++i) la.RequestStarted(now);
   struct Req {
     Clock::time_point busy_until;
@@ -82,6 +84,12 @@ void RunWaitingRequests(LoadAwareSpeculation& la, Clock::time_point& now, int n,
         la.Observe(r.step, r.prev == r.step.epoch);
         la.Committed(now, ar ? 1 : spec_tokens);
         r.prev = r.step.epoch;
+        r.running = false;
+        const double gap = gap_ms ? gap_ms(r.step.arm) : 0;
+        if (gap > 0) {
+          r.busy_until = now + milliseconds(static_cast<int>(gap));
+          continue;
+        }
       }
       r.step = la.Next(now);
       if (r.step.new_epoch && on_epoch) on_epoch(r.step.arm);
@@ -565,41 +573,15 @@ TEST(LoadAwareSpeculation, TimeBetweenARequestsStepsCountsAgainstItsArm) {
   LoadAwareSpeculation la(QuickOptions());
   auto now = Clock::now();
   constexpr int kRequests = 4;
-  for (int i = 0; i < kRequests; ++i) la.RequestStarted(now);
-  struct Req {
-    Clock::time_point busy_until;
-    LoadAwareSpeculation::Step step;
-    uint64_t prev = 0;
-    bool stepping = false;  // else between steps (or not started)
-  };
-  std::vector<Req> reqs(kRequests);
-  for (int i = 0; i < kRequests; ++i) reqs[i].busy_until = now + milliseconds(3 * i);
-  const auto end = now + std::chrono::seconds(30);
   int spec_epochs = 0, epochs = 0;
-  while (now < end) {
-    for (Req& r : reqs) {
-      if (r.busy_until > now) continue;
-      if (r.stepping) {
-        const bool ar = r.step.arm == Arm::kAr;
-        la.Observe(r.step, r.prev == r.step.epoch);
-        la.Committed(now, ar ? 1 : 2);
-        r.prev = r.step.epoch;
-        r.stepping = false;
-        if (!ar) {
-          r.busy_until = now + milliseconds(15);
-          continue;
-        }
-      }
-      r.step = la.Next(now);
-      if (r.step.new_epoch) {
+  RunWaitingRequests(
+      la, now, kRequests, std::chrono::seconds(30), milliseconds(3), [](Arm, int) { return 10.0; },
+      2,
+      [&](Arm arm) {
         ++epochs;
-        spec_epochs += r.step.arm == Arm::kSpeculative;
-      }
-      r.stepping = true;
-      r.busy_until = now + milliseconds(10);
-    }
-    now += milliseconds(1);
-  }
+        spec_epochs += arm == Arm::kSpeculative;
+      },
+      [](Arm arm) { return arm == Arm::kAr ? 0.0 : 15.0; });
   const int level = LoadAwareSpeculation::Level(kRequests);
   EXPECT_NEAR(la.Rate(level, Arm::kAr), 100, 5);
   EXPECT_NEAR(la.Rate(level, Arm::kSpeculative), 80, 8);
