@@ -56,8 +56,10 @@ class SessionLoop {
     // sent. A returned request is queued for the same stream (to run in a later pass, like an
     // operation the client sent) and answered on the stream like one; the hook may also adjust
     // the response (e.g. say that more answers follow). Nothing is queued once the stream is
-    // gone, and the stream does not finish while a continuation is pending.
-    std::function<std::optional<Req>(uint64_t owner, const Req&, const absl::Status&, Resp*)>
+    // gone, and the stream does not finish while a continuation is pending. `elapsed`: seconds
+    // since the operation was queued (its queueing and its compute).
+    std::function<std::optional<Req>(uint64_t owner, const Req&, const absl::Status&,
+                                     double elapsed, Resp*)>
         follow_up;
     std::function<void()> periodic;  // about once a second (lease sweeps)
     // The stream ended: free what it owns. Runs on the scheduler thread, after every operation
@@ -281,7 +283,10 @@ class SessionLoop {
       const double queued = std::chrono::duration<double>(t0 - w.enqueued).count();
       if (hooks_.observe) hooks_.observe(w.request, s, queued, compute[i]);
       std::optional<Req> next;
-      if (hooks_.follow_up) next = hooks_.follow_up(w.owner, w.request, s, &resp);
+      if (hooks_.follow_up) {
+        const double elapsed = std::chrono::duration<double>(Clock::now() - w.enqueued).count();
+        next = hooks_.follow_up(w.owner, w.request, s, elapsed, &resp);
+      }
       if (!s.ok()) {
         resp.clear_result();
         auto* e = resp.mutable_error();

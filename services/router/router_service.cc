@@ -696,15 +696,13 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
   // for the run instead of one or two per step. Without `block` every step is a single-row AR
   // step (the tokens n single-row verifies would commit); with `block` >= 2 the target drafts
   // every block with its hosted DFlash drafter (draft_block_size). The run stops at a stop token
-  // (the target stops there too) or the length. `each` gets every step's committed tokens and
-  // seconds.
+  // (the target stops there too), the length, or `max_ms` after it began when that is > 0
+  // (TargetVerify.run_max_ms). `each` is called after every step.
   auto run = [&](int32_t n, bool want_features, int32_t block,
-                 const std::function<void(size_t committed, double seconds)>& each =
-                     nullptr) -> absl::Status {
+                 const std::function<void()>& each = nullptr, double max_ms = 0) -> absl::Status {
     if (n <= 1 && block == 0) {
-      const auto t1 = Clock::now();
       RETURN_IF_ERROR(verify({last}, {}, v1::TargetVerify::ONE_HOT, nullptr, want_features, 0, 0));
-      if (each) each(last_committed.size(), MsSince(t1) / 1000.0);
+      if (each) each();
       return absl::OkStatus();
     }
     const char* what = block > 0 ? "target speculative run" : "target run";
@@ -716,6 +714,7 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
     v->set_return_features(want_features);
     v->set_run_steps(n);
     v->set_draft_block_size(block);
+    v->set_run_max_ms(static_cast<float>(max_ms));
     for (int32_t t : stops) v->add_run_stop_token_ids(t);
     auto tv = Clock::now();
     bool first_step = true;  // its time includes the round trip
@@ -748,7 +747,7 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
       first_step = false;
       if (nrows >= 2) block_model.ObserveAcceptance(nrows - 1, gv.num_accepted());
       apply(*got, static_cast<size_t>(nrows), nrows - 1, 0, ms);
-      if (each) each(last_committed.size(), ms / 1000.0);
+      if (each) each();
       tv = Clock::now();
       if (finished || gv.run_left() == 0) return absl::OkStatus();
       if (cancelled()) return absl::CancelledError("cancelled by the client");
@@ -853,8 +852,11 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
   const int32_t budget = req.tree_budget() > 0 ? req.tree_budget() : 16;
   const int32_t depth = req.tree_max_depth() > 0 ? req.tree_max_depth() : 8;
   uint64_t la_epoch = 0;  // epoch of this request's previous load-aware step
-  auto ms_until = [](Clock::time_point until, Clock::time_point from) {
-    return std::chrono::duration<double, std::milli>(until - from).count();
+  // The time bound of a load-aware run beginning at `from`: until its arm is next due to change
+  // (both arms' runs then end within a step of an epoch boundary, so that neither arm's steps
+  // spill into the other's epochs), at least a moment (a run makes at least one step).
+  auto run_ms = [](const LoadAwareSpeculation::Step& s, Clock::time_point from) {
+    return std::max(0.01, std::chrono::duration<double, std::milli>(s.holds - from).count());
   };
   // The load-aware arm of a step beginning now (a new epoch is counted in the metrics).
   auto next_step = [&](Clock::time_point now) {
@@ -878,7 +880,6 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
     if (at.arm == began.arm) load_aware->Observe(at, first || la_epoch == at.epoch);
     la_epoch = at.epoch;
   };
-  double hosted_ms_per_token = 0;  // running mean of this request's server-side speculative runs
   while (!finished) {
     if (cancelled()) return absl::CancelledError("cancelled by the client");
     const int32_t remaining = max_new - static_cast<int32_t>(out.size());
@@ -892,17 +893,13 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
     if (load_aware_on) {
       la = next_step(td);
       if (la->arm == LoadAwareSpeculation::Arm::kAr) {
-        // An AR run until the arm is next due to change, that still collects the features the
-        // drafter will need later. Before any AR step was measured: a typical batched step on
-        // this class of machine.
-        const double step_ms = ar_step_ms.load() > 0 ? ar_step_ms.load() : 5.0;
-        const int32_t n =
-            std::clamp<int32_t>(static_cast<int32_t>(std::ceil(ms_until(la->holds, td) / step_ms)),
-                                1, std::min(remaining, kLoadAwareMaxRunTokens));
+        // An AR run until the arm is next due to change (the target ends it at that time), that
+        // still collects the features the drafter will need later.
         int64_t ran = 0;
         // A drafter service needs the AR steps' features; a hosted drafter is fed by the target.
-        RETURN_IF_ERROR(
-            run(n, !hosted, 0, [&](size_t, double) { observe_run_step(*la, ran++ == 0); }));
+        RETURN_IF_ERROR(run(
+            std::min(remaining, kLoadAwareMaxRunTokens), !hosted, 0,
+            [&] { observe_run_step(*la, ran++ == 0); }, run_ms(*la, td)));
         stats.set_load_aware_ar_steps(stats.load_aware_ar_steps() + ran);
         metrics->load_aware_steps.Add({{"arm", LoadAwareSpeculation::ArmName(la->arm)}})
             .Increment(static_cast<double>(ran));
@@ -921,16 +918,8 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
     if (hosted) {
       // A server-side speculative run: the target drafts every block with its hosted drafter and
       // verifies it in its next pass, answering each step as it commits; under load awareness
-      // the run lasts about to the end of the epoch, at the rate this request's runs decoded.
-      int32_t n = std::min(remaining, kMaxRunTokens);
-      if (la) {
-        const double ms_per_token = hosted_ms_per_token > 0 ? hosted_ms_per_token
-                                    : ar_step_ms.load() > 0 ? ar_step_ms.load()
-                                                            : 5.0;
-        n = std::clamp<int32_t>(
-            static_cast<int32_t>(std::ceil(ms_until(la->holds, td) / ms_per_token)), 2,
-            std::min(remaining, kLoadAwareMaxRunTokens));
-      }
+      // the run lasts until the arm is next due to change (the target ends it at that time).
+      const int32_t n = std::min(remaining, la ? kLoadAwareMaxRunTokens : kMaxRunTokens);
       stats.set_target_drafted(true);
       // Under load awareness the block the step-cost model predicts fastest for the requests in
       // flight now, at most BlockPilot's.
@@ -943,14 +932,13 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
             .Increment();
       }
       int64_t steps = 0;
-      RETURN_IF_ERROR(run(n, false, block, [&](size_t committed, double seconds) {
-        const double per_token =
-            seconds * 1000.0 / static_cast<double>(std::max<size_t>(1, committed));
-        hosted_ms_per_token =
-            hosted_ms_per_token > 0 ? 0.8 * hosted_ms_per_token + 0.2 * per_token : per_token;
-        if (la) observe_run_step(*la, steps == 0);
-        ++steps;
-      }));
+      RETURN_IF_ERROR(run(
+          n, false, block,
+          [&] {
+            if (la) observe_run_step(*la, steps == 0);
+            ++steps;
+          },
+          la ? run_ms(*la, td) : 0.0));
       if (la) {
         if (steps > 1) {
           metrics->load_aware_steps.Add({{"arm", LoadAwareSpeculation::ArmName(la->arm)}})

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <deque>
 #include <iostream>
@@ -165,7 +166,8 @@ class TargetCore {
       metrics_->Op(op, s.code());
     };
     h.follow_up = [this](uint64_t, const v1::TargetRequest& r, const absl::Status& s,
-                         v1::TargetResponse* resp) { return RunContinuation(r, s, resp); };
+                         double elapsed,
+                         v1::TargetResponse* resp) { return RunContinuation(r, s, elapsed, resp); };
     h.periodic = [this] {
       if (table_.ExpireIdle() > 0) UpdateGauges();
     };
@@ -348,10 +350,12 @@ class TargetCore {
     int64_t pass_rows = 0;  // rows of that pass
   };
 
-  // The next step of a server-side AR run (TargetVerify.run_steps), or nullopt when the run is
-  // over: the step failed, committed a stop token, filled the cache or was the last one.
+  // The next step of a server-side run (TargetVerify.run_steps), or nullopt when the run is
+  // over: the step failed, committed a stop token, filled the cache, was the last one or ended
+  // its time bound (`elapsed`: seconds since the step was queued; the next step is queued now,
+  // so the bound carried to it is what is left).
   std::optional<v1::TargetRequest> RunContinuation(const v1::TargetRequest& r,
-                                                   const absl::Status& s,
+                                                   const absl::Status& s, double elapsed,
                                                    v1::TargetResponse* resp) const {
     if (!s.ok() || !r.has_verify() || r.verify().run_steps() <= 1 || !resp->has_verify()) {
       return std::nullopt;
@@ -367,6 +371,11 @@ class TargetCore {
       }
     }
     if (res.length() + 1 > model_->max_context()) return std::nullopt;
+    float max_ms = 0;
+    if (v.run_max_ms() > 0) {
+      max_ms = v.run_max_ms() - static_cast<float>(elapsed * 1000.0);
+      if (max_ms <= 0) return std::nullopt;
+    }
     v1::TargetRequest n;
     v1::TargetVerify* nv = n.mutable_verify();
     nv->set_handle(v.handle());
@@ -376,6 +385,7 @@ class TargetCore {
     nv->set_run_steps(left);
     *nv->mutable_run_stop_token_ids() = v.run_stop_token_ids();
     nv->set_draft_block_size(v.draft_block_size());
+    nv->set_run_max_ms(max_ms);
     resp->mutable_verify()->set_run_left(left);
     return n;
   }
@@ -384,6 +394,11 @@ class TargetCore {
     if (v.run_steps() < 0 || v.run_steps() > kMaxRunSteps) {
       return absl::InvalidArgumentError(
           absl::StrCat("verify.run_steps must be in [0, ", kMaxRunSteps, "], got ", v.run_steps()));
+    }
+    if (!std::isfinite(v.run_max_ms()) || v.run_max_ms() < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "verify.run_max_ms must be a finite number of milliseconds >= 0 (0: no time bound), got ",
+          v.run_max_ms()));
     }
     if (v.run_steps() > 1 &&
         (v.tokens_size() != 1 || v.tree_parents_size() > 0 || v.has_draft_probs())) {

@@ -9,8 +9,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <thread>
 
 #include "common/engine/target_session.h"
@@ -428,6 +430,72 @@ TEST_F(TargetServiceTest, ARunEndsAtAStopTokenOrAFullCacheAndValidatesItsShape) 
   }());
   EXPECT_EQ(e.error().code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(e.error().message().find("run_steps"), std::string::npos) << e.error().message();
+  o.stream->WritesDone();
+  EXPECT_TRUE(o.stream->Finish().ok());
+}
+
+// run_max_ms bounds a run in time: it ends after the first step that finishes past the bound,
+// having committed exactly the stepwise tokens up to there.
+TEST_F(TargetServiceTest, ARunEndsAtItsTimeBound) {
+  StartServer();
+  const std::vector<int32_t> prompt = {3, 9, 27, 20, 1};
+  const std::vector<int32_t> want = StepwiseTokens(stub_.get(), prompt, 0.f, 40);
+  Open o = OpenStream();
+  v1::TargetResponse r = Call(o.stream.get(), Prefill(1, prompt));
+  ASSERT_TRUE(r.has_prefill()) << r.error().message();
+  const std::string h = r.prefill().handle().id();
+  // Reads one run's answers (request seq `seq`) up to its last.
+  auto read_run = [&](uint64_t seq, std::vector<int32_t>* got) {
+    v1::TargetResponse step;
+    int64_t length = 0;
+    do {
+      if (!o.stream->Read(&step) || !step.has_verify()) {
+        ADD_FAILURE() << step.error().message();
+        return length;
+      }
+      EXPECT_EQ(step.seq(), seq);
+      got->push_back(step.verify().next_token());
+      length = step.verify().length();
+    } while (step.verify().run_left() > 0);
+    return length;
+  };
+  // A bound already spent after the first step: that step alone.
+  v1::TargetRequest run = Verify(2, h, {r.prefill().first_token()});
+  run.mutable_verify()->set_run_steps(30);
+  run.mutable_verify()->set_run_max_ms(1e-3f);
+  ASSERT_TRUE(o.stream->Write(run));
+  std::vector<int32_t> got;
+  read_run(2, &got);
+  ASSERT_EQ(got.size(), 1u);
+  // A bound far away: the run commits all its steps.
+  run = Verify(3, h, {got.back()});
+  run.mutable_verify()->set_run_steps(10);
+  run.mutable_verify()->set_run_max_ms(60000.f);
+  ASSERT_TRUE(o.stream->Write(run));
+  read_run(3, &got);
+  ASSERT_EQ(got.size(), 11u);
+  EXPECT_EQ(got, std::vector<int32_t>(want.begin(), want.begin() + 11));
+  // A run of more steps than the cache holds, bounded to 5 ms: it ends before the cache is full,
+  // and not before its bound.
+  run = Verify(4, h, {got.back()});
+  run.mutable_verify()->set_run_steps(4000);
+  run.mutable_verify()->set_run_max_ms(5.f);
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(o.stream->Write(run));
+  const int64_t length = read_run(4, &got);
+  const double took_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GE(took_ms, 5.0);
+  EXPECT_LT(length, 128);  // max_position_embeddings
+  // A negative or non-finite bound is refused, naming the field.
+  for (float bad : {-1.f, std::numeric_limits<float>::quiet_NaN()}) {
+    v1::TargetRequest v = Verify(5, h, {got.back()});
+    v.mutable_verify()->set_run_steps(3);
+    v.mutable_verify()->set_run_max_ms(bad);
+    v1::TargetResponse e = Call(o.stream.get(), v);
+    EXPECT_EQ(e.error().code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(e.error().message().find("run_max_ms"), std::string::npos) << e.error().message();
+  }
   o.stream->WritesDone();
   EXPECT_TRUE(o.stream->Finish().ok());
 }
