@@ -9,7 +9,9 @@
       waits until Prometheus answers /-/ready.
   check_prometheus_e2e.py check --prometheus HOST:PORT --clients FILE --router HOST:PORT
           --grpc HOST:PORT... --metrics HOST:PORT...
-      the checks; FILE has one line per client call (see prometheus_e2e_test.sh). It waits
+      the checks; FILE has one line per client call (see prometheus_e2e_test.sh). The routers:
+      the main one, one without a policy, one without a drafter and one with load-aware
+      speculation drafting on the target (--router-load-aware). It waits
       until Prometheus has scraped the final counters, then requires:
         - every scrape target up and every gRPC server SERVING on the standard health service
           (what the Helm chart's probes call);
@@ -27,8 +29,10 @@
           per-position, fallback and error counters to equal the clients' counts;
         - every router to report each backend address it was given healthy
           (specdec_replica_healthy 1) and to have sent each backend the requests that reached it
-          (specdec_replica_picks_total), and the target's batch-size histogram to account for
-          every verify operation (sum = successful verifies = the routers' verify passes).
+          (specdec_replica_picks_total; the load-aware router asks the policy only for the
+          requests that took a speculative step, those whose summary reports a block size), and
+          the target's batch-size histogram to account for every verify operation (sum =
+          successful verifies = the routers' verify passes).
 """
 import argparse
 import json
@@ -110,17 +114,21 @@ def cmd_ready(args):
 
 
 def parse_clients(path):
-    """[{router, method, outcome, tokens, steps}] from the client log."""
+    """[{router, method, outcome, tokens, steps, block, note}] from the client log (block: the
+    block size the request's summary reports, 0 when it drafted nothing; note: its note)."""
     calls = []
     for line in open(path):
         router, method, outcome, rest = line.rstrip("\n").split("\t", 3)
-        c = {"router": router, "method": method, "outcome": outcome, "tokens": None, "steps": None}
-        m = re.search(r"via \S+: (\d+) tokens in .*?, tau [0-9.]+, (\d+) target steps", rest)
+        c = {"router": router, "method": method, "outcome": outcome, "tokens": None, "steps": None,
+             "block": None, "note": ""}
+        m = re.search(r"via \S+: (\d+) tokens in .*?, tau [0-9.]+, (\d+) target steps, "
+                      r"block size (\d+)(?:; (.*))?$", rest)
         if outcome == "OK":
             if not m:
                 fail(f"client output without stats: {rest}")
                 continue
-            c["tokens"], c["steps"] = int(m.group(1)), int(m.group(2))
+            c["tokens"], c["steps"], c["block"] = int(m.group(1)), int(m.group(2)), int(m.group(3))
+            c["note"] = m.group(4) or ""
         elif outcome not in rest:
             fail(f"{router} {method}: expected {outcome}, client said: {rest}")
         calls.append(c)
@@ -317,7 +325,11 @@ def cmd_check(args):
         if got != outcomes:
             fail(f"router {router}: Prometheus outcomes {got} != clients' {outcomes}")
     fb = prom.value_by("sum by (kind) (specdec_fallbacks_total)", "kind")
-    expect_fb = {"policy": sum(1 for c in calls if c["router"] == args.router_nopolicy and c["outcome"] == "OK"),
+    # The load-aware router's requests run in parallel: a policy call past its deadline falls
+    # back to the default block size, which the request's note reports.
+    expect_fb = {"policy": sum(1 for c in calls if c["outcome"] == "OK" and (
+                     c["router"] == args.router_nopolicy or
+                     (c["router"] == args.router_load_aware and c["note"].startswith("policy unavailable")))),
                  "drafter": sum(1 for c in calls if c["router"] == args.router_nodrafter and c["outcome"] == "OK"
                                 and c["method"] != "AR")}
     if {k: fb.get(k, 0) for k in expect_fb} != expect_fb:
@@ -325,8 +337,10 @@ def cmd_check(args):
     # Backend replicas as the routers see them: each address healthy, picks = requests that
     # passed validation (INVALID_ARGUMENT and FAILED_PRECONDITION are refused before any pick;
     # the drafter is picked before the target's prefill, the policy after it).
+    # The load-aware router drafts on the target (the drafter service is not given to it) and asks
+    # the policy when a request's first speculative step starts drafting.
     backends = {args.router: {"target", "drafter", "policy"}, args.router_nopolicy: {"target", "drafter"},
-                args.router_nodrafter: {"target"}}
+                args.router_nodrafter: {"target"}, args.router_load_aware: {"target", "policy"}}
     address = {"target": args.target_grpc, "drafter": args.drafter_grpc, "policy": args.policy_grpc}
     refused = {"INVALID_ARGUMENT", "FAILED_PRECONDITION"}
     for router, maddr in zip(args.router_grpc, args.router_metrics_all):
@@ -339,7 +353,8 @@ def cmd_check(args):
         want_picks = {
             "target": len(mine),
             "drafter": sum(1 for c in mine if c["method"] != "AR") if "drafter" in backends[router] else 0,
-            "policy": sum(1 for c in mine if c["method"] == "DFLASH_ADAPTIVE" and c["outcome"] == "OK")
+            "policy": sum(1 for c in mine if c["method"] == "DFLASH_ADAPTIVE" and c["outcome"] == "OK"
+                          and (router != args.router_load_aware or c["block"] > 0))
                       if "policy" in backends[router] else 0,
         }
         got = {(m.get("service"), m.get("address")): v for m, v in
@@ -392,6 +407,8 @@ def main():
     k.add_argument("--router-metrics", required=True, help="its /metrics address")
     k.add_argument("--router-nopolicy", required=True)
     k.add_argument("--router-nodrafter", required=True)
+    k.add_argument("--router-load-aware", required=True,
+                   help="the router with load-aware speculation, drafting on the target")
     k.add_argument("--router-grpc", nargs="+", required=True, help="every router, gRPC")
     k.add_argument("--router-metrics-all", nargs="+", required=True, help="every router, /metrics, same order")
     k.add_argument("--grpc", nargs="+", required=True, help="every gRPC server")

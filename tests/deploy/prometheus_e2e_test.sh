@@ -3,22 +3,28 @@
 # HPA metrics) against a real Prometheus server scraping a real local cluster:
 #   1. starts the four services on the embedded pack with deploy/local/cluster.sh (its own port
 #      base and run directory; a 2 MiB KV-cache budget so that an oversized request is rejected
-#      with RESOURCE_EXHAUSTED) plus two more routers on the same target, one without a policy
-#      (DFLASH_ADAPTIVE falls back to the default block size) and one without a drafter or
-#      tokenizer (speculative requests fall back to AR, text prompts get FAILED_PRECONDITION);
+#      with RESOURCE_EXHAUSTED; the target also hosts the DFlash drafter) plus three more routers
+#      on the same target: R1 without a policy (DFLASH_ADAPTIVE falls back to the default block
+#      size), R2 without a drafter or tokenizer (speculative requests fall back to AR, text
+#      prompts get FAILED_PRECONDITION) and R3 with the policy and load-aware speculation
+#      (--load-aware, 100 ms epochs), drafting on the target (--target-drafting); the main router,
+#      R1 and R2 run without load awareness and draft on the drafter service;
 #   2. starts Prometheus (Debian package `prometheus`) on 127.0.0.1 with its own storage, a 1 s
 #      scrape and rule-evaluation interval, the shipped rule files, and
 #      deploy/prometheus/prometheus-local.yml's jobs pointed at this cluster;
 #   3. sends traffic twice with `specdec generate --router`: AR, DFLASH_ADAPTIVE, DFLASH,
 #      DRAFT_CHAIN and DYSPEC_TREE through the main router, an invalid block size
 #      (INVALID_ARGUMENT), an oversized request (RESOURCE_EXHAUSTED), and the fallback cases on
-#      the other routers (the first round creates every series, the second makes the rates move);
+#      R1 and R2, and 4 DFLASH_ADAPTIVE requests through R3 from parallel clients, so that its
+#      load-aware epochs are measured and its per-level gauges are set (the first round creates
+#      every series, the second makes the rates move);
 #   4. runs check_prometheus_e2e.py: every dashboard and rule expression (alerts: their signal,
 #      thresholds made always true) returns finite data through /api/v1/query, rules evaluate
 #      cleanly, every metric name and label used exists in the live /metrics output, the gRPC
 #      health service answers SERVING, and the acceptance length and counters in Prometheus
 #      equal what the clients saw (also the routers' per-backend health and picks, and the
-#      target's batch-size histogram against its verify operations).
+#      target's batch-size histogram against its verify operations; R3 asks the policy only for
+#      requests that took a speculative step, those whose summary reports a block size).
 # Every process it starts is stopped on exit.
 #
 #   tests/deploy/prometheus_e2e_test.sh
@@ -50,9 +56,9 @@ if ! command -v "$PROMETHEUS" >/dev/null; then
 fi
 
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-ports_free() {  # base: router..policy and two extra routers, their /metrics, Prometheus
+ports_free() {  # base: router..policy and three extra routers, their /metrics, Prometheus
   local b=$1 m=$(($1 - 10000)) o
-  for o in 0 1 2 3 4 5; do port_free $((b + o)) && port_free $((m + o)) || return 1; done
+  for o in 0 1 2 3 4 5 6; do port_free $((b + o)) && port_free $((m + o)) || return 1; done
   port_free $((m + 9))
 }
 if [ -z "${SPECDEC_PORT_BASE:-}" ]; then
@@ -65,20 +71,23 @@ export SPECDEC_PORT_BASE
 BASE=$SPECDEC_PORT_BASE
 MBASE=${SPECDEC_METRICS_BASE:-$((BASE - 10000))}
 export SPECDEC_METRICS_BASE=$MBASE
-R0=127.0.0.1:$BASE R1=127.0.0.1:$((BASE + 4)) R2=127.0.0.1:$((BASE + 5))
-M0=127.0.0.1:$MBASE M1=127.0.0.1:$((MBASE + 4)) M2=127.0.0.1:$((MBASE + 5))
+R0=127.0.0.1:$BASE R1=127.0.0.1:$((BASE + 4)) R2=127.0.0.1:$((BASE + 5)) R3=127.0.0.1:$((BASE + 6))
+M0=127.0.0.1:$MBASE M1=127.0.0.1:$((MBASE + 4)) M2=127.0.0.1:$((MBASE + 5)) M3=127.0.0.1:$((MBASE + 6))
 TARGET=127.0.0.1:$((BASE + 1)) DRAFTER=127.0.0.1:$((BASE + 2)) POLICY=127.0.0.1:$((BASE + 3))
 PROM=127.0.0.1:$((MBASE + 9))
 
 export SPECDEC_RUN_DIR="$(mktemp -d "${TMPDIR:-/tmp}/specdec-prom-e2e.XXXXXX")"
 # With load awareness a DFLASH_ADAPTIVE request asks the policy only if it takes a speculative
-# step; the checks below count one policy call (or policy fallback) per adaptive request.
+# step; the checks below count one policy call (or policy fallback) per adaptive request of the
+# routers without it (R3 turns it on with its flag).
 export SPECDEC_LOAD_AWARE=false
 work=$SPECDEC_RUN_DIR
 export TARGET_MODEL=$PACK/target DRAFT_LM=$PACK/draft DFLASH_MODEL=$PACK/dflash POLICY_MODEL=$PACK/policy
-# DFLASH requests go through the drafter service here (its faults, fallbacks and metrics are
-# what this test checks), not through a target-hosted drafter.
-export TARGET_DRAFTING=0
+# The target hosts the DFlash drafter (TARGET_DRAFTING=1: R3's load-aware speculative runs draft
+# there, with the block sizes of specdec_load_aware_block_size_total), but the main router, R1 and
+# R2 send DFLASH requests through the drafter service (its faults, fallbacks and metrics are what
+# this test checks).
+export TARGET_DRAFTING=1 SPECDEC_TARGET_DRAFTING=false
 pids=()
 cleanup() {
   local rc=$? pid
@@ -120,29 +129,51 @@ pids+=($!)
 "$router_bin" --address "$R2" --metrics-address "$M2" --target "$TARGET" \
   >"$work/router-nodrafter.log" 2>&1 &
 pids+=($!)
+"$router_bin" --address "$R3" --metrics-address "$M3" --target "$TARGET" --policy "$POLICY" \
+  --target-drafting true --load-aware true --load-aware-epoch-ms 100 \
+  >"$work/router-loadaware.log" 2>&1 &
+pids+=($!)
 wait_port "$R1"
 wait_port "$R2"
+wait_port "$R3"
 
 # 2. Prometheus.
 "$PYTHON" tests/deploy/check_prometheus_e2e.py config --metrics-offset $((MBASE - 9090)) \
-  --extra-router "$M1" --extra-router "$M2" --out "$work/prometheus.yml"
+  --extra-router "$M1" --extra-router "$M2" --extra-router "$M3" --out "$work/prometheus.yml"
 "$PROMETHEUS" --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/tsdb" \
   --web.listen-address="$PROM" --log.level=warn >"$work/prometheus.log" 2>&1 &
 pids+=($!)
 "$PYTHON" tests/deploy/check_prometheus_e2e.py ready --prometheus "$PROM"
 echo "prometheus_e2e_test: cluster, routers and Prometheus ($PROM) up after $((SECONDS - start_time)) s"
 
-# 3. Traffic. One line per call in clients.tsv: router, method, expected outcome, client stderr.
+# 3. Traffic. One line per call in $clients (clients.tsv): router, method, expected outcome,
+# client stderr.
+clients=$work/clients.tsv
 call() {  # router method outcome generate-args...
   local router=$1 method=$2 outcome=$3 rc=0
   shift 3
-  "$cli" generate --router "$router" --method "$method" "$@" >/dev/null 2>"$work/call.err" || rc=$?
+  "$cli" generate --router "$router" --method "$method" "$@" >/dev/null 2>"$clients.err" || rc=$?
   if { [ "$outcome" = OK ] && [ $rc -ne 0 ]; } || { [ "$outcome" != OK ] && [ $rc -eq 0 ]; }; then
     echo "prometheus_e2e_test: $method via $router: exit $rc, expected $outcome:" >&2
-    cat "$work/call.err" >&2
+    cat "$clients.err" >&2
     return 1
   fi
-  printf '%s\t%s\t%s\t%s\n' "$router" "$method" "$outcome" "$(tail -n 1 "$work/call.err")" >>"$work/clients.tsv"
+  printf '%s\t%s\t%s\t%s\n' "$router" "$method" "$outcome" "$(tail -n 1 "$clients.err")" >>"$clients"
+}
+# One DFLASH_ADAPTIVE request through R3 from each of 4 parallel clients (each with its own
+# clients-*.tsv, appended to clients.tsv). 5-token prompts and 64 tokens: together 4 x 69 tokens
+# x 5 KiB (target + hosted drafter) of the target's 2 MiB KV budget.
+load_aware_burst() {  # round
+  local c failed=0 workers=()
+  for c in 1 2 3 4; do
+    ( clients=$work/clients-r3-$1-$c.tsv
+      call "$R3" DFLASH_ADAPTIVE OK --prompt-ids $((c * 7 + $1)),$((c * 7 + 100)),$((c * 7 + 200)),300,400 \
+        -n 64 --ignore-eos ) &
+    workers+=($!)
+  done
+  for c in "${workers[@]}"; do wait "$c" || failed=1; done
+  cat "$work"/clients-r3-"$1"-*.tsv >>"$clients"
+  return $failed
 }
 prompts=($'def is_palindrome(text: str) -> bool:\n    """Return True if text reads the same backwards."""\n'
          $'def fibonacci(n: int) -> int:\n    """Return the n-th Fibonacci number."""\n')
@@ -156,16 +187,21 @@ for round in 0 1; do
   call "$R1" DFLASH_ADAPTIVE OK -p "$p" -n 16 --ignore-eos
   call "$R2" DFLASH OK --prompt-ids 0,100,200,300,400 -n 16 --ignore-eos
   call "$R2" AR FAILED_PRECONDITION -p "$p" -n 8
-  # Let Prometheus scrape the first round, so that the second one moves every counter.
-  [ $round = 1 ] || sleep 2.5
+  # R3's requests. Let Prometheus scrape the first round (2.5 s from here, or until R3's requests
+  # are done), so that the second one moves every counter.
+  [ $round = 1 ] || sleep 2.5 &
+  scrape_wait=$!
+  load_aware_burst $round
+  wait $scrape_wait
 done
-echo "prometheus_e2e_test: $(wc -l <"$work/clients.tsv") client calls done after $((SECONDS - start_time)) s"
+echo "prometheus_e2e_test: $(wc -l <"$clients") client calls ($(cut -f1 "$clients" | grep -cxF "$R3") through R3) done after $((SECONDS - start_time)) s"
 
 # 4. The checks.
 "$PYTHON" tests/deploy/check_prometheus_e2e.py check --prometheus "$PROM" --clients "$work/clients.tsv" \
   --router "$R0" --router-metrics "$M0" --router-nopolicy "$R1" --router-nodrafter "$R2" \
-  --router-grpc "$R0" "$R1" "$R2" --router-metrics-all "$M0" "$M1" "$M2" \
-  --grpc "$R0" "$R1" "$R2" "$TARGET" "$DRAFTER" "$POLICY" \
+  --router-load-aware "$R3" \
+  --router-grpc "$R0" "$R1" "$R2" "$R3" --router-metrics-all "$M0" "$M1" "$M2" "$M3" \
+  --grpc "$R0" "$R1" "$R2" "$R3" "$TARGET" "$DRAFTER" "$POLICY" \
   --target-grpc "$TARGET" --drafter-grpc "$DRAFTER" --policy-grpc "$POLICY" \
-  --metrics "$M0" "$M1" "$M2" 127.0.0.1:$((MBASE + 1)) 127.0.0.1:$((MBASE + 2)) 127.0.0.1:$((MBASE + 3)) \
+  --metrics "$M0" "$M1" "$M2" "$M3" 127.0.0.1:$((MBASE + 1)) 127.0.0.1:$((MBASE + 2)) 127.0.0.1:$((MBASE + 3)) \
   ${VERBOSE:+-v}
