@@ -7,6 +7,8 @@
 #include <limits>
 #include <vector>
 
+#include "common/model/bf16.h"
+
 namespace specdec::model {
 namespace {
 
@@ -17,16 +19,6 @@ constexpr int64_t kLanes = 16;
 typedef float F16 __attribute__((vector_size(kLanes * sizeof(float))));
 typedef uint16_t H16 __attribute__((vector_size(kLanes * sizeof(uint16_t))));
 typedef uint32_t U16 __attribute__((vector_size(kLanes * sizeof(uint32_t))));
-
-inline float Bf16ToFloat(uint16_t b) {
-  return std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
-}
-
-inline uint16_t FloatToBf16(float f) {
-  const uint32_t u = std::bit_cast<uint32_t>(f);
-  if (std::isnan(f)) return 0x7FC0;
-  return static_cast<uint16_t>((u + 0x7FFF + ((u >> 16) & 1)) >> 16);  // round to nearest even
-}
 
 inline F16 LoadF16(const float* p) {
   F16 v;

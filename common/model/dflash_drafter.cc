@@ -318,7 +318,7 @@ absl::StatusOr<std::vector<at::Tensor>> DFlashDrafter::Draft(
       FusedAttention(q, k_b, v_b, l, inputs, attn);
       x = x + Linear(attn, w.o);
       at::Tensor gu = Linear(RmsNorm(x, w.post_norm, c.rms_norm_eps), w.gate_up);
-      x = x + Linear(at::silu(gu.narrow(1, 0, inter)) * gu.narrow(1, inter, inter), w.down);
+      x = x + Linear(SwiGlu(gu, inter), w.down);
     }
     at::Tensor normed = RmsNorm(x, weights_->norm, c.rms_norm_eps);
     std::vector<at::Tensor> out(batch.size());

@@ -5,7 +5,10 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <string>
+
+#include "common/model/row_kernels.h"
 
 namespace specdec::model {
 
@@ -35,10 +38,59 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight) {
   return at::linear(x, weight);
 }
 
+namespace {
+
+// The kernel dtype of a CPU tensor row_kernels.h can take, or nullopt: other dtypes and devices,
+// tensors that autograd follows (training), and every tensor when SPECDEC_ROW_KERNELS=0 is in
+// the environment (read once).
+std::optional<KernelDType> RowKernelType(const at::Tensor& t) {
+  static const bool enabled = [] {
+    const char* v = std::getenv("SPECDEC_ROW_KERNELS");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  if (!enabled || !t.device().is_cpu() || t.requires_grad()) return std::nullopt;
+  if (t.scalar_type() == at::kFloat) return KernelDType::kF32;
+  if (t.scalar_type() == at::kBFloat16) return KernelDType::kBF16;
+  return std::nullopt;
+}
+
+}  // namespace
+
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  const std::optional<KernelDType> dt = RowKernelType(x);
+  if (dt && x.dim() >= 1 && x.dim() <= 3 && x.numel() > 0 && x.stride(-1) == 1 &&
+      weight.scalar_type() == x.scalar_type() && weight.is_contiguous() &&
+      weight.numel() == x.size(-1) && weight.device().is_cpu() && !weight.requires_grad()) {
+    RowSet rows;
+    rows.data = x.data_ptr();
+    rows.dim = x.size(-1);
+    if (x.dim() >= 2) {
+      rows.outer = x.size(0);
+      rows.outer_stride = x.stride(0);
+    } else {
+      rows.outer = 1;
+    }
+    if (x.dim() == 3) {
+      rows.inner = x.size(1);
+      rows.inner_stride = x.stride(1);
+    }
+    at::Tensor out = at::empty(x.sizes(), x.options());
+    RmsNormRows(rows, weight.data_ptr(), static_cast<float>(eps), *dt, out.data_ptr());
+    return out;
+  }
   at::Tensor xf = x.to(at::kFloat);
   at::Tensor var = xf.pow(2).mean(-1, /*keepdim=*/true);
   return (xf * at::rsqrt(var + eps)).to(x.scalar_type()) * weight;
+}
+
+at::Tensor SwiGlu(const at::Tensor& gu, int64_t inter) {
+  const std::optional<KernelDType> dt = RowKernelType(gu);
+  if (dt && gu.dim() == 2 && gu.size(1) == 2 * inter && gu.stride(1) == 1 && gu.numel() > 0) {
+    at::Tensor out = at::empty({gu.size(0), inter}, gu.options());
+    SwiGluRows(gu.data_ptr(), gu.size(0), gu.stride(0), inter, *dt, out.data_ptr());
+    return out;
+  }
+  return at::silu(gu.narrow(-1, 0, inter)) * gu.narrow(-1, inter, inter);
 }
 
 at::Tensor RopeInvFreq(const ModelConfig& c) {
@@ -72,6 +124,23 @@ void RopeCosSin(const at::Tensor& inv_freq, const at::Tensor& positions, at::Ten
 }
 
 at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const std::optional<KernelDType> dt = RowKernelType(x);
+  if (dt && x.dim() == 3 && x.numel() > 0 && x.stride(2) == 1 && x.size(2) % 2 == 0 &&
+      cos.scalar_type() == at::kFloat && sin.scalar_type() == at::kFloat && cos.is_contiguous() &&
+      sin.is_contiguous() && cos.dim() == 2 && cos.sizes() == sin.sizes() &&
+      cos.size(0) == x.size(0) && cos.size(1) == x.size(2) && cos.device().is_cpu() &&
+      sin.device().is_cpu() && !cos.requires_grad() && !sin.requires_grad()) {
+    RowSet rows;
+    rows.data = x.data_ptr();
+    rows.outer = x.size(0);
+    rows.outer_stride = x.stride(0);
+    rows.inner = x.size(1);
+    rows.inner_stride = x.stride(1);
+    rows.dim = x.size(2);
+    at::Tensor out = at::empty(x.sizes(), x.options());
+    RopeRows(rows, cos.data_ptr<float>(), sin.data_ptr<float>(), *dt, out.data_ptr());
+    return out;
+  }
   const int64_t half = x.size(-1) / 2;
   at::Tensor c = cos.to(x.scalar_type()).unsqueeze(1);
   at::Tensor s = sin.to(x.scalar_type()).unsqueeze(1);

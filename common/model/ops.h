@@ -28,7 +28,14 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight);
 int64_t GemmRows(int64_t rows);
 
 // HF RMSNorm over the last dim: normalize in f32, cast back to x's dtype, then scale by weight.
+// f32 and bf16 tensors of up to three dims whose last dim is contiguous run through
+// row_kernels.h (one pass per row); the result is contiguous. SPECDEC_ROW_KERNELS=0 in the
+// environment runs RmsNorm and SwiGlu as ATen operators instead (read once).
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
+
+// The SwiGLU gate of gu = [gate | up] ([rows, 2 * inter]): silu(gate) * up, [rows, inter];
+// row_kernels.h for f32 and bf16.
+at::Tensor SwiGlu(const at::Tensor& gu, int64_t inter);
 
 // RoPE inverse frequencies [head_dim/2] in f32, with the config's scaling applied.
 at::Tensor RopeInvFreq(const ModelConfig& config);
@@ -38,7 +45,8 @@ void RopeCosSin(const at::Tensor& inv_freq, const at::Tensor& positions, at::Ten
                 at::Tensor* sin);
 
 // Applies rotate-half RoPE to x [n, heads, head_dim] with cos/sin [n, head_dim] in f32; the
-// tables are cast to x's dtype first, as HF does.
+// tables are cast to x's dtype first, as HF does. Runs through row_kernels.h for f32 and bf16
+// x whose last dim is contiguous (the result is contiguous).
 at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
 // Grouped-query attention of n query rows against `keys`/`values` ([kv_heads, m, head_dim]).

@@ -314,7 +314,7 @@ absl::StatusOr<std::vector<SequenceOutput>> Transformer::Forward(
       h = RmsNorm(x, w.post_norm, c.rms_norm_eps);
       at::Tensor gu = Linear(h, w.gate_up);
       const int64_t inter = c.intermediate_size;
-      x = x + Linear(at::silu(gu.narrow(1, 0, inter)) * gu.narrow(1, inter, inter), w.down);
+      x = x + Linear(SwiGlu(gu, inter), w.down);
       if (std::find(options.capture_layers.begin(), options.capture_layers.end(), l) !=
           options.capture_layers.end()) {
         layer_out[l] = x;
