@@ -28,6 +28,17 @@ inline F16 LoadF16(const float* p) {
 
 inline void StoreF16(float* p, F16 v) { std::memcpy(p, &v, sizeof(v)); }
 
+// 16 elements of a float or bf16 row as floats.
+inline F16 LoadAny(const float* p) { return LoadF16(p); }
+inline F16 LoadAny(const uint16_t* p) {
+  H16 h;
+  std::memcpy(&h, p, sizeof(h));
+  const U16 u = __builtin_convertvector(h, U16) << 16;
+  F16 v;
+  std::memcpy(&v, &u, sizeof(v));
+  return v;
+}
+
 // Converts row `index` (an element offset) of a cache or activation buffer to float.
 inline void LoadRow(const void* base, int64_t index, int64_t d, KernelDType dt, float* dst) {
   if (dt == KernelDType::kF32) {
@@ -128,15 +139,17 @@ struct Scratch {
 
 // out[r][col0, col0 + 16 DV) = sum_j p[r][j] * values[j][same columns] for rows [r0, r0 + 4)
 // (fewer at the end): the accumulators stay in registers across every key.
-template <int DV>
-inline void WeightedValues(const float* p, int64_t mpad, const float* values, int64_t dpad,
-                           int64_t m, int64_t r0, int64_t rows, int64_t col0, float* out) {
+template <int DV, typename T>
+__attribute__((always_inline)) inline void WeightedValues(const float* p, int64_t mpad,
+                                                          const T* values, int64_t dpad, int64_t m,
+                                                          int64_t r0, int64_t rows, int64_t col0,
+                                                          float* out) {
   const int64_t nr = std::min<int64_t>(4, rows - r0);
   F16 acc[4][DV] = {};
   for (int64_t j = 0; j < m; ++j) {
-    const float* vj = values + j * dpad + col0;
+    const T* vj = values + j * dpad + col0;
     for (int v = 0; v < DV; ++v) {
-      const F16 x = LoadF16(vj + v * kLanes);
+      const F16 x = LoadAny(vj + v * kLanes);
       for (int64_t r = 0; r < 4; ++r) {
         if (r < nr) acc[r][v] += p[(r0 + r) * mpad + j] * x;
       }
@@ -144,6 +157,58 @@ inline void WeightedValues(const float* p, int64_t mpad, const float* values, in
   }
   for (int64_t r = 0; r < nr; ++r) {
     for (int v = 0; v < DV; ++v) StoreF16(out + (r0 + r) * dpad + col0 + v * kLanes, acc[r][v]);
+  }
+}
+
+// scores[r][j0, j0 + 16) = q[r] . keys[j] for rows [first, rows) and every 16-key chunk j0 whose
+// rows attend to it (keys: m rows of dpad elements; past m a chunk's scores are 0).
+template <typename T>
+__attribute__((always_inline)) inline void Scores(const float* q, const T* keys, int64_t m,
+                                                  int64_t mpad, int64_t dpad, int64_t rows,
+                                                  int64_t past, int64_t group, bool bidirectional,
+                                                  float* scores) {
+  const int64_t dv = dpad / kLanes;
+  F16 part[kLanes];
+  for (int64_t j0 = 0; j0 < mpad; j0 += kLanes) {
+    const T* kt = keys + j0 * dpad;
+    const int64_t live = std::min(kLanes, m - j0);
+    // limit(r) > j0 from this row on (limit grows with r).
+    const int64_t first = bidirectional ? 0 : std::max<int64_t>(0, (j0 - past) * group);
+    for (int64_t r = first; r < rows; ++r) {
+      const float* qr = q + r * dpad;
+      for (int64_t jj = 0; jj < live; ++jj) {
+        F16 a = LoadF16(qr) * LoadAny(kt + jj * dpad);
+        for (int64_t v = 1; v < dv; ++v) {
+          a += LoadF16(qr + v * kLanes) * LoadAny(kt + jj * dpad + v * kLanes);
+        }
+        part[jj] = a;
+      }
+      for (int64_t jj = live; jj < kLanes; ++jj) part[jj] = F16{};
+      StoreF16(scores + r * mpad + j0, Reduce16(part));
+    }
+  }
+}
+
+template <typename T>
+__attribute__((always_inline)) inline void AllWeightedValues(const float* pr, int64_t mpad,
+                                                             const T* vals, int64_t dpad,
+                                                             int64_t rows, int64_t m, auto&& limit,
+                                                             float* acc) {
+  const int64_t dv = dpad / kLanes;
+  for (int64_t r0 = 0; r0 < rows; r0 += 4) {
+    const int64_t keys = std::min(m, limit(std::min(rows, r0 + 4) - 1));
+    if (dv == 4) {
+      WeightedValues<4>(pr, mpad, vals, dpad, keys, r0, rows, 0, acc);
+    } else if (dv == 2) {
+      WeightedValues<2>(pr, mpad, vals, dpad, keys, r0, rows, 0, acc);
+    } else {
+      for (int64_t c = 0; c + 8 <= dv; c += 8) {
+        WeightedValues<8>(pr, mpad, vals, dpad, keys, r0, rows, c * kLanes, acc);
+      }
+      for (int64_t c = dv / 8 * 8; c < dv; ++c) {
+        WeightedValues<1>(pr, mpad, vals, dpad, keys, r0, rows, c * kLanes, acc);
+      }
+    }
   }
 }
 
@@ -158,7 +223,7 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
   thread_local Scratch scratch;
   const int64_t d = p.head_dim, group = p.heads / p.kv_heads;
   // Rows of head_dim floats are padded with zeros to whole vectors.
-  const int64_t dpad = (d + kLanes - 1) / kLanes * kLanes, dv = dpad / kLanes;
+  const int64_t dpad = (d + kLanes - 1) / kLanes * kLanes;
   for (int64_t item = begin; item < end; ++item) {
     const AttentionSequence& s = p.sequences[item / p.kv_heads];
     const int64_t g = item % p.kv_heads;
@@ -182,13 +247,27 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
         for (int64_t t = 0; t < d; ++t) q[t] *= p.scale;
       }
     }
-    // Keys and values as float rows, padded to mpad rows of dpad.
-    scratch.keys.assign(mpad * dpad, 0.f);
-    scratch.values.assign(m * dpad, 0.f);
-    for (int64_t j = 0; j < m; ++j) {
-      LoadRow(s.keys, kv_offset + j * d, d, p.dtype, &scratch.keys[j * dpad]);
-      LoadRow(s.values, kv_offset + j * d, d, p.dtype, &scratch.values[j * dpad]);
+    // Keys and values are read where they are when their rows are whole vectors (head_dim a
+    // multiple of 16); otherwise as float copies padded to dpad.
+    const bool in_place = dpad == d;
+    if (!in_place) {
+      scratch.keys.assign(m * dpad, 0.f);
+      scratch.values.assign(m * dpad, 0.f);
+      for (int64_t j = 0; j < m; ++j) {
+        LoadRow(s.keys, kv_offset + j * d, d, p.dtype, &scratch.keys[j * dpad]);
+        LoadRow(s.values, kv_offset + j * d, d, p.dtype, &scratch.values[j * dpad]);
+      }
     }
+    const bool bf16 = p.dtype == KernelDType::kBF16;
+    const float* keys_f = in_place
+                              ? (bf16 ? nullptr : static_cast<const float*>(s.keys) + kv_offset)
+                              : scratch.keys.data();
+    const float* values_f = in_place
+                                ? (bf16 ? nullptr : static_cast<const float*>(s.values) + kv_offset)
+                                : scratch.values.data();
+    const uint16_t* keys_h = static_cast<const uint16_t*>(s.keys) + kv_offset;
+    const uint16_t* values_h = static_cast<const uint16_t*>(s.values) + kv_offset;
+    const bool read_bf16 = in_place && bf16;
     // Scores [rows, mpad], 16 keys at a time: one vector of partial sums per key, reduced
     // together.
     // Row r (new row i = r / group) attends to keys [0, limit(r)): the context and the new rows
@@ -196,22 +275,12 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
     // Keys past the limit are never scored, which halves a prefill's work.
     auto limit = [&](int64_t r) { return s.bidirectional ? m : s.past + r / group + 1; };
     scratch.scores.resize(rows * mpad);
-    F16 part[kLanes];
-    for (int64_t j0 = 0; j0 < mpad; j0 += kLanes) {
-      const float* kt = &scratch.keys[j0 * dpad];
-      // limit(r) > j0 from this row on (limit grows with r).
-      const int64_t first = s.bidirectional ? 0 : std::max<int64_t>(0, (j0 - s.past) * group);
-      for (int64_t r = first; r < rows; ++r) {
-        const float* q = &scratch.q[r * dpad];
-        for (int64_t jj = 0; jj < kLanes; ++jj) {
-          F16 a = LoadF16(q) * LoadF16(kt + jj * dpad);
-          for (int64_t v = 1; v < dv; ++v) {
-            a += LoadF16(q + v * kLanes) * LoadF16(kt + jj * dpad + v * kLanes);
-          }
-          part[jj] = a;
-        }
-        StoreF16(&scratch.scores[r * mpad + j0], Reduce16(part));
-      }
+    if (read_bf16) {
+      Scores(scratch.q.data(), keys_h, m, mpad, dpad, rows, s.past, group, s.bidirectional,
+             scratch.scores.data());
+    } else {
+      Scores(scratch.q.data(), keys_f, m, mpad, dpad, rows, s.past, group, s.bidirectional,
+             scratch.scores.data());
     }
     // Masks: keys past the limit in its last vector (padding, later new rows), and in a tree the
     // earlier new rows that are not ancestors.
@@ -248,22 +317,10 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
     // Weighted values, into the q scratch (no longer needed); a block of rows needs the keys up
     // to its last row's limit.
     float* acc = scratch.q.data();
-    const float* pr = scratch.scores.data();
-    const float* vals = scratch.values.data();
-    for (int64_t r0 = 0; r0 < rows; r0 += 4) {
-      const int64_t keys = std::min(m, limit(std::min(rows, r0 + 4) - 1));
-      if (dv == 4) {
-        WeightedValues<4>(pr, mpad, vals, dpad, keys, r0, rows, 0, acc);
-      } else if (dv == 2) {
-        WeightedValues<2>(pr, mpad, vals, dpad, keys, r0, rows, 0, acc);
-      } else {
-        for (int64_t c = 0; c + 8 <= dv; c += 8) {
-          WeightedValues<8>(pr, mpad, vals, dpad, keys, r0, rows, c * kLanes, acc);
-        }
-        for (int64_t c = dv / 8 * 8; c < dv; ++c) {
-          WeightedValues<1>(pr, mpad, vals, dpad, keys, r0, rows, c * kLanes, acc);
-        }
-      }
+    if (read_bf16) {
+      AllWeightedValues(scratch.scores.data(), mpad, values_h, dpad, rows, m, limit, acc);
+    } else {
+      AllWeightedValues(scratch.scores.data(), mpad, values_f, dpad, rows, m, limit, acc);
     }
     for (int64_t i = 0; i < n; ++i) {
       for (int64_t h = 0; h < group; ++h) {
