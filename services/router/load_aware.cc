@@ -106,6 +106,20 @@ void LoadAwareSpeculation::MeasureLocked(const Closed& e) {
                    e.chosen_level};
 }
 
+bool LoadAwareSpeculation::ConfidentLocked(const LevelState& l) const {
+  if (l.pairs >= options_.confident_pairs) return true;
+  // Decisive: every pair so far favours the same arm, and the median by a wide margin. Each
+  // epoch spent exploring such a loser costs more than a close call's, and the chance that
+  // min_pairs noisy pairs all agree when the arms are even is 2^(1 - min_pairs).
+  if (l.pairs < options_.min_pairs || std::abs(l.log_advantage) < options_.decisive_margin) {
+    return false;
+  }
+  for (double x : l.samples) {
+    if ((x > 0) != (l.log_advantage > 0) || x == 0) return false;
+  }
+  return true;
+}
+
 LoadAwareSpeculation::Rule LoadAwareSpeculation::RuleLocked(int level) const {
   const LevelState& l = levels_[level];
   // Speculation's advantage only shrinks as the load grows (each request gets less of the
@@ -118,11 +132,12 @@ LoadAwareSpeculation::Rule LoadAwareSpeculation::RuleLocked(int level) const {
   bool bounded = false;
   double bound = 0;
   for (int k = level - 1; k >= 0; --k) {
-    if (levels_[k].pairs < options_.confident_pairs) continue;
+    if (!ConfidentLocked(levels_[k])) continue;
     bound = bounded ? std::min(bound, levels_[k].log_advantage) : levels_[k].log_advantage;
     bounded = true;
   }
-  const bool prior_ar = l.pairs < options_.confident_pairs && bounded && bound <= 0;
+  const bool confident = ConfidentLocked(l);
+  const bool prior_ar = !confident && bounded && bound <= 0;
   // Speculative epochs too slow to be measured here: as good as a prior that AR wins.
   const bool slow_spec = l.slow_spec >= 2;
   Rule r;
@@ -139,7 +154,7 @@ LoadAwareSpeculation::Rule LoadAwareSpeculation::RuleLocked(int level) const {
   // multiply that by the backoff.
   r.every = options_.explore_every;
   r.settled = true;
-  if (l.pairs >= options_.confident_pairs) {
+  if (confident) {
     r.every *= 1 + std::min(4.0, std::abs(advantage) / 0.1);
   } else if (prior_ar) {
     r.every *= 1 + std::min(4.0, std::abs(bound) / 0.1);

@@ -35,8 +35,10 @@ namespace specdec::services {
 // machine) sits in two pairs, and a mean would follow it. Until a level has `min_pairs` samples
 // its epochs alternate; then each epoch takes the arm the median favours, except that now and
 // then one runs the other arm, which makes new pairs with its neighbours so the estimate follows
-// changing conditions: every third epoch until the level has `confident_pairs` pairs, then
-// every `explore_every` epochs while the arms are even, up to five times as seldom when one is
+// changing conditions: every third epoch until the level is confident (it has `confident_pairs`
+// pairs, or at least `min_pairs` that all favour the same arm with a median of at least
+// `decisive_margin`: a clear loser is not worth a dozen explorations), then every
+// `explore_every` epochs while the arms are even, up to five times as seldom when one is
 // clearly ahead (exploring a losing arm is what this costs). Speculation's advantage only
 // shrinks as the load grows, so a level's estimate counts for no more than that of any lower
 // level that has learned (LogAdvantage reports the level's own), and a level still learning
@@ -59,14 +61,15 @@ class LoadAwareSpeculation {
   enum class Arm { kAr = 0, kSpeculative = 1 };
   struct Options {
     Clock::duration epoch = std::chrono::milliseconds(250);
-    int min_pairs = 4;         // paired samples per level before exploiting
-    int confident_pairs = 12;  // below this, every 3rd epoch at a level explores
-    int explore_every = 10;    // then the other arm every n-th epoch at a level, at the most often
-    int window = 15;           // paired samples the median is taken over
-    double alpha = 0.15;       // weight of a new epoch in the per-arm rate means (metrics)
-    int min_steps = 4;         // clean steps an epoch needs to be measured
-    int max_backoff = 8;       // exploration interval multiplier after lost explorations
-    int max_hold = 4;          // epochs after the current one that Step::holds may cover
+    int min_pairs = 4;             // paired samples per level before exploiting
+    int confident_pairs = 12;      // below this, every 3rd epoch at a level explores
+    double decisive_margin = 0.3;  // ... unless all its pairs agree and their median is this far
+    int explore_every = 10;  // then the other arm every n-th epoch at a level, at the most often
+    int window = 15;         // paired samples the median is taken over
+    double alpha = 0.15;     // weight of a new epoch in the per-arm rate means (metrics)
+    int min_steps = 4;       // clean steps an epoch needs to be measured
+    int max_backoff = 8;     // exploration interval multiplier after lost explorations
+    int max_hold = 4;        // epochs after the current one that Step::holds may cover
   };
   static constexpr int kLevels = 6;
 
@@ -173,6 +176,8 @@ class LoadAwareSpeculation {
     bool settled = false;    // the level is confident, has a prior or found speculation too slow
   };
   Rule RuleLocked(int level) const;
+  // The level has `confident_pairs` pairs, or is decisive (see Options::decisive_margin).
+  bool ConfidentLocked(const LevelState& l) const;
 
   Options options_;
   mutable std::mutex mu_;

@@ -120,10 +120,10 @@ std::vector<Arm> FirstEpochArms(LoadAwareSpeculation& la, Clock::time_point& now
 TEST(LoadAwareSpeculation, AHigherLevelStartsOnArWhenALowerOneLearnedArWins) {
   LoadAwareSpeculation la;
   Sim sim{la, Clock::now()};
-  // Level 3-4 learns that AR wins clearly (log advantage -0.5).
+  // Level 3-4 learns that AR wins clearly (log advantage -0.5): decisive after min_pairs.
   for (int i = 0; i < 4; ++i) la.RequestStarted(sim.now);
   sim.Run(4, 5, 16.5, 2, 4 * 800);
-  ASSERT_GE(la.Pairs(2), 12);
+  ASSERT_GE(la.Pairs(2), 4);
   ASSERT_LT(la.LogAdvantage(2), -0.4);
   // At 8 in flight nothing is measured yet, but the first epochs run AR.
   for (int i = 0; i < 4; ++i) la.RequestStarted(sim.now);
@@ -160,10 +160,10 @@ TEST(LoadAwareSpeculation, AHigherLevelStartsOnArWhenALowerOneFoundTheArmsEven) 
 TEST(LoadAwareSpeculation, NoLevelIsCreditedWithMoreThanALowerOneLearned) {
   LoadAwareSpeculation la;
   Sim sim{la, Clock::now()};
-  // Level 3-4 learns that AR wins clearly (log advantage about -0.5).
+  // Level 3-4 learns that AR wins clearly (log advantage about -0.5): decisive after min_pairs.
   for (int i = 0; i < 4; ++i) la.RequestStarted(sim.now);
   sim.Run(4, 5, 16.5, 2, 4 * 800);
-  ASSERT_GE(la.Pairs(2), 12);
+  ASSERT_GE(la.Pairs(2), 4);
   const double lower = la.LogAdvantage(2);
   ASSERT_LT(lower, -0.4);
   // At 8 in flight speculation measures twice as fast (log advantage +0.69), a reading no
@@ -175,6 +175,49 @@ TEST(LoadAwareSpeculation, NoLevelIsCreditedWithMoreThanALowerOneLearned) {
   EXPECT_GT(la.LogAdvantage(3), 0.5);
   EXPECT_NEAR(la.ExploreInterval(3), 10 * (1 + std::min(4.0, -lower / 0.1)), 1e-9);
   EXPECT_GT(sim.steps[Arm::kAr], 10 * sim.steps[Arm::kSpeculative]);
+}
+
+TEST(LoadAwareSpeculation, ADecisiveLoserIsExploredAsSeldomAsAfterConfidentPairs) {
+  // Eight requests: AR 8 ms per token, speculation 30 ms per 2 tokens (log advantage -0.63).
+  // Every pair agrees, so after min_pairs the level explores every 10 x 5 epochs (and backs off
+  // when those lose), not every third epoch until it has 12 pairs.
+  auto run = [](LoadAwareSpeculation::Options o, std::map<Arm, int>* steps) {
+    LoadAwareSpeculation la(o);
+    Sim sim{la, Clock::now()};
+    for (int i = 0; i < 8; ++i) la.RequestStarted(sim.now);
+    sim.Run(8, 8, 30, 2, 8 * 300);
+    *steps = sim.steps;
+    const int level = LoadAwareSpeculation::Level(8);
+    EXPECT_GE(la.Pairs(level), 4);
+    EXPECT_LT(la.Pairs(level), 12);
+    EXPECT_NEAR(la.LogAdvantage(level), std::log(66.67 / 125), 0.01);
+    return la.ExploreInterval(level);
+  };
+  std::map<Arm, int> decisive, undecided;
+  EXPECT_GE(run(LoadAwareSpeculation::Options{}, &decisive), 50);
+  LoadAwareSpeculation::Options off;
+  off.decisive_margin = 1e9;
+  EXPECT_EQ(run(off, &undecided), 3);
+  EXPECT_LT(decisive[Arm::kSpeculative], undecided[Arm::kSpeculative]);
+}
+
+TEST(LoadAwareSpeculation, PairsThatDisagreeAreNotDecisive) {
+  LoadAwareSpeculation la;
+  Sim sim{la, Clock::now()};
+  for (int i = 0; i < 4; ++i) la.RequestStarted(sim.now);
+  // AR clearly faster (log advantage -0.5): decisive after min_pairs.
+  sim.Run(4, 5, 16.5, 2, 4 * 200);
+  const int level = LoadAwareSpeculation::Level(4);
+  ASSERT_GE(la.Pairs(level), 4);
+  ASSERT_LT(la.LogAdvantage(level), -0.3);
+  EXPECT_GE(la.ExploreInterval(level), 50);
+  // Now speculation is 5x as fast: the next exploration wins both its pairs, so not every pair
+  // agrees any more, although the median still favours AR.
+  const int64_t settled = la.Pairs(level) + 1;  // the last alternating epoch's pair may be due
+  for (int i = 0; i < 4000 && la.Pairs(level) < settled + 2; ++i) sim.Run(4, 5, 2, 2, 40);
+  ASSERT_EQ(la.Pairs(level), settled + 2);
+  ASSERT_LT(la.LogAdvantage(level), -0.3);
+  EXPECT_EQ(la.ExploreInterval(level), 3);
 }
 
 TEST(LoadAwareSpeculation, OneArmPerEpochThenANewEpoch) {
