@@ -132,6 +132,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="shuffle the prompts with --seed before taking --max-prompts")
     g.add_argument("--max-new-tokens", type=int, default=64, metavar="N",
                    help="tokens to generate per request (default 64)")
+    g.add_argument("--min-new-tokens", type=int, default=0, metavar="N",
+                   help="if > 0, each request asks for a seeded uniform number of tokens in "
+                        "N..--max-new-tokens (varied lengths: a closed loop's requests then do "
+                        "not finish in lockstep); default 0, every request asks for "
+                        "--max-new-tokens")
     g.add_argument("--ignore-eos", action="store_true",
                    help="generate past EOS, so every request yields --max-new-tokens tokens")
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
@@ -204,10 +209,19 @@ def _check_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         p.error("--concurrency needs --duration > 0 or --requests > 0")
     if a.requests < 0 or a.max_prompts < 0 or a.max_new_tokens < 1:
         p.error("--requests and --max-prompts must be >= 0, --max-new-tokens >= 1")
+    if a.min_new_tokens < 0 or a.min_new_tokens > a.max_new_tokens:
+        p.error("--min-new-tokens must be in 0..--max-new-tokens")
     if not 0.0 <= a.cancel_fraction <= 1.0:
         p.error("--cancel-fraction must be in [0, 1]")
     if a.timeout <= 0 or a.max_inflight < 1 or a.watch_interval <= 0 or a.rss_window < 0:
         p.error("--timeout, --max-inflight and --watch-interval must be > 0")
+
+
+def _tokens_desc(a: argparse.Namespace) -> str:
+    """The new tokens a request asks for, as the reports print it: "64" or "32-96"."""
+    if 0 < a.min_new_tokens < a.max_new_tokens:
+        return f"{a.min_new_tokens}-{a.max_new_tokens}"
+    return str(a.max_new_tokens)
 
 
 def _log(quiet: bool, msg: str) -> None:
@@ -301,7 +315,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     from .runner import LoadConfig, Runner
     cfg = LoadConfig(
-        max_new_tokens=a.max_new_tokens, ignore_eos=a.ignore_eos, temperature=a.temperature,
+        max_new_tokens=a.max_new_tokens, min_new_tokens=a.min_new_tokens,
+        ignore_eos=a.ignore_eos, temperature=a.temperature,
         top_k=a.top_k, top_p=a.top_p, seed=a.seed, block_size=a.block_size,
         draft_length=a.draft_length, timeout_s=a.timeout, cancel_fraction=a.cancel_fraction,
         warmup_s=a.warmup, duration_s=a.duration, max_requests=a.requests,
@@ -320,7 +335,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     cells: List[Dict[str, object]] = []
     failures: List[str] = []
     _log(a.quiet, f"specdec_loadtest: {len(plan)} cells against {a.router} "
-                  f"({len(prompt_list)} prompts, {a.max_new_tokens} new tokens)")
+                  f"({len(prompt_list)} prompts, {_tokens_desc(a)} new tokens)")
     try:
         for i, (mode, level, method) in enumerate(plan, 1):
             label = f"c={int(level)}" if mode == "closed" else f"r={level:g}/s"
@@ -390,7 +405,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if not a.no_plots and cells:
             made, err = plots.render(report.median_cells(cells) if a.repeat > 1 else cells,
                                      a.out, memory=memory,
-                                     title_suffix=f"{a.max_new_tokens} new tokens")
+                                     title_suffix=f"{_tokens_desc(a)} new tokens")
             if err:
                 print(f"specdec_loadtest: plots: {err}", file=sys.stderr)
         doc = report.results_document(

@@ -35,6 +35,7 @@ class LoadConfig:
     """Request options and cell bounds shared by every cell of a run."""
 
     max_new_tokens: int = 64
+    min_new_tokens: int = 0  # > 0: each request asks for uniform min..max tokens
     ignore_eos: bool = True
     temperature: float = 0.0
     top_k: int = 0
@@ -130,19 +131,25 @@ class Runner:
             if self._on_window_open is not None:
                 self._on_window_open()
 
+    def asked_tokens(self, seq: int) -> int:
+        c = self.cfg
+        return schedule.new_tokens(c.seed, seq, c.min_new_tokens, c.max_new_tokens)
+
     def options(self, method: str, seq: int, request_id: str):
         c = self.cfg
         return self._options_cls(
-            method=method, max_new_tokens=c.max_new_tokens, temperature=c.temperature,
+            method=method, max_new_tokens=self.asked_tokens(seq), temperature=c.temperature,
             top_k=c.top_k, top_p=c.top_p, seed=schedule.request_seed(c.seed, seq),
             ignore_eos=c.ignore_eos, block_size=c.block_size, draft_length=c.draft_length,
             request_id=request_id)
 
     def new_record(self, seq: int, measured: bool) -> RequestRecord:
         c = self.cfg
+        asked = self.asked_tokens(seq)
         return RequestRecord(
             seq=seq, prompt_index=seq % len(self.prompts), measured=measured, t_start=0.0,
-            cancel_after=schedule.cancel_point(c.seed, seq, c.cancel_fraction, c.max_new_tokens))
+            cancel_after=schedule.cancel_point(c.seed, seq, c.cancel_fraction, asked),
+            asked_tokens=asked)
 
     def run_request(self, rec: RequestRecord, method: str, tag: str, active: _Active) -> None:
         """Runs one request to its end, filling ``rec``. Never raises."""

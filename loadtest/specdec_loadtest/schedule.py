@@ -46,6 +46,14 @@ def cancel_point(seed: int, seq: int, fraction: float, max_new_tokens: int) -> O
     return rng.randint(1, max_new_tokens - 1)
 
 
+def new_tokens(seed: int, seq: int, low: int, high: int) -> int:
+    """The tokens request ``seq`` asks for: ``high``, or uniform in low..high when 0 < low < high
+    (varied lengths, so that a closed loop's requests do not all finish in lockstep)."""
+    if low <= 0 or low >= high:
+        return high
+    return random.Random(f"length:{seed}:{seq}").randint(low, high)
+
+
 def request_seed(seed: int, seq: int) -> int:
     """The sampling seed of request ``seq`` (matters only for temperature > 0)."""
     return (seed * 1_000_003 + seq * 7_919 + 1) % (2**63)

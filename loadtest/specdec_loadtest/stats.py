@@ -46,6 +46,7 @@ class RequestRecord:
     measured: bool                 # issued inside the measurement window
     t_start: float
     cancel_after: Optional[int] = None  # planned client cancel after this many tokens
+    asked_tokens: int = 0          # its max_new_tokens (0: the cell's)
     chunk_times: List[float] = field(default_factory=list)
     chunk_tokens: List[int] = field(default_factory=list)
     t_end: Optional[float] = None
@@ -277,7 +278,9 @@ def aggregate_cell(records: Sequence[RequestRecord], w0: float, w1: float, *,
             "mean": sum(ctoks) / len(ctoks) if ctoks else None,
         },
         # Completed requests with fewer tokens than asked although EOS was ignored.
-        "short_completions": (sum(1 for n in ctoks if n < max_new_tokens) if ignore_eos else 0),
+        "short_completions": (sum(1 for r in completed
+                                  if r.completion_tokens < (r.asked_tokens or max_new_tokens))
+                              if ignore_eos else 0),
         # Completed requests whose streamed token count differs from the Summary's.
         "stream_mismatches": sum(1 for r in completed if r.streamed_tokens != r.completion_tokens),
         "fallbacks": {"drafter": sum(1 for r in completed if r.drafter_fallback),

@@ -151,6 +151,16 @@ class DefinitionsTest(unittest.TestCase):
         c = stats.aggregate_cell([r], 0.0, 1.0, max_new_tokens=4, ignore_eos=False)
         self.assertEqual(c["short_completions"], 0)
 
+    def test_short_completion_against_the_requests_own_length(self):
+        # With varied lengths a request is short against what it asked for, not the cell's max.
+        r = rec(0, 0.0, [(0.1, 1), (0.2, 2)], completion_tokens=3)
+        r.asked_tokens = 3
+        c = stats.aggregate_cell([r], 0.0, 1.0, max_new_tokens=8, ignore_eos=True)
+        self.assertEqual(c["short_completions"], 0)
+        r.asked_tokens = 5
+        c = stats.aggregate_cell([r], 0.0, 1.0, max_new_tokens=8, ignore_eos=True)
+        self.assertEqual(c["short_completions"], 1)
+
 
 class ScheduleTest(unittest.TestCase):
     def test_poisson_is_deterministic_per_seed(self):
@@ -171,6 +181,17 @@ class ScheduleTest(unittest.TestCase):
         self.assertAlmostEqual(sum(diffs) / len(diffs), 0.2, delta=0.01)
         with self.assertRaises(ValueError):
             schedule.poisson_arrivals(0.0, 1.0, seed=1)
+
+    def test_new_tokens(self):
+        lengths = [schedule.new_tokens(5, i, 32, 96) for i in range(4000)]
+        self.assertEqual(lengths, [schedule.new_tokens(5, i, 32, 96) for i in range(4000)])
+        self.assertTrue(all(32 <= n <= 96 for n in lengths))
+        self.assertEqual((min(lengths), max(lengths)), (32, 96))
+        self.assertAlmostEqual(sum(lengths) / len(lengths), 64, delta=1.5)
+        self.assertNotEqual(lengths[:50], [schedule.new_tokens(6, i, 32, 96) for i in range(50)])
+        # No range: every request asks for the maximum.
+        self.assertEqual({schedule.new_tokens(5, i, 0, 64) for i in range(100)}, {64})
+        self.assertEqual({schedule.new_tokens(5, i, 64, 64) for i in range(100)}, {64})
 
     def test_cancel_points(self):
         pts = [schedule.cancel_point(5, i, 0.05, 64) for i in range(20000)]
