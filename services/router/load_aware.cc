@@ -170,6 +170,7 @@ LoadAwareSpeculation::Arm LoadAwareSpeculation::ChooseLocked(int level) {
   LevelState& l = levels_[level];
   ++l.epochs;
   hold_ = 0;
+  capped_ = false;
   auto other = [](Arm a) { return a == Arm::kAr ? Arm::kSpeculative : Arm::kAr; };
   const Rule r = RuleLocked(level);
   exploring_ = alternating_ = false;
@@ -184,11 +185,13 @@ LoadAwareSpeculation::Arm LoadAwareSpeculation::ChooseLocked(int level) {
   if (exploring_) l.since_explore = 0;
   // The epochs after this one that keep r.best: until the one that reaches `every` explores.
   hold_ = 0;
+  capped_ = false;
   if (!exploring_) {
     const double until = options_.explore_every > 0
                              ? std::ceil(r.every - static_cast<double>(l.since_explore)) - 1
-                             : options_.max_hold;
+                             : options_.max_hold + 1;
     hold_ = std::clamp(static_cast<int>(until), 0, std::max(0, options_.max_hold));
+    capped_ = options_.max_hold > 0 && until > hold_;
   }
   return exploring_ ? other(r.best) : r.best;
 }
@@ -235,6 +238,8 @@ LoadAwareSpeculation::Step LoadAwareSpeculation::Next(Clock::time_point now) {
   s.level = level_;
   s.ends = end_;
   s.holds = end_ + hold_ * options_.epoch;
+  s.run_for = capped_ ? std::max(0, options_.max_hold) * options_.epoch
+                      : std::max(Clock::duration::zero(), s.holds - now);
   return s;
 }
 

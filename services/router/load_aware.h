@@ -96,6 +96,11 @@ class LoadAwareSpeculation {
     // `ends` while the level alternates or this epoch explores. A request may run this arm
     // until then without asking again (and should still report each step with its epoch).
     Clock::time_point holds{};
+    // How long a run of this arm beginning now may last: until `holds` when the arm is due to
+    // change then; `max_hold` epochs when `holds` only caps the plan (no change is due until
+    // later), so that the runs of requests that began at different times also end at
+    // different times instead of all stopping (and missing the next pass) at once.
+    Clock::duration run_for{};
   };
   // The arm of the next step of a load-aware request.
   Step Next(Clock::time_point now);
@@ -192,7 +197,8 @@ class LoadAwareSpeculation {
   Arm arm_ = Arm::kSpeculative;
   int level_ = 0;
   bool exploring_ = false, alternating_ = false, settled_ = false;
-  int hold_ = 0;  // epochs after this one planned to run the same arm (Step::holds)
+  int hold_ = 0;         // epochs after this one planned to run the same arm (Step::holds)
+  bool capped_ = false;  // hold_ is max_hold although the arm is planned to last longer
   Clock::time_point start_{}, end_{};
   double load_integral_ = 0;  // request-seconds since start_
   double tokens_ = 0;         // output tokens committed since start_

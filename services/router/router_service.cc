@@ -852,11 +852,12 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
   const int32_t budget = req.tree_budget() > 0 ? req.tree_budget() : 16;
   const int32_t depth = req.tree_max_depth() > 0 ? req.tree_max_depth() : 8;
   uint64_t la_epoch = 0;  // epoch of this request's previous load-aware step
-  // The time bound of a load-aware run beginning at `from`: until its arm is next due to change
-  // (both arms' runs then end within a step of an epoch boundary, so that neither arm's steps
-  // spill into the other's epochs), at least a moment (a run makes at least one step).
-  auto run_ms = [](const LoadAwareSpeculation::Step& s, Clock::time_point from) {
-    return std::max(0.01, std::chrono::duration<double, std::milli>(s.holds - from).count());
+  // The time bound of a load-aware run beginning when `s` was asked for: at most until its arm
+  // is next due to change (both arms' runs then end within a step of an epoch boundary, so that
+  // neither arm's steps spill into the other's epochs), at least a moment (a run makes at least
+  // one step). Step::run_for.
+  auto run_ms = [](const LoadAwareSpeculation::Step& s) {
+    return std::max(0.01, std::chrono::duration<double, std::milli>(s.run_for).count());
   };
   // The load-aware arm of a step beginning now (a new epoch is counted in the metrics).
   auto next_step = [&](Clock::time_point now) {
@@ -899,7 +900,7 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
         // A drafter service needs the AR steps' features; a hosted drafter is fed by the target.
         RETURN_IF_ERROR(run(
             std::min(remaining, kLoadAwareMaxRunTokens), !hosted, 0,
-            [&] { observe_run_step(*la, ran++ == 0); }, run_ms(*la, td)));
+            [&] { observe_run_step(*la, ran++ == 0); }, run_ms(*la)));
         stats.set_load_aware_ar_steps(stats.load_aware_ar_steps() + ran);
         metrics->load_aware_steps.Add({{"arm", LoadAwareSpeculation::ArmName(la->arm)}})
             .Increment(static_cast<double>(ran));
@@ -938,7 +939,7 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
             if (la) observe_run_step(*la, steps == 0);
             ++steps;
           },
-          la ? run_ms(*la, td) : 0.0));
+          la ? run_ms(*la) : 0.0));
       if (la) {
         if (steps > 1) {
           metrics->load_aware_steps.Add({{"arm", LoadAwareSpeculation::ArmName(la->arm)}})

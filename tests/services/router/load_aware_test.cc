@@ -331,14 +331,18 @@ TEST(LoadAwareSpeculation, HoldsCoversTheEpochsBeforeTheNextExploration) {
   struct Epoch {
     Arm arm;
     int hold;  // (holds - ends) in epochs
+    Clock::duration run_for, to_holds;
   };
   std::vector<Epoch> epochs;
   RunFourWhereSpeculationWins(la, sim, 4 * 8000, [&](const LoadAwareSpeculation::Step& s) {
+    // A run may never outlast the plan.
+    ASSERT_LE(s.run_for, s.holds - sim.now);
+    ASSERT_GT(s.run_for, Clock::duration::zero());
     if (!s.new_epoch) return;
     ASSERT_GE(s.holds, s.ends);
     const auto extra = s.holds - s.ends;
     ASSERT_EQ(extra % o.epoch, Clock::duration::zero());
-    epochs.push_back({s.arm, static_cast<int>(extra / o.epoch)});
+    epochs.push_back({s.arm, static_cast<int>(extra / o.epoch), s.run_for, s.holds - sim.now});
   });
   ASSERT_GE(epochs.size(), 200u);
   // While alternating (speculation first, until min_pairs pairs are measured, one epoch after
@@ -349,8 +353,10 @@ TEST(LoadAwareSpeculation, HoldsCoversTheEpochsBeforeTheNextExploration) {
   }
   // Then an exploiting epoch holds until the epoch before the next exploration (at most
   // max_hold), and an exploring one not at all. Epochs just after an exploration are skipped:
-  // its pair is judged (and the interval changed) two epochs later.
-  int checked = 0, full = 0;
+  // its pair is judged (and the interval changed) two epochs later. A run may last until the
+  // arm changes; when that is beyond max_hold, max_hold epochs from its own start, wherever
+  // in the epoch that falls.
+  int checked = 0, full = 0, capped = 0;
   size_t last_explore = 0;
   for (size_t i = 5; i < epochs.size(); ++i) {
     if (epochs[i].arm == Arm::kAr) {
@@ -363,11 +369,18 @@ TEST(LoadAwareSpeculation, HoldsCoversTheEpochsBeforeTheNextExploration) {
     if (next == epochs.size() || i < last_explore + 4) continue;
     EXPECT_EQ(epochs[i].hold, std::min<int>(static_cast<int>(next - i - 1), o.max_hold))
         << "epoch " << i;
+    if (static_cast<int>(next - i - 1) > o.max_hold) {
+      EXPECT_EQ(epochs[i].run_for, o.max_hold * o.epoch) << "epoch " << i;
+      ++capped;
+    } else {
+      EXPECT_EQ(epochs[i].run_for, epochs[i].to_holds) << "epoch " << i;
+    }
     ++checked;
     full += epochs[i].hold == o.max_hold;
   }
   EXPECT_GT(checked, 100);
   EXPECT_GT(full, 50);
+  EXPECT_GT(capped, 20);
 }
 
 TEST(LoadAwareSpeculation, AnExplorationThatWinsResetsTheBackoff) {
