@@ -43,7 +43,8 @@ int main(int argc, char** argv) {
                  "length of the epochs in which every load-aware step takes one arm")
       ->envname("SPECDEC_LOAD_AWARE_EPOCH_MS");
   app.add_option("--load-aware-max-hold-epochs", o.load_aware_max_hold_epochs,
-                 "epochs past the current one a load-aware run may span while its arm holds")
+                 "epochs a load-aware run may span while its arm holds (past the current "
+                 "one when its arm changes then, else from the run's start)")
       ->envname("SPECDEC_LOAD_AWARE_MAX_HOLD_EPOCHS");
   app.add_option("--load-aware-block", o.load_aware_block,
                  "load-aware speculative runs use the block a model of measured step costs "
