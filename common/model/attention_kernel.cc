@@ -7,37 +7,10 @@
 #include <limits>
 #include <vector>
 
-#include "common/model/bf16.h"
+#include "common/model/vec16.h"
 
 namespace specdec::model {
 namespace {
-
-// Rows are processed in chunks of 16 floats with GCC vector types: one AVX-512 register, two AVX2
-// or four SSE ones, depending on the clone RunAttention was resolved to. The fixed chunk order
-// makes results independent of the instruction set.
-constexpr int64_t kLanes = 16;
-typedef float F16 __attribute__((vector_size(kLanes * sizeof(float))));
-typedef uint16_t H16 __attribute__((vector_size(kLanes * sizeof(uint16_t))));
-typedef uint32_t U16 __attribute__((vector_size(kLanes * sizeof(uint32_t))));
-
-inline F16 LoadF16(const float* p) {
-  F16 v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-
-inline void StoreF16(float* p, F16 v) { std::memcpy(p, &v, sizeof(v)); }
-
-// 16 elements of a float or bf16 row as floats.
-inline F16 LoadAny(const float* p) { return LoadF16(p); }
-inline F16 LoadAny(const uint16_t* p) {
-  H16 h;
-  std::memcpy(&h, p, sizeof(h));
-  const U16 u = __builtin_convertvector(h, U16) << 16;
-  F16 v;
-  std::memcpy(&v, &u, sizeof(v));
-  return v;
-}
 
 // Converts row `index` (an element offset) of a cache or activation buffer to float.
 inline void LoadRow(const void* base, int64_t index, int64_t d, KernelDType dt, float* dst) {
@@ -47,12 +20,7 @@ inline void LoadRow(const void* base, int64_t index, int64_t d, KernelDType dt, 
   }
   const uint16_t* src = static_cast<const uint16_t*>(base) + index;
   int64_t t = 0;
-  for (; t + kLanes <= d; t += kLanes) {
-    H16 h;
-    std::memcpy(&h, src + t, sizeof(h));
-    const U16 u = __builtin_convertvector(h, U16) << 16;
-    std::memcpy(dst + t, &u, sizeof(u));
-  }
+  for (; t + kLanes <= d; t += kLanes) StoreF16(dst + t, LoadAny(src + t));
   for (; t < d; ++t) dst[t] = Bf16ToFloat(src[t]);
 }
 

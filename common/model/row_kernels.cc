@@ -4,64 +4,23 @@
 #include <cmath>
 #include <cstring>
 
-#include "common/model/bf16.h"
+#include "common/model/vec16.h"
 
 namespace specdec::model {
 namespace {
 
-// 16 floats per chunk (one AVX-512 register, two AVX2 ones); the fixed chunking keeps the float
-// sums independent of the clone the kernels resolved to.
-constexpr int64_t kLanes = 16;
-typedef float F16 __attribute__((vector_size(kLanes * sizeof(float))));
-typedef uint16_t H16 __attribute__((vector_size(kLanes * sizeof(uint16_t))));
-typedef uint32_t U16 __attribute__((vector_size(kLanes * sizeof(uint32_t))));
-
-inline F16 LoadBf16(const uint16_t* p) {
-  H16 h;
-  std::memcpy(&h, p, sizeof(h));
-  return reinterpret_cast<F16>(__builtin_convertvector(h, U16) << 16);
-}
-
-inline F16 LoadF32(const float* p) {
-  F16 v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-
-// FloatToBf16 on 16 lanes (round to nearest even, NaN to the canonical quiet NaN).
-inline H16 RoundBf16(F16 v) {
-  const U16 u = reinterpret_cast<U16>(v);
-  const U16 rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-  const U16 nan = (u & 0x7FFFFFFFu) > 0x7F800000u;
-  return __builtin_convertvector(nan ? U16{} + 0x7FC0u : rounded, H16);
-}
-
-inline float SumSquares(const float* x, int64_t d) {
+// The sum of squares of a row's d elements in float, 16 lanes at a time (a fixed order).
+template <typename T>
+inline float SumSquares(const T* x, int64_t d) {
   F16 acc{};
   int64_t t = 0;
   for (; t + kLanes <= d; t += kLanes) {
-    const F16 v = LoadF32(x + t);
+    const F16 v = LoadAny(x + t);
     acc += v * v;
   }
   float s = 0;
   for (int k = 0; k < kLanes; ++k) s += acc[k];
-  for (; t < d; ++t) s += x[t] * x[t];
-  return s;
-}
-
-inline float SumSquares(const uint16_t* x, int64_t d) {
-  F16 acc{};
-  int64_t t = 0;
-  for (; t + kLanes <= d; t += kLanes) {
-    const F16 v = LoadBf16(x + t);
-    acc += v * v;
-  }
-  float s = 0;
-  for (int k = 0; k < kLanes; ++k) s += acc[k];
-  for (; t < d; ++t) {
-    const float v = Bf16ToFloat(x[t]);
-    s += v * v;
-  }
+  for (; t < d; ++t) s += ToFloat(x[t]) * ToFloat(x[t]);
   return s;
 }
 
@@ -103,9 +62,9 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
       const float scale = 1.f / std::sqrt(SumSquares(src, d) / static_cast<float>(d) + eps);
       int64_t t = 0;
       for (; t + kLanes <= d; t += kLanes) {
-        const H16 normed = RoundBf16(LoadBf16(src + t) * scale);
-        const F16 nf = reinterpret_cast<F16>(__builtin_convertvector(normed, U16) << 16);
-        const H16 y = RoundBf16(nf * LoadBf16(w + t));
+        const H16 normed = RoundBf16(LoadAny(src + t) * scale);
+        const F16 nf = WidenBf16(normed);
+        const H16 y = RoundBf16(nf * LoadAny(w + t));
         std::memcpy(dst + t, &y, sizeof(y));
       }
       for (; t < d; ++t) {
@@ -136,8 +95,8 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
     for (; t + kLanes <= inter; t += kLanes) {
       H16 s;
       for (int k = 0; k < kLanes; ++k) s[k] = silu[g[t + k]];
-      const F16 sf = reinterpret_cast<F16>(__builtin_convertvector(s, U16) << 16);
-      const H16 y = RoundBf16(sf * LoadBf16(u + t));
+      const F16 sf = WidenBf16(s);
+      const H16 y = RoundBf16(sf * LoadAny(u + t));
       std::memcpy(dst + t, &y, sizeof(y));
     }
     for (; t < inter; ++t) dst[t] = FloatToBf16(Bf16ToFloat(silu[g[t]]) * Bf16ToFloat(u[t]));

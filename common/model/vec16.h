@@ -1,0 +1,69 @@
+// 16-lane float vectors (GCC vector types) and bfloat16 conversions for the torch-free kernels
+// (attention_kernel.cc, row_kernels.cc). A vector is one AVX-512 register, two AVX2 or four SSE
+// ones, depending on the clone a kernel resolved to; a fixed chunk order keeps float sums
+// independent of the instruction set.
+#ifndef SPECDEC_COMMON_MODEL_VEC16_H_
+#define SPECDEC_COMMON_MODEL_VEC16_H_
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+namespace specdec::model {
+
+inline constexpr int64_t kLanes = 16;
+typedef float F16 __attribute__((vector_size(kLanes * sizeof(float))));
+typedef uint16_t H16 __attribute__((vector_size(kLanes * sizeof(uint16_t))));
+typedef uint32_t U16 __attribute__((vector_size(kLanes * sizeof(uint32_t))));
+
+inline float Bf16ToFloat(uint16_t b) {
+  return std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
+}
+
+// Rounds to nearest even, as ATen's float -> bfloat16 conversion does.
+inline uint16_t FloatToBf16(float f) {
+  const uint32_t u = std::bit_cast<uint32_t>(f);
+  if (std::isnan(f)) return 0x7FC0;
+  return static_cast<uint16_t>((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
+}
+
+inline float ToFloat(float x) { return x; }
+inline float ToFloat(uint16_t b) { return Bf16ToFloat(b); }
+
+inline F16 LoadF16(const float* p) {
+  F16 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+inline void StoreF16(float* p, F16 v) { std::memcpy(p, &v, sizeof(v)); }
+
+// 16 bf16 values as floats.
+inline F16 WidenBf16(H16 h) {
+  const U16 u = __builtin_convertvector(h, U16) << 16;
+  F16 v;
+  std::memcpy(&v, &u, sizeof(v));
+  return v;
+}
+
+// 16 elements of a float or bf16 row as floats.
+inline F16 LoadAny(const float* p) { return LoadF16(p); }
+inline F16 LoadAny(const uint16_t* p) {
+  H16 h;
+  std::memcpy(&h, p, sizeof(h));
+  return WidenBf16(h);
+}
+
+// FloatToBf16 on 16 lanes.
+inline H16 RoundBf16(F16 v) {
+  U16 u;
+  std::memcpy(&u, &v, sizeof(u));
+  const U16 rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+  const U16 nan = (u & 0x7FFFFFFFu) > 0x7F800000u;
+  return __builtin_convertvector(nan ? U16{} + 0x7FC0u : rounded, H16);
+}
+
+}  // namespace specdec::model
+
+#endif  // SPECDEC_COMMON_MODEL_VEC16_H_
