@@ -634,8 +634,6 @@ TEST_F(ClusterTest, LoadAwareRequestSwitchingArmsMidRequestEqualsAr) {
 }
 
 TEST_F(ClusterTest, AdmissionQueuesThenRefusesBeyondCapacityAndKeepsServing) {
-  // One request served at a time; one more may wait, for 50 ms.
-  RestartRouterWithAdmission(1, 1, 50);
   auto queued = [&] {
     for (const auto& f : router_->registry().Collect()) {
       if (f.name == "specdec_queued_requests" && !f.metric.empty()) {
@@ -644,31 +642,59 @@ TEST_F(ClusterTest, AdmissionQueuesThenRefusesBeyondCapacityAndKeepsServing) {
     }
     return -1.0;
   };
-  // A long first request holds the only slot; its first chunk proves it is being served.
-  grpc::ClientContext first_ctx;
-  auto first = stub_->Generate(&first_ctx, Request({5, 6, 7}, v1::AR, 500));
-  v1::GenerateResponse msg;
-  ASSERT_TRUE(first->Read(&msg));
-  // The second waits in the queue; the third finds the queue full and is refused at once.
-  Result second, third;
-  std::thread t2([&] { second = Generate(Request({1, 2, 3}, v1::AR, 8)); });
-  while (queued() < 1) std::this_thread::sleep_for(std::chrono::microseconds(200));
-  third = Generate(Request({1, 2, 3}, v1::AR, 8));
-  t2.join();
-  EXPECT_EQ(third.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
-      << third.status.error_message();
-  EXPECT_NE(third.status.error_message().find("--max-queued-requests"), std::string::npos)
-      << third.status.error_message();
-  // ... and the second gave up after its 50 ms.
+  // A long request holds the only slot; its first chunk proves it is being served. (500 tokens
+  // of this model take tens of milliseconds: far longer than the waits below, which are timed
+  // from moments when it is known to be running.)
+  struct Holder {
+    grpc::ClientContext ctx;
+    std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> stream;
+    int tokens = 0;
+  };
+  auto hold = [&](Holder& h) {
+    h.stream = stub_->Generate(&h.ctx, Request({5, 6, 7}, v1::AR, 500));
+    v1::GenerateResponse msg;
+    ASSERT_TRUE(h.stream->Read(&msg));
+    h.tokens = msg.chunk().token_ids_size();
+  };
+  // The holder was not disturbed.
+  auto finish = [&](Holder& h) {
+    v1::GenerateResponse msg;
+    while (h.stream->Read(&msg)) h.tokens += msg.chunk().token_ids_size();
+    EXPECT_TRUE(h.stream->Finish().ok());
+    EXPECT_EQ(h.tokens, 500);
+  };
+
+  // One request served at a time; one more may wait, here for 10 s: the second waits in the
+  // queue, the third finds the queue full and is refused at once, and the second is served
+  // when the slot frees.
+  RestartRouterWithAdmission(1, 1, 10000);
+  {
+    Holder first;
+    hold(first);
+    Result second, third;
+    std::thread t2([&] { second = Generate(Request({1, 2, 3}, v1::AR, 8)); });
+    while (queued() < 1) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    third = Generate(Request({1, 2, 3}, v1::AR, 8));
+    EXPECT_EQ(third.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+        << third.status.error_message();
+    EXPECT_NE(third.status.error_message().find("--max-queued-requests"), std::string::npos)
+        << third.status.error_message();
+    finish(first);
+    t2.join();
+    ASSERT_TRUE(second.status.ok()) << second.status.error_message();
+    EXPECT_EQ(second.tokens.size(), 8u);
+  }
+
+  // A queued request waits at most --queue-timeout-ms (here 5 ms), then gives up.
+  RestartRouterWithAdmission(1, 1, 5);
+  Holder first;
+  hold(first);
+  Result second = Generate(Request({1, 2, 3}, v1::AR, 8));
   EXPECT_EQ(second.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
       << second.status.error_message();
   EXPECT_NE(second.status.error_message().find("--queue-timeout-ms"), std::string::npos)
       << second.status.error_message();
-  // The first request was not disturbed.
-  int tokens = msg.chunk().token_ids_size();
-  while (first->Read(&msg)) tokens += msg.chunk().token_ids_size();
-  EXPECT_TRUE(first->Finish().ok());
-  EXPECT_EQ(tokens, 500);
+  finish(first);
   // Its slot is free again.
   Result again = Generate(Request({1, 2, 3}, v1::AR, 8));
   ASSERT_TRUE(again.status.ok()) << again.status.error_message();
