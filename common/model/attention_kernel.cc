@@ -129,18 +129,60 @@ __attribute__((always_inline)) inline void WeightedValues(const float* p, int64_
 }
 
 // scores[r][j0, j0 + 16) = q[r] . keys[j] for rows [first, rows) and every 16-key chunk j0 whose
-// rows attend to it (keys: m rows of dpad elements; past m a chunk's scores are 0).
+// rows attend to it (keys: m rows of dpad elements; past m a chunk's scores are 0). Each key is
+// converted once for a block of 4 rows; every score is the same sum in the same order whatever
+// the number of rows, so a row's result does not depend on the rows batched with it.
+template <int DV, typename T>
+__attribute__((always_inline)) inline void BlockedScores(const float* q, const T* keys, int64_t m,
+                                                         int64_t mpad, int64_t rows, int64_t past,
+                                                         int64_t group, bool bidirectional,
+                                                         float* scores) {
+  constexpr int64_t dpad = DV * kLanes;
+  F16 part[4][kLanes];
+  for (int64_t j0 = 0; j0 < mpad; j0 += kLanes) {
+    const T* kt = keys + j0 * dpad;
+    const int64_t live = std::min(kLanes, m - j0);
+    // limit(r) > j0 from this row on (limit grows with r).
+    const int64_t first = bidirectional ? 0 : std::max<int64_t>(0, (j0 - past) * group);
+    for (int64_t r0 = first; r0 < rows; r0 += 4) {
+      const int64_t nr = std::min<int64_t>(4, rows - r0);
+      for (int64_t jj = 0; jj < live; ++jj) {
+        F16 k[DV];
+        for (int v = 0; v < DV; ++v) k[v] = LoadAny(kt + jj * dpad + v * kLanes);
+        for (int64_t r = 0; r < 4; ++r) {
+          if (r >= nr) break;
+          const float* qr = q + (r0 + r) * dpad;
+          F16 a = LoadF16(qr) * k[0];
+          for (int v = 1; v < DV; ++v) a += LoadF16(qr + v * kLanes) * k[v];
+          part[r][jj] = a;
+        }
+      }
+      for (int64_t r = 0; r < nr; ++r) {
+        for (int64_t jj = live; jj < kLanes; ++jj) part[r][jj] = F16{};
+        StoreF16(scores + (r0 + r) * mpad + j0, Reduce16(part[r]));
+      }
+    }
+  }
+}
+
 template <typename T>
 __attribute__((always_inline)) inline void Scores(const float* q, const T* keys, int64_t m,
                                                   int64_t mpad, int64_t dpad, int64_t rows,
                                                   int64_t past, int64_t group, bool bidirectional,
                                                   float* scores) {
   const int64_t dv = dpad / kLanes;
+  if (dv == 4) {
+    BlockedScores<4>(q, keys, m, mpad, rows, past, group, bidirectional, scores);
+    return;
+  }
+  if (dv == 8) {
+    BlockedScores<8>(q, keys, m, mpad, rows, past, group, bidirectional, scores);
+    return;
+  }
   F16 part[kLanes];
   for (int64_t j0 = 0; j0 < mpad; j0 += kLanes) {
     const T* kt = keys + j0 * dpad;
     const int64_t live = std::min(kLanes, m - j0);
-    // limit(r) > j0 from this row on (limit grows with r).
     const int64_t first = bidirectional ? 0 : std::max<int64_t>(0, (j0 - past) * group);
     for (int64_t r = first; r < rows; ++r) {
       const float* qr = q + r * dpad;

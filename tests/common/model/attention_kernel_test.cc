@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <limits>
 #include <vector>
 
@@ -101,7 +102,7 @@ void CheckAgainstAten(at::ScalarType dt, double tol, int64_t dim) {
 }
 
 TEST(AttentionKernelTest, MatchesAtenInF32) {
-  for (int64_t dim : {20, 64, 48, 160}) {
+  for (int64_t dim : {20, 64, 48, 128, 160}) {
     SCOPED_TRACE(dim);
     CheckAgainstAten(at::kFloat, 1e-5, dim);
   }
@@ -110,9 +111,59 @@ TEST(AttentionKernelTest, MatchesAtenInF32) {
 // ATen rounds scores and probabilities to bf16 between its matmuls; the kernel keeps them in
 // float, so the two differ by bf16 rounding of O(1) outputs.
 TEST(AttentionKernelTest, MatchesAtenInBf16) {
-  for (int64_t dim : {20, 64}) {
+  for (int64_t dim : {20, 64, 128}) {
     SCOPED_TRACE(dim);
     CheckAgainstAten(at::kBFloat16, 0.06, dim);
+  }
+}
+
+// One row's output, bit for bit, does not depend on the rows computed with it: a causal pass of
+// n rows equals n one-row passes over the growing cache (what makes a verify pass commit exactly
+// the tokens AR steps would, and a batched pass equal separate ones).
+void CheckRowsIndependent(at::ScalarType dt, int64_t dim) {
+  at::manual_seed(11);
+  const int64_t past = 21, n = 13, capacity = 64;
+  at::Tensor k = at::randn({kKvHeads, capacity, dim}).to(dt);
+  at::Tensor v = at::randn({kKvHeads, capacity, dim}).to(dt);
+  at::Tensor nk = at::randn({n, kKvHeads, dim}).to(dt);
+  at::Tensor nv = at::randn({n, kKvHeads, dim}).to(dt);
+  at::Tensor q = at::randn({n, kHeads, dim}).to(dt);
+  const auto opts = at::TensorOptions().dtype(dt);
+  const KernelDType kdt = dt == at::kFloat ? KernelDType::kF32 : KernelDType::kBF16;
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dim)));
+  auto run = [&](at::Tensor keys, at::Tensor values, int64_t first, int64_t rows) {
+    at::Tensor out = at::zeros({rows, kHeads * dim}, opts);
+    AttentionSequence s;
+    s.q = q.narrow(0, first, rows).data_ptr();
+    s.q_row_stride = kHeads * dim;
+    s.out = out.data_ptr();
+    s.out_row_stride = kHeads * dim;
+    s.new_keys = nk.narrow(0, first, rows).data_ptr();
+    s.new_values = nv.narrow(0, first, rows).data_ptr();
+    s.keys = keys.data_ptr();
+    s.values = values.data_ptr();
+    s.capacity = capacity;
+    s.past = past + first;
+    s.n = rows;
+    std::vector<AttentionSequence> seqs = {s};
+    AttentionProblem p{seqs, kHeads, kKvHeads, dim, kdt, scale};
+    RunAttention(p, 0, AttentionWorkItems(p));
+    return out;
+  };
+  const at::Tensor whole = run(k.clone(), v.clone(), 0, n);
+  at::Tensor kc = k.clone(), vc = v.clone();
+  for (int64_t i = 0; i < n; ++i) {
+    const at::Tensor row = run(kc, vc, i, 1);
+    EXPECT_TRUE(row.equal(whole.narrow(0, i, 1))) << "row " << i;
+  }
+}
+
+TEST(AttentionKernelTest, ARowDoesNotDependOnTheRowsBesideIt) {
+  for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
+    for (int64_t dim : {20, 64, 128}) {
+      SCOPED_TRACE(testing::Message() << dt << " dim " << dim);
+      CheckRowsIndependent(dt, dim);
+    }
   }
 }
 
