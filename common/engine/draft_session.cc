@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "common/model/dflash_drafter.h"
 #include "common/model/transformer.h"
@@ -10,6 +11,11 @@
 
 namespace specdec::engine {
 namespace {
+
+// The DFlash session's pending-feature buffer: its first capacity, and the largest kept after a
+// draft consumed it.
+constexpr int64_t kMinPendingRows = 32;
+constexpr int64_t kMaxKeptPendingRows = 256;
 
 std::vector<float> ToVector(const at::Tensor& t) {
   at::Tensor c = t.to(at::kFloat).contiguous();
@@ -165,14 +171,43 @@ DFlashDraftSession::DFlashDraftSession(const model::DFlashDrafter& drafter)
 DFlashDraftSession::~DFlashDraftSession() = default;
 
 void DFlashDraftSession::Extend(const at::Tensor& features) {
-  if (features.defined() && features.size(0) > 0) pending_.push_back(features);
+  if (!features.defined() || features.size(0) == 0) return;
+  const int64_t n = features.size(0);
+  const bool fits = pending_.defined() && pending_.dim() == features.dim() &&
+                    pending_.size(1) == features.size(1) &&
+                    pending_.scalar_type() == features.scalar_type() &&
+                    pending_.device() == features.device() && pending_rows_ + n <= pending_.size(0);
+  if (!fits) {
+    const int64_t capacity = std::max<int64_t>(
+        {pending_rows_ + n, pending_.defined() ? 2 * pending_.size(0) : 0, kMinPendingRows});
+    std::vector<int64_t> shape(features.sizes().begin(), features.sizes().end());
+    shape[0] = capacity;
+    at::Tensor grown = at::empty(shape, features.options());
+    if (pending_rows_ > 0) {
+      // Rows of another width would fail here, as they would in the drafter.
+      grown.narrow(0, 0, pending_rows_).copy_(pending_.narrow(0, 0, pending_rows_));
+    }
+    pending_ = grown;
+  }
+  at::Tensor dst = pending_.narrow(0, pending_rows_, n);
+  if (features.device().is_cpu() && features.is_contiguous()) {
+    std::memcpy(dst.data_ptr(), features.data_ptr(), features.nbytes());
+  } else {
+    dst.copy_(features);
+  }
+  pending_rows_ += n;
+}
+
+void DFlashDraftSession::ConsumePending() {
+  pending_rows_ = 0;
+  // A buffer that grew over a long context is not kept for the short gaps between drafts.
+  if (pending_.defined() && pending_.size(0) > kMaxKeptPendingRows) pending_ = at::Tensor();
 }
 
 model::DraftInput DFlashDraftSession::Input(int32_t last, int32_t block_size) const {
   model::DraftInput di;
   di.cache = cache_.get();
-  if (!pending_.empty())
-    di.new_features = pending_.size() == 1 ? pending_[0] : at::cat(pending_, 0);
+  if (pending_rows_ > 0) di.new_features = pending_.narrow(0, 0, pending_rows_);
   di.last_token = last;
   di.block_size = block_size;
   return di;
@@ -187,7 +222,7 @@ absl::StatusOr<std::vector<int32_t>> DFlashDraftSession::DraftBlock(int32_t last
                                                                     int32_t block_size) {
   model::DraftInput di = Input(last, block_size);
   ASSIGN_OR_RETURN(auto logits, drafter_.Draft(std::span<const model::DraftInput>(&di, 1)));
-  pending_.clear();
+  ConsumePending();
   return Argmax(logits[0]);
 }
 
@@ -205,7 +240,7 @@ std::vector<absl::StatusOr<std::vector<int32_t>>> DFlashDraftSession::DraftBlock
     auto logits = sessions[0]->drafter_.Draft(inputs);
     if (logits.ok()) {
       for (size_t i = 0; i < sessions.size(); ++i) {
-        sessions[i]->pending_.clear();
+        sessions[i]->ConsumePending();
         out.push_back(Argmax((*logits)[i]));
       }
       return out;

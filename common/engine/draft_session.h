@@ -75,7 +75,9 @@ class DFlashDraftSession {
  public:
   explicit DFlashDraftSession(const model::DFlashDrafter& drafter);
   ~DFlashDraftSession();
-  // Target features ([m, F]) of newly committed tokens; consumed by the next DraftBlock.
+  // Target features ([m, F]) of newly committed tokens; consumed by the next DraftBlock. They are
+  // copied (the caller may pass a view into a whole pass's output) into one growing buffer, so
+  // that a request taking many AR steps between drafts costs a row copy per step, not a tensor.
   void Extend(const at::Tensor& features);
   // Drafts block_size - 1 tokens after `last`.
   absl::StatusOr<std::vector<int32_t>> DraftBlock(int32_t last, int32_t block_size);
@@ -91,9 +93,12 @@ class DFlashDraftSession {
   model::DraftInput Input(int32_t last, int32_t block_size) const;
   static std::vector<int32_t> Argmax(const at::Tensor& logits);
 
+  void ConsumePending();
+
   const model::DFlashDrafter& drafter_;
   std::unique_ptr<model::KvCache> cache_;
-  std::vector<at::Tensor> pending_;
+  at::Tensor pending_;  // [capacity, F]: rows [0, pending_rows_) not yet in the drafter's cache
+  int64_t pending_rows_ = 0;
 };
 
 }  // namespace specdec::engine

@@ -501,11 +501,10 @@ class TargetCore {
     }
   }
 
-  // After a verify committed: the hosted drafter's context grows by the committed rows.
-  // The features are a view into the whole pass's output: a copy keeps only these rows alive
-  // while they wait (a request on AR steps may queue thousands of them).
+  // After a verify committed: the hosted drafter's context grows by the committed rows (a view
+  // into the whole pass's output, which the session copies into its pending buffer).
   static void ExtendDraft(const ParsedVerify& p, const engine::VerifyOutcome& o) {
-    if (p.entry->draft && o.features.defined()) p.entry->draft->Extend(o.features.clone());
+    if (p.entry->draft && o.features.defined()) p.entry->draft->Extend(o.features);
   }
 
   static void FillVerify(const ParsedVerify& p, const engine::VerifyOutcome& o, int batch_size,

@@ -3,7 +3,7 @@
 // request fails alone and leaves its session untouched; RunBatch adds fresh sessions' prefills
 // to that pass with the same guarantees; and CanShareBatch keeps sessions with
 // different feature layers apart. DFlashDraftSession::DraftBlockBatch likewise equals drafting
-// alone and isolates a bad request.
+// alone and isolates a bad request, and its features may arrive in any number of pieces.
 #include "common/engine/target_session.h"
 
 #include <ATen/ATen.h>
@@ -17,7 +17,7 @@
 namespace specdec::engine {
 namespace {
 
-std::unique_ptr<model::Transformer> Target() {
+std::unique_ptr<model::Transformer> Target(int64_t max_positions = 128) {
   model::ModelConfig c;
   c.architecture = model::Architecture::kQwen3;
   c.qk_norm = true;
@@ -28,7 +28,7 @@ std::unique_ptr<model::Transformer> Target() {
   c.num_attention_heads = 4;
   c.num_key_value_heads = 2;
   c.head_dim = 8;
-  c.max_position_embeddings = 128;
+  c.max_position_embeddings = max_positions;
   c.tie_word_embeddings = true;
   return *model::Transformer::FromTensors(c, model::Transformer::RandomWeights(c, 5, 0.3));
 }
@@ -254,6 +254,42 @@ TEST(DraftBlockBatch, EqualsEachSessionDraftingAlone) {
     ASSERT_TRUE(results[i].ok()) << results[i].status();
     EXPECT_EQ(*results[i], want) << i;
   }
+}
+
+// Features arriving in many pieces (one row per AR step, views, a non-contiguous tensor, more
+// rows than the buffer keeps) draft exactly what one Extend of all of them drafts; a rejected
+// draft keeps them pending.
+TEST(DFlashDraftSession, PiecewiseExtendEqualsOneExtend) {
+  auto target = Target(512);
+  model::DFlashConfig fc;
+  fc.layers = target->config();
+  fc.layers.num_hidden_layers = 1;
+  fc.block_size = 5;
+  fc.mask_token_id = 60;
+  fc.target_layer_ids = {0, 2};
+  auto drafter = *model::DFlashDrafter::FromTensors(
+      fc, model::DFlashDrafter::RandomWeights(fc, 32, 7, 0.3), *target);
+  const int64_t width = 2 * 32;
+  at::manual_seed(4);
+  const at::Tensor first = at::randn({300, width}), second = at::randn({45, width});
+  DFlashDraftSession whole(*drafter), pieces(*drafter);
+  whole.Extend(first);
+  for (int64_t i = 0; i < 40; ++i) pieces.Extend(first.narrow(0, i, 1));
+  pieces.Extend(first.narrow(0, 40, 60).t().contiguous().t());  // column-major rows
+  pieces.Extend(at::Tensor());                                  // nothing: ignored
+  pieces.Extend(first.narrow(0, 100, 200));
+  EXPECT_EQ(pieces.DraftBlock(7, 1).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(pieces.context_length(), 0);
+  SPECDEC_ASSERT_OK_AND_ASSIGN(auto want, whole.DraftBlock(7, 5));
+  SPECDEC_ASSERT_OK_AND_ASSIGN(auto got, pieces.DraftBlock(7, 5));
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(pieces.context_length(), 300);
+  whole.Extend(second);
+  for (int64_t i = 0; i < 45; i += 5) pieces.Extend(second.narrow(0, i, 5));
+  SPECDEC_ASSERT_OK_AND_ASSIGN(want, whole.DraftBlock(want.back(), 4));
+  SPECDEC_ASSERT_OK_AND_ASSIGN(got, pieces.DraftBlock(got.back(), 4));
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(pieces.context_length(), 345);
 }
 
 }  // namespace
