@@ -1,10 +1,11 @@
 // Gives freed heap memory back to the operating system.
 //
-// glibc's malloc keeps memory freed in the middle of an arena mapped: a long-running service that
-// allocates tensors of ever-changing sizes (KV caches that grow, ragged batches) therefore sees
-// its resident size creep up although its live heap is flat. HeapTrimmer checks the heap's free
-// bytes periodically and, past a threshold, calls malloc_trim, which returns the free pages of
-// every arena. Without glibc it does nothing.
+// An allocator keeps freed memory mapped: a long-running service that allocates tensors of
+// ever-changing sizes (KV caches that grow, ragged batches) therefore sees its resident size
+// creep up although its live heap is flat. HeapTrimmer checks the heap's free bytes periodically
+// and, past a threshold, gives them back to the OS: with tcmalloc (the binaries' allocator, see
+// SPECDEC_MALLOC) its page heap's free pages, with glibc's malloc every arena's (malloc_trim).
+// With any other allocator it does nothing.
 #ifndef SPECDEC_SERVICES_COMMON_HEAP_TRIMMER_H_
 #define SPECDEC_SERVICES_COMMON_HEAP_TRIMMER_H_
 
@@ -21,7 +22,10 @@ struct HeapStats {
   int64_t free_bytes = 0;    // freed but still held by the allocator's arenas
 };
 
-// The allocator's current statistics (all zero without glibc).
+// The allocator this process uses: "tcmalloc", "glibc" or "unknown".
+const char* HeapAllocatorName();
+
+// The allocator's current statistics (all zero with an unknown allocator).
 HeapStats ReadHeapStats();
 
 // Returns the heap's free pages to the OS if at least `min_free_bytes` are held free; returns

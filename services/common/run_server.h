@@ -24,7 +24,7 @@ int RunUntilSignal(const char* name, const Options& options) {
     return 1;
   }
   std::cerr << name << ": serving on port " << (*server)->port() << ", /metrics on port "
-            << (*server)->metrics_port() << "\n";
+            << (*server)->metrics_port() << " (allocator " << HeapAllocatorName() << ")\n";
   const char* trim_ms = std::getenv("SPECDEC_HEAP_TRIM_MS");
   HeapTrimmer trimmer(std::chrono::milliseconds(trim_ms ? std::atoll(trim_ms) : 5000),
                       int64_t{8} << 20);

@@ -46,6 +46,21 @@ void FreeAll(std::vector<char*>& blocks) {
   blocks.clear();
 }
 
+#if !defined(SPECDEC_EXPECTED_ALLOCATOR) && defined(__GLIBC__)
+#define SPECDEC_EXPECTED_ALLOCATOR "glibc"
+#endif
+
+#if defined(SPECDEC_EXPECTED_ALLOCATOR)
+// The binary linked against tcmalloc (the services' allocator) really allocates with it.
+TEST(HeapTrimmerTest, DetectsTheProcessAllocator) {
+  EXPECT_STREQ(HeapAllocatorName(), SPECDEC_EXPECTED_ALLOCATOR);
+  void* p = std::malloc(1 << 20);
+  std::memset(p, 1, 1 << 20);
+  EXPECT_GE(ReadHeapStats().in_use_bytes, 1 << 20);
+  std::free(p);
+}
+#endif
+
 #if defined(__GLIBC__)
 TEST(HeapTrimmerTest, TrimReturnsFragmentedFreeMemoryToTheOs) {
   constexpr int64_t kTotal = 96 << 20;
