@@ -209,17 +209,22 @@ TEST(RunBatch, ABadPromptFailsAloneAndTheRestRuns) {
   EXPECT_TRUE(r.verifies[0].ok()) << r.verifies[0].status();
 }
 
-TEST(DraftBlockBatch, EqualsEachSessionDraftingAlone) {
-  auto target = Target();
+// A one-layer DFlash drafter on the target's layers 0 and 2 (features 2 x 32 wide).
+std::unique_ptr<model::DFlashDrafter> Drafter(const model::Transformer& target) {
   model::DFlashConfig fc;
-  fc.layers = target->config();
+  fc.layers = target.config();
   fc.layers.num_hidden_layers = 1;
   fc.block_size = 5;
   fc.mask_token_id = 60;
   fc.target_layer_ids = {0, 2};
-  auto drafter = *model::DFlashDrafter::FromTensors(
-      fc, model::DFlashDrafter::RandomWeights(fc, 32, 7, 0.3), *target);
-  const int64_t width = 2 * 32;
+  return *model::DFlashDrafter::FromTensors(
+      fc, model::DFlashDrafter::RandomWeights(fc, 32, 7, 0.3), target);
+}
+
+TEST(DraftBlockBatch, EqualsEachSessionDraftingAlone) {
+  auto target = Target();
+  auto drafter = Drafter(*target);
+  const int64_t width = 2 * 32;  // two captured layers of hidden size 32
   at::manual_seed(3);
   std::vector<at::Tensor> ctx = {at::randn({4, width}), at::randn({2, width}),
                                  at::randn({6, width}), at::randn({3, width})};
@@ -261,15 +266,8 @@ TEST(DraftBlockBatch, EqualsEachSessionDraftingAlone) {
 // draft keeps them pending.
 TEST(DFlashDraftSession, PiecewiseExtendEqualsOneExtend) {
   auto target = Target(512);
-  model::DFlashConfig fc;
-  fc.layers = target->config();
-  fc.layers.num_hidden_layers = 1;
-  fc.block_size = 5;
-  fc.mask_token_id = 60;
-  fc.target_layer_ids = {0, 2};
-  auto drafter = *model::DFlashDrafter::FromTensors(
-      fc, model::DFlashDrafter::RandomWeights(fc, 32, 7, 0.3), *target);
-  const int64_t width = 2 * 32;
+  auto drafter = Drafter(*target);
+  const int64_t width = 2 * 32;  // two captured layers of hidden size 32
   at::manual_seed(4);
   const at::Tensor first = at::randn({300, width}), second = at::randn({45, width});
   DFlashDraftSession whole(*drafter), pieces(*drafter);
