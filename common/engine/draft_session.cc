@@ -184,7 +184,7 @@ void DFlashDraftSession::Extend(const at::Tensor& features) {
     shape[0] = capacity;
     at::Tensor grown = at::empty(shape, features.options());
     if (pending_rows_ > 0) {
-      // Rows of another width would fail here, as they would in the drafter.
+      // Callers pass rows of one width (the services check it at their boundary).
       grown.narrow(0, 0, pending_rows_).copy_(pending_.narrow(0, 0, pending_rows_));
     }
     pending_ = grown;

@@ -75,9 +75,10 @@ class DFlashDraftSession {
  public:
   explicit DFlashDraftSession(const model::DFlashDrafter& drafter);
   ~DFlashDraftSession();
-  // Target features ([m, F]) of newly committed tokens; consumed by the next DraftBlock. They are
-  // copied (the caller may pass a view into a whole pass's output) into one growing buffer, so
-  // that a request taking many AR steps between drafts costs a row copy per step, not a tensor.
+  // Target features ([m, F], the same F every call) of newly committed tokens; consumed by the
+  // next DraftBlock. They are copied (the caller may pass a view into a whole pass's output)
+  // into one growing buffer, so that a request taking many AR steps between drafts costs a row
+  // copy per step, not a tensor.
   void Extend(const at::Tensor& features);
   // Drafts block_size - 1 tokens after `last`.
   absl::StatusOr<std::vector<int32_t>> DraftBlock(int32_t last, int32_t block_size);

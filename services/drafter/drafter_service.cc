@@ -336,8 +336,9 @@ class DrafterCore {
       return absl::InvalidArgumentError(
           absl::StrCat("features must be [m, ", width, "] (target layers x hidden)"));
     }
-    at::Tensor t = at::from_blob(f.data(), {features.shape(0), width}, at::kFloat).clone();
-    e->dflash->Extend(t.to(target_->dtype()));
+    // Extend copies the rows into the session's buffer, so a view of `f` will do.
+    e->dflash->Extend(
+        at::from_blob(f.data(), {features.shape(0), width}, at::kFloat).to(target_->dtype()));
     return absl::OkStatus();
   }
 
