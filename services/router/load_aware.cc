@@ -41,10 +41,28 @@ void LoadAwareSpeculation::RequestStarted(Clock::time_point now) {
   ++in_flight_;
 }
 
-void LoadAwareSpeculation::RequestFinished(Clock::time_point now) {
+void LoadAwareSpeculation::RequestFinished(Clock::time_point now, Clock::duration lifetime) {
   std::lock_guard<std::mutex> lock(mu_);
   AdvanceLoadLocked(now);
   in_flight_ = std::max<int64_t>(0, in_flight_ - 1);
+  if (lifetime > Clock::duration::zero()) {
+    const double s = Seconds(lifetime);
+    lifetime_ = lifetimes_ == 0
+                    ? s
+                    : (1 - options_.lifetime_alpha) * lifetime_ + options_.lifetime_alpha * s;
+    ++lifetimes_;
+  }
+}
+
+LoadAwareSpeculation::Clock::duration LoadAwareSpeculation::EpochLengthLocked() const {
+  const auto lifetime =
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(lifetime_));
+  return std::clamp(lifetime, options_.epoch, std::max(options_.epoch, options_.max_epoch));
+}
+
+LoadAwareSpeculation::Clock::duration LoadAwareSpeculation::EpochLength() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return EpochLengthLocked();
 }
 
 void LoadAwareSpeculation::JudgeExplorationLocked(int level, bool won) {
@@ -203,7 +221,7 @@ LoadAwareSpeculation::Step LoadAwareSpeculation::Next(Clock::time_point now) {
     // The level of the next epoch: the load averaged over the epoch that just ended when it ran
     // until now, else (first epoch, or after an idle spell) the requests in flight now.
     double load = static_cast<double>(in_flight_);
-    const bool recent = open_ && Seconds(now - end_) < Seconds(options_.epoch);
+    const bool recent = open_ && Seconds(now - end_) < Seconds(length_);
     if (open_) {
       AdvanceLoadLocked(now);
       const double span = Seconds(now - start_);
@@ -215,7 +233,7 @@ LoadAwareSpeculation::Step LoadAwareSpeculation::Next(Clock::time_point now) {
                        false,  0,    span,   tokens_,    steps_,       started_};
       // An epoch that outlived itself by a whole epoch was idle for part of it: its load
       // average says nothing about the load its steps saw, so it is not measured.
-      closed_.measurable = span > 0 && span <= 2 * Seconds(options_.epoch);
+      closed_.measurable = span > 0 && span <= 2 * Seconds(length_);
       closed_.load = span > 0 ? load_integral_ / span : 0;
       open_ = false;
     }
@@ -225,7 +243,8 @@ LoadAwareSpeculation::Step LoadAwareSpeculation::Next(Clock::time_point now) {
     open_ = true;
     ++epoch_;
     start_ = now;
-    end_ = now + options_.epoch;
+    length_ = EpochLengthLocked();
+    end_ = now + length_;
     load_since_ = now;
     load_integral_ = 0;
     tokens_ = 0;
@@ -237,8 +256,8 @@ LoadAwareSpeculation::Step LoadAwareSpeculation::Next(Clock::time_point now) {
   s.epoch = epoch_;
   s.level = level_;
   s.ends = end_;
-  s.holds = end_ + hold_ * options_.epoch;
-  s.run_for = capped_ ? std::max(0, options_.max_hold) * options_.epoch
+  s.holds = end_ + hold_ * length_;
+  s.run_for = capped_ ? std::max(0, options_.max_hold) * length_
                       : std::max(Clock::duration::zero(), s.holds - now);
   return s;
 }

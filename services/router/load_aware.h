@@ -16,16 +16,21 @@ namespace specdec::services {
 // second to every request than speculative ones. Which arm wins depends on the models, the
 // hardware and the load, so it is measured, not tabled.
 //
-// Time is cut into epochs (default 250 ms). During an epoch every load-aware step of every
-// request takes the same arm, so the population is homogeneous and what is measured in it is
-// what that arm delivers at that load (a per-request measure in a mixed population is
+// Time is cut into epochs. During an epoch every load-aware step of every request takes the
+// same arm, so the population is homogeneous and what is measured in it is what that arm
+// delivers at that load (a per-request measure in a mixed population is
 // misleading: speculative requests riding in batches with AR ones look faster than either
 // population alone). An epoch's rate is the output tokens every request committed while it was
 // open, per second and per request in flight: the system's throughput, normalized by the load.
 // It counts what the time of the requests' steps alone would miss: the gaps between a request's
 // runs, its drafter and policy start-up, the prompts that joined the passes (a faster arm
 // finishes requests sooner and admits their successors sooner). Its load level is the
-// time-averaged number of requests in flight (buckets 1, 2, 3-4, 5-8, 9-16, 17+).
+// time-averaged number of requests in flight (buckets 1, 2, 3-4, 5-8, 9-16, 17+). An epoch lasts
+// as long as a request does (the decayed mean lifetime of the requests that ran to their end,
+// within Options::epoch and max_epoch), so that it sees every phase of the requests' lives: a
+// closed loop of equal requests moves in a convoy (all prompts prefilled together, then all
+// decoding), and epochs shorter than its cycle fall into one phase or the other, so that
+// adjacent epochs compare the phases instead of the arms.
 //
 // Epoch rates are noisy (which prompts are in flight, their acceptance, prefills, a shared
 // machine), so arms are compared in pairs: two adjacent epochs at the same level with different
@@ -60,7 +65,7 @@ class LoadAwareSpeculation {
   using Clock = std::chrono::steady_clock;
   enum class Arm { kAr = 0, kSpeculative = 1 };
   struct Options {
-    Clock::duration epoch = std::chrono::milliseconds(250);
+    Clock::duration epoch = std::chrono::milliseconds(250);  // the shortest epoch
     int min_pairs = 4;             // paired samples per level before exploiting
     int confident_pairs = 12;      // below this, every 3rd epoch at a level explores
     double decisive_margin = 0.3;  // ... unless all its pairs agree and their median is this far
@@ -70,6 +75,10 @@ class LoadAwareSpeculation {
     int min_steps = 4;       // clean steps an epoch needs to be measured
     int max_backoff = 8;     // exploration interval multiplier after lost explorations
     int max_hold = 4;        // epochs after the current one that Step::holds may cover
+    // An epoch lasts as long as a request does (the decayed mean lifetime of the requests that
+    // ran to their end), from `epoch` up to this.
+    Clock::duration max_epoch = std::chrono::seconds(2);
+    double lifetime_alpha = 0.05;  // weight of a finished request's lifetime in that mean
   };
   static constexpr int kLevels = 6;
 
@@ -83,7 +92,8 @@ class LoadAwareSpeculation {
 
   // A request (of any method) entered or left the router.
   void RequestStarted(Clock::time_point now);
-  void RequestFinished(Clock::time_point now);
+  // `lifetime`: how long it was in flight, when it ran to its end (zero: not counted).
+  void RequestFinished(Clock::time_point now, Clock::duration lifetime = Clock::duration::zero());
 
   struct Step {
     Arm arm = Arm::kSpeculative;
@@ -127,6 +137,8 @@ class LoadAwareSpeculation {
   // Epochs at a level (the level they were chosen at) too slow to leave `min_steps` clean steps.
   int64_t Unmeasured(int level) const;
   int64_t in_flight() const;
+  // The length of the epochs that begin now.
+  Clock::duration EpochLength() const;
 
  private:
   struct Cell {
@@ -181,6 +193,7 @@ class LoadAwareSpeculation {
     bool settled = false;    // the level is confident, has a prior or found speculation too slow
   };
   Rule RuleLocked(int level) const;
+  Clock::duration EpochLengthLocked() const;
   // The level has `confident_pairs` pairs, or is decisive (see Options::decisive_margin).
   bool ConfidentLocked(const LevelState& l) const;
 
@@ -200,6 +213,9 @@ class LoadAwareSpeculation {
   int hold_ = 0;         // epochs after this one planned to run the same arm (Step::holds)
   bool capped_ = false;  // hold_ is max_hold although the arm is planned to last longer
   Clock::time_point start_{}, end_{};
+  Clock::duration length_{};  // end_ - start_
+  double lifetime_ = 0;       // decayed mean request lifetime (seconds)
+  int64_t lifetimes_ = 0;
   double load_integral_ = 0;  // request-seconds since start_
   double tokens_ = 0;         // output tokens committed since start_
   int64_t steps_ = 0, started_ = 0;

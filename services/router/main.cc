@@ -40,8 +40,12 @@ int main(int argc, char** argv) {
                  "longest wait for admission before RESOURCE_EXHAUSTED")
       ->envname("SPECDEC_QUEUE_TIMEOUT_MS");
   app.add_option("--load-aware-epoch-ms", o.load_aware_epoch_ms,
-                 "length of the epochs in which every load-aware step takes one arm")
+                 "shortest epoch in which every load-aware step takes one arm")
       ->envname("SPECDEC_LOAD_AWARE_EPOCH_MS");
+  app.add_option("--load-aware-max-epoch-ms", o.load_aware_max_epoch_ms,
+                 "epochs last as long as a request does (the mean lifetime of finished "
+                 "requests), from --load-aware-epoch-ms up to this")
+      ->envname("SPECDEC_LOAD_AWARE_MAX_EPOCH_MS");
   app.add_option("--load-aware-max-hold-epochs", o.load_aware_max_hold_epochs,
                  "epochs a load-aware run may span while its arm holds (past the current "
                  "one when its arm changes then, else from the run's start)")

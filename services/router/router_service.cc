@@ -191,6 +191,12 @@ struct RouterMetrics {
                                   .Help("Epochs whose steps were too slow to measure within the "
                                         "epoch, by load level (cumulative)")
                                   .Register(r)),
+        load_aware_epoch(prometheus::BuildGauge()
+                             .Name("specdec_load_aware_epoch_seconds")
+                             .Help("Length of the load-aware epochs beginning now (the mean "
+                                   "lifetime of finished requests, within the router's bounds)")
+                             .Register(r)
+                             .Add({})),
         load_aware_block(prometheus::BuildCounter()
                              .Name("specdec_load_aware_block_size_total")
                              .Help("Load-aware speculative runs by load level and the block size "
@@ -223,6 +229,7 @@ struct RouterMetrics {
   prometheus::Family<prometheus::Gauge>& load_aware_pairs;
   prometheus::Family<prometheus::Gauge>& load_aware_interval;
   prometheus::Family<prometheus::Gauge>& load_aware_unmeasured;
+  prometheus::Gauge& load_aware_epoch;
   prometheus::Family<prometheus::Counter>& load_aware_block;
 };
 
@@ -363,10 +370,12 @@ struct RouterServer::Impl {
       if (s.ok()) {
         metrics->active.Increment();
         ++in_flight;
-        load_aware->RequestStarted(Clock::now());
+        const auto started = Clock::now();
+        load_aware->RequestStarted(started);
         s = Serve(req, deadline, *box);
         --in_flight;
-        load_aware->RequestFinished(Clock::now());
+        const auto now = Clock::now();
+        load_aware->RequestFinished(now, s.ok() ? now - started : Clock::duration::zero());
         metrics->active.Decrement();
         admission->Release();
       }
@@ -1034,6 +1043,7 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& req,
   }
   if (load_aware_on) {
     stats.set_load_aware_ar(stats.load_aware_ar_steps() > 0 && stats.drafted_tokens() == 0);
+    metrics->load_aware_epoch.Set(std::chrono::duration<double>(load_aware->EpochLength()).count());
     for (int level = 0; level < LoadAwareSpeculation::kLevels; ++level) {
       const char* name = LoadAwareSpeculation::LevelName(level);
       bool seen = false;
@@ -1105,6 +1115,7 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
   impl->options = options;
   LoadAwareSpeculation::Options lo;
   lo.epoch = std::chrono::milliseconds(std::max(1, options.load_aware_epoch_ms));
+  lo.max_epoch = std::chrono::milliseconds(std::max(1, options.load_aware_max_epoch_ms));
   lo.max_hold = std::max(0, options.load_aware_max_hold_epochs);
   impl->load_aware = std::make_unique<LoadAwareSpeculation>(lo);
   impl->admission = std::make_unique<AdmissionQueue>(

@@ -26,9 +26,12 @@ struct RouterServerOptions {
   int health_interval_ms = 1000;  // how often every replica's health service is probed
   // Steps of DFLASH_ADAPTIVE requests without a fixed block size run as plain AR steps when AR
   // steps were measured to decode faster at the current load (LoadAwareSpeculation), learned in
-  // epochs of this length.
+  // epochs as long as a request lasts (the decayed mean lifetime of finished requests), within
+  // these bounds: shorter epochs in a closed loop of equal requests see only part of a cycle
+  // (its prompts' prefills, or none of them), and adjacent epochs then compare the parts.
   bool load_aware = true;
   int load_aware_epoch_ms = 250;
+  int load_aware_max_epoch_ms = 2000;
   // Epochs past the current one that a load-aware server-side run may span while its level keeps
   // the arm (0: every run stops at its epoch's end).
   int load_aware_max_hold_epochs = 4;

@@ -663,5 +663,81 @@ TEST(LoadAwareSpeculation, LongStepsStraddlingAnEpochEndStillCount) {
   EXPECT_LT(la.LogAdvantage(level), std::log(0.5));
 }
 
+// A convoy: `n` requests that start together, wait `prefill_ms` for their first token, then step
+// together until each has `tokens` tokens (AR: 1 token per `ar_ms`; speculative: `spec_tokens`
+// per `spec_ms`), end together and are replaced at once, for `duration` on a 1 ms clock. With
+// equal lengths a closed loop stays in step like this: every request's prefill lands in the same
+// part of each cycle. Returns the speculative share of the decoding time.
+double RunConvoy(LoadAwareSpeculation& la, Clock::time_point& now, int n, double prefill_ms,
+                 int tokens, double ar_ms, double spec_ms, int spec_tokens,
+                 std::chrono::milliseconds duration) {
+  const auto end = now + duration;
+  double spec_time = 0, time = 0;
+  while (now < end) {
+    const auto started = now;
+    for (int i = 0; i < n; ++i) la.RequestStarted(now);
+    now += milliseconds(static_cast<int>(prefill_ms));
+    for (int i = 0; i < n; ++i) la.Committed(now, 1);
+    std::vector<uint64_t> prev(n, 0);
+    for (int done = 1; done < tokens;) {
+      std::vector<LoadAwareSpeculation::Step> steps;
+      for (int i = 0; i < n; ++i) steps.push_back(la.Next(now));
+      const bool ar = steps[0].arm == Arm::kAr;
+      const double ms = ar ? ar_ms : spec_ms;
+      now += milliseconds(static_cast<int>(ms));
+      time += ms;
+      if (!ar) spec_time += ms;
+      const int k = std::min(ar ? 1 : spec_tokens, tokens - done);
+      for (int i = 0; i < n; ++i) {
+        la.Observe(steps[i], prev[i] == steps[i].epoch);
+        la.Committed(now, k);
+        prev[i] = steps[i].epoch;
+      }
+      done += k;
+    }
+    for (int i = 0; i < n; ++i) la.RequestFinished(now, now - started);
+  }
+  return time > 0 ? spec_time / time : 0;
+}
+
+TEST(LoadAwareSpeculation, EpochsAsLongAsARequestSeeEveryPhaseOfAConvoy) {
+  // 16 requests of 64 tokens behind a 180 ms prefill; AR decodes them in 320 ms, speculation
+  // (3 tokens per 24 ms) in 504 ms: a 500 ms cycle, two default epochs. Epochs that short fall
+  // into the prefill half or the decoding half of a cycle, and a pair of adjacent epochs
+  // compares the halves, not the arms. An epoch as long as a request sees a whole cycle.
+  LoadAwareSpeculation la;
+  auto now = Clock::now();
+  const double spec_share = RunConvoy(la, now, 16, 180, 64, 5, 24, 3, std::chrono::seconds(120));
+  const int level = LoadAwareSpeculation::Level(16);
+  EXPECT_GT(la.EpochLength(), milliseconds(450));
+  EXPECT_LT(la.EpochLength(), milliseconds(750));
+  EXPECT_LT(la.LogAdvantage(level), std::log(0.8));
+  EXPECT_LT(spec_share, 0.15);
+}
+
+TEST(LoadAwareSpeculation, EpochLengthFollowsRequestLifetimesWithinItsBounds) {
+  LoadAwareSpeculation::Options o;
+  o.epoch = milliseconds(250);
+  o.max_epoch = std::chrono::seconds(1);
+  LoadAwareSpeculation la(o);
+  auto now = Clock::now();
+  EXPECT_EQ(la.EpochLength(), milliseconds(250));
+  auto ms = [&] { return std::chrono::duration<double, std::milli>(la.EpochLength()).count(); };
+  la.RequestStarted(now);
+  la.RequestFinished(now, milliseconds(600));
+  EXPECT_NEAR(ms(), 600, 1);
+  // A request that did not run to its end says nothing about lifetimes.
+  la.RequestStarted(now);
+  la.RequestFinished(now);
+  EXPECT_NEAR(ms(), 600, 1);
+  for (int i = 0; i < 200; ++i) la.RequestFinished(now, std::chrono::seconds(5));
+  EXPECT_EQ(la.EpochLength(), std::chrono::seconds(1));
+  for (int i = 0; i < 200; ++i) la.RequestFinished(now, milliseconds(20));
+  EXPECT_EQ(la.EpochLength(), milliseconds(250));
+  // An epoch begun now lasts that long.
+  auto s = la.Next(now);
+  EXPECT_EQ(s.ends - now, milliseconds(250));
+}
+
 }  // namespace
 }  // namespace specdec::services
