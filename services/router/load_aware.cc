@@ -144,9 +144,7 @@ LoadAwareSpeculation::Rule LoadAwareSpeculation::RuleLocked(int level) const {
   // target's batch room), so the lower levels that have learned bound this one's: no level is
   // credited with more advantage than any of them measured (under heavy load a level's epoch
   // pairs are the noisiest, with bursts of prompts, and one that read a spurious advantage would
-  // speculate where every lighter load found AR faster); and a level still learning whose bound
-  // says AR is at least as fast starts out exploiting AR instead of alternating, exploring as
-  // seldom as the bound says, while its own pairs (from that exploration) accumulate.
+  // speculate where every lighter load found AR faster).
   bool bounded = false;
   double bound = 0;
   for (int k = level - 1; k >= 0; --k) {
@@ -154,12 +152,23 @@ LoadAwareSpeculation::Rule LoadAwareSpeculation::RuleLocked(int level) const {
     bound = bounded ? std::min(bound, levels_[k].log_advantage) : levels_[k].log_advantage;
     bounded = true;
   }
+  Rule r;
+  if (bounded && bound <= 0) {
+    // A lower level found AR at least as fast, so this level's advantage is capped at or below
+    // zero whatever its own pairs say: it runs AR, without alternating, and exploring it could
+    // not change that (an exploration costs the most here: every request in flight catches its
+    // drafter up and verifies whole blocks in the shared pass). The lower levels' explorations
+    // keep the bound current; once it turns positive this level learns as usual.
+    r.best = Arm::kAr;
+    r.explore = false;
+    r.every = 0;
+    r.settled = true;
+    return r;
+  }
   const bool confident = ConfidentLocked(l);
-  const bool prior_ar = !confident && bounded && bound <= 0;
   // Speculative epochs too slow to be measured here: as good as a prior that AR wins.
   const bool slow_spec = l.slow_spec >= 2;
-  Rule r;
-  if (l.pairs < options_.min_pairs && !prior_ar && !slow_spec) {
+  if (l.pairs < options_.min_pairs && !slow_spec) {
     r.alternate = true;
     r.every = 2;
     return r;
@@ -174,8 +183,6 @@ LoadAwareSpeculation::Rule LoadAwareSpeculation::RuleLocked(int level) const {
   r.settled = true;
   if (confident) {
     r.every *= 1 + std::min(4.0, std::abs(advantage) / 0.1);
-  } else if (prior_ar) {
-    r.every *= 1 + std::min(4.0, std::abs(bound) / 0.1);
   } else if (!slow_spec) {
     r.every = 3;
     r.settled = false;
@@ -199,13 +206,13 @@ LoadAwareSpeculation::Arm LoadAwareSpeculation::ChooseLocked(int level) {
     alternating_ = true;
     return epoch_ > 0 && level_ == level ? other(arm_) : Arm::kSpeculative;
   }
-  exploring_ = options_.explore_every > 0 && ++l.since_explore >= r.every;
+  exploring_ = options_.explore_every > 0 && r.explore && ++l.since_explore >= r.every;
   if (exploring_) l.since_explore = 0;
   // The epochs after this one that keep r.best: until the one that reaches `every` explores.
   hold_ = 0;
   capped_ = false;
   if (!exploring_) {
-    const double until = options_.explore_every > 0
+    const double until = options_.explore_every > 0 && r.explore
                              ? std::ceil(r.every - static_cast<double>(l.since_explore)) - 1
                              : options_.max_hold + 1;
     hold_ = std::clamp(static_cast<int>(until), 0, std::max(0, options_.max_hold));

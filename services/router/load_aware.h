@@ -46,9 +46,9 @@ namespace specdec::services {
 // `explore_every` epochs while the arms are even, up to five times as seldom when one is
 // clearly ahead (exploring a losing arm is what this costs). Speculation's advantage only
 // shrinks as the load grows, so a level's estimate counts for no more than that of any lower
-// level that has learned (LogAdvantage reports the level's own), and a level still learning
-// starts out on AR, without alternating, when such a lower level found AR at least as fast,
-// exploring as seldom as that level's advantage says.
+// level that has learned (LogAdvantage reports the level's own); where such a lower level found
+// AR at least as fast, a level runs AR without alternating or exploring (no pair of its own
+// could change that), until that lower level's estimate turns positive.
 //
 // Exploring costs most where it loses most: under heavy load a speculative epoch makes every
 // request in flight catch its drafter up on its whole context and verify whole blocks in the
@@ -131,7 +131,8 @@ class LoadAwareSpeculation {
   double LogAdvantage(int level) const;
   int64_t Pairs(int level) const;
   // Epochs between explorations of the other arm at a level (the current rule, backoff
-  // included; 2 while the level alternates), and the backoff multiplier itself.
+  // included; 2 while the level alternates; 0 when it does not explore, a lower level having
+  // found AR at least as fast), and the backoff multiplier itself.
   double ExploreInterval(int level) const;
   int Backoff(int level) const;
   // Epochs at a level (the level they were chosen at) too slow to leave `min_steps` clean steps.
@@ -191,6 +192,7 @@ class LoadAwareSpeculation {
     Arm best = Arm::kAr;     // otherwise: the arm to run
     double every = 2;        // and every how many epochs to run the other one instead
     bool settled = false;    // the level is confident, has a prior or found speculation too slow
+    bool explore = true;     // false: the level never explores (a lower level bounds it to AR)
   };
   Rule RuleLocked(int level) const;
   Clock::duration EpochLengthLocked() const;

@@ -184,7 +184,8 @@ struct RouterMetrics {
         load_aware_interval(prometheus::BuildGauge()
                                 .Name("specdec_load_aware_explore_interval_epochs")
                                 .Help("Epochs between explorations of the other arm, by load "
-                                      "level (backoff included)")
+                                      "level (backoff included; 0: it does not explore, a "
+                                      "lower level having found AR at least as fast)")
                                 .Register(r)),
         load_aware_unmeasured(prometheus::BuildGauge()
                                   .Name("specdec_load_aware_unmeasured_epochs")
