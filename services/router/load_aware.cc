@@ -160,7 +160,6 @@ LoadAwareSpeculation::Rule LoadAwareSpeculation::RuleLocked(int level) const {
     // drafter up and verifies whole blocks in the shared pass). The lower levels' explorations
     // keep the bound current; once it turns positive this level learns as usual.
     r.best = Arm::kAr;
-    r.explore = false;
     r.every = 0;
     r.settled = true;
     return r;
@@ -206,15 +205,14 @@ LoadAwareSpeculation::Arm LoadAwareSpeculation::ChooseLocked(int level) {
     alternating_ = true;
     return epoch_ > 0 && level_ == level ? other(arm_) : Arm::kSpeculative;
   }
-  exploring_ = options_.explore_every > 0 && r.explore && ++l.since_explore >= r.every;
+  exploring_ = r.every > 0 && ++l.since_explore >= r.every;
   if (exploring_) l.since_explore = 0;
   // The epochs after this one that keep r.best: until the one that reaches `every` explores.
   hold_ = 0;
   capped_ = false;
   if (!exploring_) {
-    const double until = options_.explore_every > 0 && r.explore
-                             ? std::ceil(r.every - static_cast<double>(l.since_explore)) - 1
-                             : options_.max_hold + 1;
+    const double until = r.every > 0 ? std::ceil(r.every - static_cast<double>(l.since_explore)) - 1
+                                     : options_.max_hold + 1;
     hold_ = std::clamp(static_cast<int>(until), 0, std::max(0, options_.max_hold));
     capped_ = options_.max_hold > 0 && until > hold_;
   }

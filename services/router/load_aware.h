@@ -190,9 +190,8 @@ class LoadAwareSpeculation {
   struct Rule {
     bool alternate = false;  // still alternating arms
     Arm best = Arm::kAr;     // otherwise: the arm to run
-    double every = 2;        // and every how many epochs to run the other one instead
+    double every = 2;        // and every how many epochs to run the other one instead (0: never)
     bool settled = false;    // the level is confident, has a prior or found speculation too slow
-    bool explore = true;     // false: the level never explores (a lower level bounds it to AR)
   };
   Rule RuleLocked(int level) const;
   Clock::duration EpochLengthLocked() const;
