@@ -3,11 +3,13 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <optional>
 #include <string>
 
+#include "common/model/linear_kernel.h"
 #include "common/model/row_kernels.h"
 
 namespace specdec::model {
@@ -22,10 +24,52 @@ int64_t GemmRows(int64_t rows) {
   return (rows + step - 1) / step * step;
 }
 
+int64_t LinearKernelMaxRows() {
+  static const int64_t value = [] {
+    const char* v = std::getenv("SPECDEC_LINEAR_KERNEL_MAX_ROWS");
+    return v != nullptr ? std::max<int64_t>(0, std::atoll(v)) : int64_t{32};
+  }();
+  return value;
+}
+
+namespace {
+std::optional<KernelDType> RowKernelType(const at::Tensor& t);
+
+// x W^T on linear_kernel.h, or an undefined tensor when the kernel does not take the operands.
+at::Tensor KernelLinear(const at::Tensor& x, const at::Tensor& weight) {
+  if (x.dim() != 2 || x.size(0) == 0 || x.size(0) > LinearKernelMaxRows() ||
+      RowKernelType(x) != KernelDType::kBF16 || RowKernelType(weight) != KernelDType::kBF16 ||
+      weight.dim() != 2 || !weight.is_contiguous() || x.stride(1) != 1 ||
+      weight.size(1) != x.size(1) || !LinearKernelFits(x.size(1), weight.size(0))) {
+    return {};
+  }
+  const int64_t rows = x.size(0), in = x.size(1), out = weight.size(0);
+  at::Tensor y = at::empty({rows, out}, x.options());
+  const auto* xp = static_cast<const uint16_t*>(x.data_ptr());
+  const auto* wp = static_cast<const uint16_t*>(weight.data_ptr());
+  auto* yp = static_cast<uint16_t*>(y.data_ptr());
+  // Ranges of 16 outputs; a thread takes at least 256 outputs.
+  at::parallel_for(0, out / 16, 16, [&](int64_t begin, int64_t end) {
+    LinearProblem p;
+    p.x = xp;
+    p.rows = rows;
+    p.x_stride = x.stride(0);
+    p.w = wp + begin * 16 * in;
+    p.in = in;
+    p.out = (end - begin) * 16;
+    p.y = yp + begin * 16;
+    p.y_stride = out;
+    RunLinear(p);
+  });
+  return y;
+}
+}  // namespace
+
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight) {
   if (x.dim() == 2 && x.size(0) == 1 && x.scalar_type() == at::kFloat) {
     return at::mv(weight, x.select(0, 0)).unsqueeze(0);
   }
+  if (at::Tensor y = KernelLinear(x, weight); y.defined()) return y;
   if (x.dim() == 2 && x.scalar_type() == at::kBFloat16) {
     const int64_t rows = x.size(0), padded = GemmRows(rows);
     if (padded != rows) {

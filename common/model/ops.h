@@ -18,8 +18,14 @@ namespace specdec::model {
 // rows, the extra ones zero and dropped from the result: oneDNN, which does ATen's bf16 products,
 // compiles and caches a kernel per distinct row count, and a server's ragged batches and prompts
 // would otherwise keep adding cache entries (resident memory creeping up for hours, a compile
-// for each new shape).
+// for each new shape). A bf16 product of at most LinearKernelMaxRows() rows (a decoding or
+// verification pass) runs on linear_kernel.h instead, whose result for a row does not depend on
+// the rows beside it.
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight);
+
+// The most rows a bf16 product runs on linear_kernel.h: 32, or SPECDEC_LINEAR_KERNEL_MAX_ROWS
+// from the environment (0: never; read once). SPECDEC_ROW_KERNELS=0 turns it off as well.
+int64_t LinearKernelMaxRows();
 
 // The row count a bf16 product of `rows` rows runs on: exact up to 32, then rounded up to a
 // multiple of 16 up to 256, of 64 up to 1024 and of 128 beyond (at most 6% extra rows past 256,

@@ -1,0 +1,47 @@
+// A bfloat16 matrix product for the few rows of a decoding or verification pass: y = x W^T.
+//
+// A one-row bf16 product through oneDNN takes 15-30 us here however small it is (a 256x256 one
+// 16 us), so a one-row pass of a small model (33 products) spends most of its matrix time in
+// set-up; and oneDNN blocks rows differently for different row counts, so a row's result
+// depends on the rows batched with it.
+// This kernel streams the weights once per block of rows with AVX-512 BF16 dot products where
+// the CPU has them (a portable loop with the same order of float operations otherwise) and sums
+// every output in one fixed order: a row's result never depends on the other rows. Torch-free,
+// like attention_kernel.h.
+#ifndef SPECDEC_COMMON_MODEL_LINEAR_KERNEL_H_
+#define SPECDEC_COMMON_MODEL_LINEAR_KERNEL_H_
+
+#include <cstdint>
+
+namespace specdec::model {
+
+// The product the kernel computes (bf16 elements as their raw 16 bits):
+//   y[r][o] = bf16(sum_i x[r][i] * w[o][i]),  r < rows, o < out, i < in,
+// x rows `x_stride` and y rows `y_stride` elements apart, w [out, in] contiguous (a range of
+// outputs is the problem with w and y advanced to its first one). Every sum is taken
+// in float in one order: 16 partial sums, the one of lane l over elements 32c + 2l + 1 then
+// 32c + 2l for c = 0, 1, ... (the order of AVX-512 BF16's dot product), then added in a fixed
+// tree, and the total rounded to nearest even. Denormal inputs and partial sums are flushed to
+// zero on the AVX-512 path and kept on the portable one.
+struct LinearProblem {
+  const uint16_t* x = nullptr;
+  int64_t rows = 0, x_stride = 0;
+  const uint16_t* w = nullptr;
+  int64_t in = 0, out = 0;
+  uint16_t* y = nullptr;
+  int64_t y_stride = 0;
+};
+
+// Whether the kernel takes these widths: `in` a multiple of 32 and `out` of 16.
+bool LinearKernelFits(int64_t in, int64_t out);
+// Whether the AVX-512 BF16 path runs on this CPU.
+bool LinearKernelNative();
+// Computes p (LinearKernelFits(p.in, p.out) must hold), on the AVX-512 BF16 path when the CPU
+// has it, else the portable one.
+void RunLinear(const LinearProblem& p);
+// The portable path alone (for tests).
+void RunLinearPortable(const LinearProblem& p);
+
+}  // namespace specdec::model
+
+#endif  // SPECDEC_COMMON_MODEL_LINEAR_KERNEL_H_
