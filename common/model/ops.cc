@@ -27,7 +27,8 @@ int64_t GemmRows(int64_t rows) {
 int64_t LinearKernelMaxRows() {
   static const int64_t value = [] {
     const char* v = std::getenv("SPECDEC_LINEAR_KERNEL_MAX_ROWS");
-    return v != nullptr ? std::max<int64_t>(0, std::atoll(v)) : int64_t{32};
+    if (v != nullptr) return std::max<int64_t>(0, std::atoll(v));
+    return LinearKernelNative() ? int64_t{32} : int64_t{2};
   }();
   return value;
 }
