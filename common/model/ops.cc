@@ -34,7 +34,20 @@ int64_t LinearKernelMaxRows() {
 }
 
 namespace {
-std::optional<KernelDType> RowKernelType(const at::Tensor& t);
+
+// The kernel dtype of a CPU tensor row_kernels.h can take, or nullopt: other dtypes and devices,
+// tensors that autograd follows (training), and every tensor when SPECDEC_ROW_KERNELS=0 is in
+// the environment (read once).
+std::optional<KernelDType> RowKernelType(const at::Tensor& t) {
+  static const bool enabled = [] {
+    const char* v = std::getenv("SPECDEC_ROW_KERNELS");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  if (!enabled || !t.device().is_cpu() || t.requires_grad()) return std::nullopt;
+  if (t.scalar_type() == at::kFloat) return KernelDType::kF32;
+  if (t.scalar_type() == at::kBFloat16) return KernelDType::kBF16;
+  return std::nullopt;
+}
 
 // x W^T on linear_kernel.h, or an undefined tensor when the kernel does not take the operands.
 at::Tensor KernelLinear(const at::Tensor& x, const at::Tensor& weight) {
@@ -64,6 +77,7 @@ at::Tensor KernelLinear(const at::Tensor& x, const at::Tensor& weight) {
   });
   return y;
 }
+
 }  // namespace
 
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight) {
@@ -82,24 +96,6 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight) {
   }
   return at::linear(x, weight);
 }
-
-namespace {
-
-// The kernel dtype of a CPU tensor row_kernels.h can take, or nullopt: other dtypes and devices,
-// tensors that autograd follows (training), and every tensor when SPECDEC_ROW_KERNELS=0 is in
-// the environment (read once).
-std::optional<KernelDType> RowKernelType(const at::Tensor& t) {
-  static const bool enabled = [] {
-    const char* v = std::getenv("SPECDEC_ROW_KERNELS");
-    return v == nullptr || std::string(v) != "0";
-  }();
-  if (!enabled || !t.device().is_cpu() || t.requires_grad()) return std::nullopt;
-  if (t.scalar_type() == at::kFloat) return KernelDType::kF32;
-  if (t.scalar_type() == at::kBFloat16) return KernelDType::kBF16;
-  return std::nullopt;
-}
-
-}  // namespace
 
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   const std::optional<KernelDType> dt = RowKernelType(x);
