@@ -1,5 +1,7 @@
 #include "common/model/attention_kernel.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -74,6 +76,8 @@ inline float HorizontalSum(F16 v) {
 
 struct Scratch {
   std::vector<float> q, scores, keys, values;
+  std::vector<uint16_t> qh, probs;  // the pair path: bf16 queries and probabilities
+  std::vector<int64_t> block_keys;
   std::vector<uint8_t> visible;
 };
 
@@ -194,14 +198,246 @@ __attribute__((always_inline)) inline void AllWeightedValues(const float* pr, in
   }
 }
 
+// Scores to probabilities, row by row: masks the keys past each row's limit in its last vector
+// (padding, later new rows) and in a tree the earlier new rows that are not its ancestors, then
+// a softmax (every row sees at least itself, so the maximum is finite); zero past the limit.
+__attribute__((always_inline)) inline void Softmax(const AttentionSequence& s, int64_t rows,
+                                                   int64_t mpad, int64_t group, auto&& limit,
+                                                   Scratch& scratch) {
+  const int64_t n = s.n;
+  constexpr float kMasked = -std::numeric_limits<float>::infinity();
+  const bool tree = s.tree_parents != nullptr && !s.bidirectional;
+  if (tree) {
+    scratch.visible.assign(n * n, 0);
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = i; j >= 0; j = s.tree_parents[j]) scratch.visible[i * n + j] = 1;
+    }
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    float* sc = &scratch.scores[r * mpad];
+    const int64_t i = r / group, lim = limit(r);
+    const int64_t lpad = std::min(mpad, (lim + kLanes - 1) / kLanes * kLanes);
+    for (int64_t j = lim; j < lpad; ++j) sc[j] = kMasked;
+    for (int64_t jn = 0; tree && jn < i; ++jn) {
+      if (!scratch.visible[i * n + jn]) sc[s.past + jn] = kMasked;
+    }
+    F16 mx = LoadF16(sc);
+    for (int64_t j = kLanes; j < lpad; j += kLanes) mx = Max(mx, LoadF16(sc + j));
+    const F16 top = Splat(HorizontalMax(mx));
+    F16 sum = {};
+    for (int64_t j = 0; j < lpad; j += kLanes) {
+      const F16 e = Exp(LoadF16(sc + j) - top);
+      StoreF16(sc + j, e);
+      sum += e;
+    }
+    const F16 inv = Splat(1.f / HorizontalSum(sum));
+    for (int64_t j = 0; j < lpad; j += kLanes) StoreF16(sc + j, LoadF16(sc + j) * inv);
+    std::fill(sc + lpad, sc + mpad, 0.f);
+  }
+}
+
+// ---- The pair path: bf16 heads of a multiple of 32 elements. Every dot product runs over
+// 32-element chunks, lane l of a chunk adding element 2l + 1's product and then element 2l's
+// (the order of AVX-512 BF16's dot product, which the native functions use; the portable ones
+// do the same float operations). Queries and probabilities are bf16, so every product is exact
+// in float and a multiply-add rounds like the product and the sum.
+
+// The 32 bf16 elements at p as two float vectors: lane l of `odd` is element 2l + 1, of `even`
+// element 2l.
+inline void LoadPairs(const uint16_t* p, F16* odd, F16* even) {
+  U16 u;
+  std::memcpy(&u, p, sizeof(u));
+  const U16 hi = u & 0xFFFF0000u, lo = u << 16;
+  std::memcpy(odd, &hi, sizeof(hi));
+  std::memcpy(even, &lo, sizeof(lo));
+}
+
+// Heads of up to 256 elements take the pair path.
+constexpr int64_t kMaxPairChunks = 8;
+
+// What the pair path's score and value functions share. Scores and probabilities are [rows,
+// mpad]; queries (bf16) and outputs (float) [rows, d].
+struct PairItem {
+  const uint16_t* q = nullptr;
+  const uint16_t* keys = nullptr;  // [m, d] of this KV head
+  const uint16_t* values = nullptr;
+  int64_t d = 0, m = 0, mpad = 0, rows = 0, past = 0, group = 1;
+  bool bidirectional = false;
+  float scale = 1.f;
+};
+
+// The first row that sees any of the 16 keys from j0 (as BlockedScores).
+inline int64_t FirstRow(const PairItem& it, int64_t j0) {
+  return it.bidirectional ? 0 : std::max<int64_t>(0, (j0 - it.past) * it.group);
+}
+
+// scores[r][j] = scale * (q[r] . keys[j]), 16 keys and 4 rows at a time: the 16 lane sums of a
+// score, then Reduce16.
+__attribute__((always_inline)) inline void PairScoresPortable(const PairItem& it, float* scores) {
+  const int64_t chunks = it.d / 32;
+  F16 qp[4 * kMaxPairChunks * 2];
+  F16 part[4][kLanes];
+  for (int64_t j0 = 0; j0 < it.mpad; j0 += kLanes) {
+    const int64_t live = std::min(kLanes, it.m - j0);
+    for (int64_t r0 = FirstRow(it, j0); r0 < it.rows; r0 += 4) {
+      const int64_t nr = std::min<int64_t>(4, it.rows - r0);
+      for (int64_t r = 0; r < nr; ++r) {
+        for (int64_t c = 0; c < chunks; ++c) {
+          LoadPairs(it.q + (r0 + r) * it.d + c * 32, &qp[(r * chunks + c) * 2],
+                    &qp[(r * chunks + c) * 2 + 1]);
+        }
+      }
+      for (int64_t jj = 0; jj < live; ++jj) {
+        const uint16_t* k = it.keys + (j0 + jj) * it.d;
+        for (int64_t r = 0; r < nr; ++r) {
+          F16 a{};
+          for (int64_t c = 0; c < chunks; ++c) {
+            F16 ko, ke;
+            LoadPairs(k + c * 32, &ko, &ke);
+            a += qp[(r * chunks + c) * 2] * ko;
+            a += qp[(r * chunks + c) * 2 + 1] * ke;
+          }
+          part[r][jj] = a;
+        }
+      }
+      for (int64_t r = 0; r < nr; ++r) {
+        for (int64_t jj = live; jj < kLanes; ++jj) part[r][jj] = F16{};
+        StoreF16(scores + (r0 + r) * it.mpad + j0, Reduce16(part[r]) * it.scale);
+      }
+    }
+  }
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"))) void PairScoresNative(
+    const PairItem& it, float* scores) {
+  const int64_t chunks = it.d / 32;
+  F16 part[4][kLanes];
+  for (int64_t j0 = 0; j0 < it.mpad; j0 += kLanes) {
+    const int64_t live = std::min(kLanes, it.m - j0);
+    for (int64_t r0 = FirstRow(it, j0); r0 < it.rows; r0 += 4) {
+      const int64_t nr = std::min<int64_t>(4, it.rows - r0);
+      const uint16_t* q = it.q + r0 * it.d;
+      for (int64_t jj = 0; jj < live; ++jj) {
+        const uint16_t* k = it.keys + (j0 + jj) * it.d;
+        __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                       _mm512_setzero_ps()};
+        for (int64_t c = 0; c < chunks; ++c) {
+          const __m512bh kv = reinterpret_cast<__m512bh>(_mm512_loadu_si512(k + c * 32));
+          for (int64_t r = 0; r < 4; ++r) {
+            if (r >= nr) break;
+            const __m512bh qv =
+                reinterpret_cast<__m512bh>(_mm512_loadu_si512(q + r * it.d + c * 32));
+            a[r] = _mm512_dpbf16_ps(a[r], qv, kv);
+          }
+        }
+        for (int64_t r = 0; r < nr; ++r) part[r][jj] = std::bit_cast<F16>(a[r]);
+      }
+      for (int64_t r = 0; r < nr; ++r) {
+        for (int64_t jj = live; jj < kLanes; ++jj) part[r][jj] = F16{};
+        StoreF16(scores + (r0 + r) * it.mpad + j0, Reduce16(part[r]) * it.scale);
+      }
+    }
+  }
+}
+
+// out[r] = sum_j probs[r][j] * values[j] over keys [0, block_keys[r / 4]) (what the last row of
+// r's block of 4 attends to; past its own limit a row's probabilities are 0); key pairs (j, j + 1)
+// from 0, a key past the end paired with zeros (its probability is 0). Each output element adds the
+// pair's odd key then its even key.
+__attribute__((always_inline)) inline void PairValuesPortable(const PairItem& it,
+                                                              const uint16_t* probs,
+                                                              const int64_t* block_keys,
+                                                              float* out) {
+  const int64_t dv = it.d / kLanes;
+  for (int64_t r0 = 0; r0 < it.rows; r0 += 4) {
+    const int64_t nr = std::min<int64_t>(4, it.rows - r0);
+    const int64_t keys = block_keys[r0 / 4];
+    for (int64_t r = r0; r < r0 + nr; ++r) {
+      const uint16_t* pr = probs + r * it.mpad;
+      for (int64_t v = 0; v < dv; ++v) {
+        F16 acc{};
+        for (int64_t j = 0; j < keys; j += 2) {
+          const F16 odd = j + 1 < keys ? LoadAny(it.values + (j + 1) * it.d + v * kLanes) : F16{};
+          acc += Bf16ToFloat(pr[j + 1]) * odd;
+          acc += Bf16ToFloat(pr[j]) * LoadAny(it.values + j * it.d + v * kLanes);
+        }
+        StoreF16(out + r * it.d + v * kLanes, acc);
+      }
+    }
+  }
+}
+
+// The same sums with AVX-512 BF16: two keys' 32-element chunks interleaved by element (per
+// 128-bit lane, so the lanes of the sums are a fixed permutation of the elements, undone when
+// stored), each row's probability pair broadcast. Two chunks at a time share the key loop (more
+// independent sums in flight; each sum's order is unchanged).
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"))) void PairValuesNative(
+    const PairItem& it, const uint16_t* probs, const int64_t* block_keys, float* out) {
+  const int64_t chunks = it.d / 32;
+  for (int64_t r0 = 0; r0 < it.rows; r0 += 4) {
+    const int64_t nr = std::min<int64_t>(4, it.rows - r0);
+    const int64_t keys = block_keys[r0 / 4];
+    for (int64_t c0 = 0; c0 < chunks; c0 += 2) {
+      const int64_t nc = std::min<int64_t>(2, chunks - c0);
+      __m512 lo[4][2], hi[4][2];
+      for (int r = 0; r < 4; ++r) {
+        for (int c = 0; c < 2; ++c) lo[r][c] = hi[r][c] = _mm512_setzero_ps();
+      }
+      const uint16_t* v = it.values + c0 * 32;
+      for (int64_t j = 0; j < keys; j += 2) {
+        __m512bh l[2], h[2];
+        for (int64_t c = 0; c < 2; ++c) {
+          if (c >= nc) break;
+          const __m512i even = _mm512_loadu_si512(v + j * it.d + c * 32);
+          const __m512i odd = j + 1 < keys ? _mm512_loadu_si512(v + (j + 1) * it.d + c * 32)
+                                           : _mm512_setzero_si512();
+          l[c] = reinterpret_cast<__m512bh>(_mm512_unpacklo_epi16(even, odd));
+          h[c] = reinterpret_cast<__m512bh>(_mm512_unpackhi_epi16(even, odd));
+        }
+        for (int64_t r = 0; r < 4; ++r) {
+          if (r >= nr) break;
+          uint32_t pair;
+          std::memcpy(&pair, probs + (r0 + r) * it.mpad + j, sizeof(pair));
+          const __m512bh pp = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(pair)));
+          for (int64_t c = 0; c < 2; ++c) {
+            if (c >= nc) break;
+            lo[r][c] = _mm512_dpbf16_ps(lo[r][c], l[c], pp);
+            hi[r][c] = _mm512_dpbf16_ps(hi[r][c], h[c], pp);
+          }
+        }
+      }
+      for (int64_t r = 0; r < nr; ++r) {
+        for (int64_t c = 0; c < nc; ++c) {
+          alignas(64) float a[kLanes], b[kLanes];
+          _mm512_store_ps(a, lo[r][c]);
+          _mm512_store_ps(b, hi[r][c]);
+          float* o = out + (r0 + r) * it.d + (c0 + c) * 32;
+          // Lane 4q + i of the low half is element 8q + i, of the high half element 8q + 4 + i.
+          for (int e = 0; e < kLanes; ++e) {
+            o[8 * (e / 4) + e % 4] = a[e];
+            o[8 * (e / 4) + 4 + e % 4] = b[e];
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 int64_t AttentionWorkItems(const AttentionProblem& p) {
   return static_cast<int64_t>(p.sequences.size()) * p.kv_heads;
 }
 
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void RunAttention(
-    const AttentionProblem& p, int64_t begin, int64_t end) {
+namespace {
+
+// How bf16 heads of a multiple of 32 elements are computed.
+enum class Pairs { kOff, kPortable, kNative };
+
+// Items [begin, end); the pair path's scores and float outputs of the last item also into
+// `trace` when given.
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void RunItems(
+    const AttentionProblem& p, int64_t begin, int64_t end, Pairs mode, AttentionPairTrace* trace) {
   thread_local Scratch scratch;
   const int64_t d = p.head_dim, group = p.heads / p.kv_heads;
   // Rows of head_dim floats are padded with zeros to whole vectors.
@@ -219,6 +455,74 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
                   static_cast<const char*>(s.new_keys) + from * elem, d * elem);
       std::memcpy(static_cast<char*>(s.values) + to * elem,
                   static_cast<const char*>(s.new_values) + from * elem, d * elem);
+    }
+    // Row r (new row i = r / group) attends to keys [0, limit(r)): the context and the new rows
+    // up to itself (causal, or a tree, whose ancestors come first), or every key (bidirectional).
+    // Keys past the limit are never scored, which halves a prefill's work.
+    auto limit = [&](int64_t r) { return s.bidirectional ? m : s.past + r / group + 1; };
+    const bool pairs = mode != Pairs::kOff && p.pair_path && p.dtype == KernelDType::kBF16 &&
+                       d % 32 == 0 && d <= 32 * kMaxPairChunks;
+    const bool native = mode == Pairs::kNative;
+    if (pairs) {
+      PairItem it;
+      scratch.qh.resize(rows * d);
+      for (int64_t i = 0; i < n; ++i) {
+        for (int64_t h = 0; h < group; ++h) {
+          std::memcpy(&scratch.qh[(i * group + h) * d],
+                      static_cast<const uint16_t*>(s.q) + i * s.q_row_stride + (g * group + h) * d,
+                      d * sizeof(uint16_t));
+        }
+      }
+      it.q = scratch.qh.data();
+      it.keys = static_cast<const uint16_t*>(s.keys) + kv_offset;
+      it.values = static_cast<const uint16_t*>(s.values) + kv_offset;
+      it.d = d;
+      it.m = m;
+      it.mpad = mpad;
+      it.rows = rows;
+      it.past = s.past;
+      it.group = group;
+      it.bidirectional = s.bidirectional;
+      it.scale = p.scale;
+      scratch.scores.resize(rows * mpad);
+      if (native) {
+        PairScoresNative(it, scratch.scores.data());
+      } else {
+        PairScoresPortable(it, scratch.scores.data());
+      }
+      if (trace != nullptr) {
+        trace->scores.assign(rows * m, 0.f);
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t j = 0; j < std::min(m, limit(r)); ++j) {
+            trace->scores[r * m + j] = scratch.scores[r * mpad + j];
+          }
+        }
+      }
+      Softmax(s, rows, mpad, group, limit, scratch);
+      // Probabilities in bf16 (as ATen's bf16 attention rounds them before its second matmul).
+      scratch.probs.resize(rows * mpad);
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t j = 0; j < mpad; j += kLanes) {
+          const H16 h = RoundBf16(LoadF16(&scratch.scores[r * mpad + j]));
+          std::memcpy(&scratch.probs[r * mpad + j], &h, sizeof(h));
+        }
+      }
+      scratch.block_keys.resize((rows + 3) / 4);
+      for (int64_t r0 = 0; r0 < rows; r0 += 4) {
+        scratch.block_keys[r0 / 4] = std::min(m, limit(std::min(rows, r0 + 4) - 1));
+      }
+      scratch.q.resize(rows * d);
+      if (native) {
+        PairValuesNative(it, scratch.probs.data(), scratch.block_keys.data(), scratch.q.data());
+      } else {
+        PairValuesPortable(it, scratch.probs.data(), scratch.block_keys.data(), scratch.q.data());
+      }
+      if (trace != nullptr) trace->outputs.assign(scratch.q.begin(), scratch.q.end());
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t i = r / group, h = r % group;
+        StoreRow(&scratch.q[r * d], d, p.dtype, s.out, i * s.out_row_stride + (g * group + h) * d);
+      }
+      continue;
     }
     // Query vectors of this KV head's group, scaled: row r = i * group + h.
     scratch.q.assign(rows * dpad, 0.f);
@@ -252,10 +556,6 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
     const bool read_bf16 = in_place && bf16;
     // Scores [rows, mpad], 16 keys at a time: one vector of partial sums per key, reduced
     // together.
-    // Row r (new row i = r / group) attends to keys [0, limit(r)): the context and the new rows
-    // up to itself (causal, or a tree, whose ancestors come first), or every key (bidirectional).
-    // Keys past the limit are never scored, which halves a prefill's work.
-    auto limit = [&](int64_t r) { return s.bidirectional ? m : s.past + r / group + 1; };
     scratch.scores.resize(rows * mpad);
     if (read_bf16) {
       Scores(scratch.q.data(), keys_h, m, mpad, dpad, rows, s.past, group, s.bidirectional,
@@ -264,38 +564,7 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
       Scores(scratch.q.data(), keys_f, m, mpad, dpad, rows, s.past, group, s.bidirectional,
              scratch.scores.data());
     }
-    // Masks: keys past the limit in its last vector (padding, later new rows), and in a tree the
-    // earlier new rows that are not ancestors.
-    constexpr float kMasked = -std::numeric_limits<float>::infinity();
-    const bool tree = s.tree_parents != nullptr && !s.bidirectional;
-    if (tree) {
-      scratch.visible.assign(n * n, 0);
-      for (int64_t i = 0; i < n; ++i) {
-        for (int64_t j = i; j >= 0; j = s.tree_parents[j]) scratch.visible[i * n + j] = 1;
-      }
-    }
-    for (int64_t r = 0; r < rows; ++r) {
-      float* sc = &scratch.scores[r * mpad];
-      const int64_t i = r / group, lim = limit(r);
-      const int64_t lpad = std::min(mpad, (lim + kLanes - 1) / kLanes * kLanes);
-      for (int64_t j = lim; j < lpad; ++j) sc[j] = kMasked;
-      for (int64_t jn = 0; tree && jn < i; ++jn) {
-        if (!scratch.visible[i * n + jn]) sc[s.past + jn] = kMasked;
-      }
-      // Softmax (every row sees at least itself, so the max is finite); zero past the limit.
-      F16 mx = LoadF16(sc);
-      for (int64_t j = kLanes; j < lpad; j += kLanes) mx = Max(mx, LoadF16(sc + j));
-      const F16 top = Splat(HorizontalMax(mx));
-      F16 sum = {};
-      for (int64_t j = 0; j < lpad; j += kLanes) {
-        const F16 e = Exp(LoadF16(sc + j) - top);
-        StoreF16(sc + j, e);
-        sum += e;
-      }
-      const F16 inv = Splat(1.f / HorizontalSum(sum));
-      for (int64_t j = 0; j < lpad; j += kLanes) StoreF16(sc + j, LoadF16(sc + j) * inv);
-      std::fill(sc + lpad, sc + mpad, 0.f);
-    }
+    Softmax(s, rows, mpad, group, limit, scratch);
     // Weighted values, into the q scratch (no longer needed); a block of rows needs the keys up
     // to its last row's limit.
     float* acc = scratch.q.data();
@@ -311,6 +580,27 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
       }
     }
   }
+}
+
+}  // namespace
+
+bool AttentionKernelNative() { return CpuHasAvx512Bf16(); }
+
+// The pair path's portable loops do more work than the float path (every bf16 pair is split
+// into two float vectors), so without AVX-512 BF16 bf16 heads take the float path.
+void RunAttention(const AttentionProblem& p, int64_t begin, int64_t end) {
+  RunItems(p, begin, end, AttentionKernelNative() ? Pairs::kNative : Pairs::kOff, nullptr);
+}
+
+void RunAttentionPortable(const AttentionProblem& p, int64_t begin, int64_t end) {
+  RunItems(p, begin, end, Pairs::kPortable, nullptr);
+}
+
+AttentionPairTrace TraceAttentionPairs(const AttentionProblem& p, int64_t item, bool native) {
+  AttentionPairTrace trace;
+  RunItems(p, item, item + 1, native && AttentionKernelNative() ? Pairs::kNative : Pairs::kPortable,
+           &trace);
+  return trace;
 }
 
 }  // namespace specdec::model

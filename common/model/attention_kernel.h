@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 namespace specdec::model {
 
@@ -41,12 +42,40 @@ struct AttentionProblem {
   int64_t heads = 0, kv_heads = 0, head_dim = 0;  // heads is a multiple of kv_heads
   KernelDType dtype = KernelDType::kF32;
   float scale = 1.f;  // applied to q.k, usually 1/sqrt(head_dim)
+  // bf16 heads of a multiple of 32 elements take the pair path where RunAttention offers it
+  // (below); false: always the float path (to compare the two).
+  bool pair_path = true;
 };
 
 // Independent work items: one per (sequence, KV head).
 int64_t AttentionWorkItems(const AttentionProblem& p);
 // Computes items [begin, end); different ranges may run on different threads.
+//
+// On CPUs with AVX-512 BF16, bf16 heads of a multiple of 32 elements (up to 256) take the pair
+// path: scores are dot products of the bf16 queries and keys, summed in float in the order of
+// AVX-512 BF16's dot product (16 lane sums over 32-element chunks, lane l adding element 2l + 1
+// then 2l, then a fixed tree) and scaled; the probabilities are rounded to bf16 (as ATen's bf16
+// attention does) and the values summed over key pairs in the same order. Other heads, and every
+// head on other CPUs, take the float path: queries, scores and probabilities in float. Either
+// way every row's result is one fixed sequence of float operations, whatever rows share its
+// call.
 void RunAttention(const AttentionProblem& p, int64_t begin, int64_t end);
+// Whether RunAttention takes the pair path on this CPU (it has AVX-512 BF16).
+bool AttentionKernelNative();
+// RunAttention with the pair path on portable loops: the same float operations without AVX-512
+// BF16 (denormal products aside, which AVX-512 BF16 flushes to zero), slower than the float
+// path; for tests and benchmarks.
+void RunAttentionPortable(const AttentionProblem& p, int64_t begin, int64_t end);
+// For tests: what the pair path computes for one item before rounding. Row r = i * group + h is
+// new row i, query head h of the KV head's group; m = past + n keys.
+struct AttentionPairTrace {
+  std::vector<float> scores;   // [rows, m] scaled scores, 0 where a row does not attend
+  std::vector<float> outputs;  // [rows, head_dim]
+};
+// Item `item` on the pair path (on AVX-512 BF16 when `native` and the CPU has it); empty when
+// the problem takes the float path. Like RunAttention, it writes the item's new rows into the
+// cache and its outputs.
+AttentionPairTrace TraceAttentionPairs(const AttentionProblem& p, int64_t item, bool native);
 
 }  // namespace specdec::model
 

@@ -74,12 +74,7 @@ bool LinearKernelFits(int64_t in, int64_t out) {
   return in > 0 && out > 0 && in % 32 == 0 && out % kLanes == 0;
 }
 
-bool LinearKernelNative() {
-  static const bool native = __builtin_cpu_supports("avx512bf16") &&
-                             __builtin_cpu_supports("avx512bw") &&
-                             __builtin_cpu_supports("avx512vl");
-  return native;
-}
+bool LinearKernelNative() { return CpuHasAvx512Bf16(); }
 
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void
 RunLinearPortable(const LinearProblem& p) {

@@ -239,13 +239,19 @@ void FusedAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
     s.tree_parents = in.tree_parents;
     s.bidirectional = in.bidirectional;
   }
+  // SPECDEC_ATTENTION_PAIRS=0 (read once) keeps bf16 attention on the kernel's float path.
+  static const bool pairs = [] {
+    const char* v = std::getenv("SPECDEC_ATTENTION_PAIRS");
+    return v == nullptr || std::string(v) != "0";
+  }();
   const AttentionProblem problem{
       seqs,
       heads,
       kv_heads,
       d,
       q.scalar_type() == at::kBFloat16 ? KernelDType::kBF16 : KernelDType::kF32,
-      static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)))};
+      static_cast<float>(1.0 / std::sqrt(static_cast<double>(d))),
+      pairs};
   at::parallel_for(0, AttentionWorkItems(problem), 1,
                    [&](int64_t b, int64_t e) { RunAttention(problem, b, e); });
 }

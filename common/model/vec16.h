@@ -13,6 +13,15 @@
 namespace specdec::model {
 
 inline constexpr int64_t kLanes = 16;
+
+// Whether this CPU has AVX-512 BF16 dot products (and the AVX-512 subsets the kernels' paths
+// for them use).
+inline bool CpuHasAvx512Bf16() {
+  static const bool has = __builtin_cpu_supports("avx512bf16") &&
+                          __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  return has;
+}
 typedef float F16 __attribute__((vector_size(kLanes * sizeof(float))));
 typedef uint16_t H16 __attribute__((vector_size(kLanes * sizeof(uint16_t))));
 typedef uint32_t U16 __attribute__((vector_size(kLanes * sizeof(uint32_t))));

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -37,8 +38,11 @@ at::Tensor Mask(const Case& c) {
   return mask;
 }
 
+using Runner = void (*)(const AttentionProblem&, int64_t, int64_t);
+
 // head_dim = dim, a multiple of the 16 lanes or not (the kernel pads rows to whole vectors).
-void CheckAgainstAten(at::ScalarType dt, double tol, int64_t dim) {
+void CheckAgainstAten(at::ScalarType dt, double tol, int64_t dim, Runner run = RunAttention,
+                      bool pair_path = true) {
   at::manual_seed(7);
   const std::vector<Case> cases = {{0, 1, 4, {}},   {37, 1, 64, {}},
                                    {12, 5, 20, {}}, {30, 7, 40, {-1, -1, 0, 0, 1, 2, 2}},
@@ -87,11 +91,12 @@ void CheckAgainstAten(at::ScalarType dt, double tol, int64_t dim) {
                      kKvHeads,
                      dim,
                      dt == at::kFloat ? KernelDType::kF32 : KernelDType::kBF16,
-                     static_cast<float>(1.0 / std::sqrt(static_cast<double>(dim)))};
+                     static_cast<float>(1.0 / std::sqrt(static_cast<double>(dim))),
+                     pair_path};
   ASSERT_EQ(AttentionWorkItems(p), static_cast<int64_t>(cases.size()) * kKvHeads);
   // Split the items across calls the way a thread pool would.
-  RunAttention(p, 0, 3);
-  RunAttention(p, 3, AttentionWorkItems(p));
+  run(p, 0, 3);
+  run(p, 3, AttentionWorkItems(p));
   for (size_t i = 0; i < cases.size(); ++i) {
     const double diff = (outs[i].to(at::kFloat) - expected[i]).abs().max().item<double>();
     EXPECT_LT(diff, tol) << "sequence " << i;
@@ -108,19 +113,36 @@ TEST(AttentionKernelTest, MatchesAtenInF32) {
   }
 }
 
-// ATen rounds scores and probabilities to bf16 between its matmuls; the kernel keeps them in
-// float, so the two differ by bf16 rounding of O(1) outputs.
+// ATen rounds scores and probabilities to bf16 between its matmuls; the kernel keeps the scores
+// in float (and on the float path the probabilities too), so the two differ by bf16 rounding of
+// O(1) outputs. Heads of 32, 64 and 128 take the pair path where the CPU has AVX-512 BF16, 20
+// always the float one; the other tests cover each path on every CPU.
 TEST(AttentionKernelTest, MatchesAtenInBf16) {
-  for (int64_t dim : {20, 64, 128}) {
+  for (int64_t dim : {20, 32, 64, 128}) {
     SCOPED_TRACE(dim);
     CheckAgainstAten(at::kBFloat16, 0.06, dim);
+  }
+}
+
+TEST(AttentionKernelTest, FloatPathMatchesAtenInBf16) {
+  for (int64_t dim : {32, 64, 128}) {
+    SCOPED_TRACE(dim);
+    CheckAgainstAten(at::kBFloat16, 0.06, dim, RunAttention, /*pair_path=*/false);
+  }
+}
+
+TEST(AttentionKernelTest, PortablePairPathMatchesAtenInBf16) {
+  for (int64_t dim : {32, 64, 128}) {
+    SCOPED_TRACE(dim);
+    CheckAgainstAten(at::kBFloat16, 0.06, dim, RunAttentionPortable);
   }
 }
 
 // One row's output, bit for bit, does not depend on the rows computed with it: a causal pass of
 // n rows equals n one-row passes over the growing cache (what makes a verify pass commit exactly
 // the tokens AR steps would, and a batched pass equal separate ones).
-void CheckRowsIndependent(at::ScalarType dt, int64_t dim) {
+void CheckRowsIndependent(at::ScalarType dt, int64_t dim, Runner runner = RunAttention,
+                          bool pair_path = true) {
   at::manual_seed(11);
   const int64_t past = 21, n = 13, capacity = 64;
   at::Tensor k = at::randn({kKvHeads, capacity, dim}).to(dt);
@@ -146,8 +168,8 @@ void CheckRowsIndependent(at::ScalarType dt, int64_t dim) {
     s.past = past + first;
     s.n = rows;
     std::vector<AttentionSequence> seqs = {s};
-    AttentionProblem p{seqs, kHeads, kKvHeads, dim, kdt, scale};
-    RunAttention(p, 0, AttentionWorkItems(p));
+    AttentionProblem p{seqs, kHeads, kKvHeads, dim, kdt, scale, pair_path};
+    runner(p, 0, AttentionWorkItems(p));
     return out;
   };
   const at::Tensor whole = run(k.clone(), v.clone(), 0, n);
@@ -163,6 +185,74 @@ TEST(AttentionKernelTest, ARowDoesNotDependOnTheRowsBesideIt) {
     for (int64_t dim : {20, 64, 128}) {
       SCOPED_TRACE(testing::Message() << dt << " dim " << dim);
       CheckRowsIndependent(dt, dim);
+    }
+  }
+  for (int64_t dim : {32, 64}) {
+    SCOPED_TRACE(testing::Message() << "dim " << dim << ", portable pairs and float path");
+    CheckRowsIndependent(at::kBFloat16, dim, RunAttentionPortable);
+    CheckRowsIndependent(at::kBFloat16, dim, RunAttention, /*pair_path=*/false);
+  }
+}
+
+// The pair path's AVX-512 BF16 functions compute the portable loops' float operations: equal
+// scores and float outputs (before rounding) bit for bit, over causal, tree and bidirectional rows,
+// odd and even key counts.
+TEST(AttentionKernelTest, NativePairPathEqualsPortable) {
+  if (!AttentionKernelNative()) GTEST_SKIP() << "this CPU has no AVX-512 BF16";
+  at::manual_seed(5);
+  const std::vector<Case> cases = {{0, 1, 8, {}},   {36, 1, 64, {}},
+                                   {15, 6, 32, {}}, {30, 7, 40, {-1, -1, 0, 0, 1, 2, 2}},
+                                   {6, 33, 64, {}}, {41, 16, 64, {}, true}};
+  for (int64_t dim : {32, 64, 128, 256}) {
+    SCOPED_TRACE(dim);
+    for (const Case& c : cases) {
+      at::Tensor k = at::randn({kKvHeads, c.capacity, dim}).to(at::kBFloat16);
+      at::Tensor v = at::randn({kKvHeads, c.capacity, dim}).to(at::kBFloat16);
+      const at::Tensor nk = at::randn({c.n, kKvHeads, dim}).to(at::kBFloat16);
+      const at::Tensor nv = at::randn({c.n, kKvHeads, dim}).to(at::kBFloat16);
+      const at::Tensor q = at::randn({c.n, kHeads, dim}).to(at::kBFloat16);
+      at::Tensor out = at::zeros({c.n, kHeads * dim}, at::kBFloat16);
+      AttentionSequence s;
+      s.q = q.data_ptr();
+      s.q_row_stride = kHeads * dim;
+      s.out = out.data_ptr();
+      s.out_row_stride = kHeads * dim;
+      s.new_keys = nk.data_ptr();
+      s.new_values = nv.data_ptr();
+      s.keys = k.data_ptr();
+      s.values = v.data_ptr();
+      s.capacity = c.capacity;
+      s.past = c.past;
+      s.n = c.n;
+      s.tree_parents = c.parents.empty() ? nullptr : c.parents.data();
+      s.bidirectional = c.bidirectional;
+      std::vector<AttentionSequence> seqs = {s};
+      AttentionProblem p{seqs,
+                         kHeads,
+                         kKvHeads,
+                         dim,
+                         KernelDType::kBF16,
+                         static_cast<float>(1.0 / std::sqrt(static_cast<double>(dim)))};
+      // Bits of floats that differ between the two.
+      auto differ = [](const std::vector<float>& a, const std::vector<float>& b) {
+        int64_t count = 0;
+        for (size_t e = 0; e < a.size(); ++e)
+          count += std::memcmp(&a[e], &b[e], sizeof(float)) != 0;
+        return count;
+      };
+      const int64_t rows = c.n * (kHeads / kKvHeads);
+      for (int64_t item = 0; item < AttentionWorkItems(p); ++item) {
+        const AttentionPairTrace native = TraceAttentionPairs(p, item, true);
+        const AttentionPairTrace portable = TraceAttentionPairs(p, item, false);
+        ASSERT_EQ(native.scores.size(), static_cast<size_t>(rows * (c.past + c.n)));
+        ASSERT_EQ(native.outputs.size(), static_cast<size_t>(rows * dim));
+        ASSERT_EQ(portable.scores.size(), native.scores.size());
+        ASSERT_EQ(portable.outputs.size(), native.outputs.size());
+        EXPECT_EQ(differ(native.scores, portable.scores), 0)
+            << "past " << c.past << " n " << c.n << " item " << item;
+        EXPECT_EQ(differ(native.outputs, portable.outputs), 0)
+            << "past " << c.past << " n " << c.n << " item " << item;
+      }
     }
   }
 }
