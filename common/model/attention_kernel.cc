@@ -242,16 +242,6 @@ __attribute__((always_inline)) inline void Softmax(const AttentionSequence& s, i
 // do the same float operations). Queries and probabilities are bf16, so every product is exact
 // in float and a multiply-add rounds like the product and the sum.
 
-// The 32 bf16 elements at p as two float vectors: lane l of `odd` is element 2l + 1, of `even`
-// element 2l.
-inline void LoadPairs(const uint16_t* p, F16* odd, F16* even) {
-  U16 u;
-  std::memcpy(&u, p, sizeof(u));
-  const U16 hi = u & 0xFFFF0000u, lo = u << 16;
-  std::memcpy(odd, &hi, sizeof(hi));
-  std::memcpy(even, &lo, sizeof(lo));
-}
-
 // Heads of up to 256 elements take the pair path.
 constexpr int64_t kMaxPairChunks = 8;
 

@@ -10,16 +10,6 @@
 namespace specdec::model {
 namespace {
 
-// The 32 bf16 elements at p as two float vectors: lane l of `odd` is element 2l + 1, of `even`
-// element 2l (a little-endian pair of bf16 is one 32-bit word: high half odd, low half even).
-inline void LoadPairs(const uint16_t* p, F16* odd, F16* even) {
-  U16 u;
-  std::memcpy(&u, p, sizeof(u));
-  const U16 hi = u & 0xFFFF0000u, lo = u << 16;
-  std::memcpy(odd, &hi, sizeof(hi));
-  std::memcpy(even, &lo, sizeof(lo));
-}
-
 // Rounds the 16 sums of `sums` and stores sum k at y[(k / nb) * y_stride + k % nb].
 inline void StoreSums(F16 sums, int nb, uint16_t* y, int64_t y_stride) {
   const H16 h = RoundBf16(sums);

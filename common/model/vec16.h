@@ -1,7 +1,7 @@
 // 16-lane float vectors (GCC vector types) and bfloat16 conversions for the torch-free kernels
-// (attention_kernel.cc, row_kernels.cc). A vector is one AVX-512 register, two AVX2 or four SSE
-// ones, depending on the clone a kernel resolved to; a fixed chunk order keeps float sums
-// independent of the instruction set.
+// (attention_kernel.cc, linear_kernel.cc, row_kernels.cc). A vector is one AVX-512 register, two
+// AVX2 or four SSE ones, depending on the clone a kernel resolved to; a fixed chunk order keeps
+// float sums independent of the instruction set.
 #ifndef SPECDEC_COMMON_MODEL_VEC16_H_
 #define SPECDEC_COMMON_MODEL_VEC16_H_
 
@@ -62,6 +62,16 @@ inline F16 LoadAny(const uint16_t* p) {
   H16 h;
   std::memcpy(&h, p, sizeof(h));
   return WidenBf16(h);
+}
+
+// The 32 bf16 elements at p as two float vectors: lane l of `odd` is element 2l + 1, of `even`
+// element 2l (a little-endian pair of bf16 is one 32-bit word: high half odd, low half even).
+inline void LoadPairs(const uint16_t* p, F16* odd, F16* even) {
+  U16 u;
+  std::memcpy(&u, p, sizeof(u));
+  const U16 hi = u & 0xFFFF0000u, lo = u << 16;
+  std::memcpy(odd, &hi, sizeof(hi));
+  std::memcpy(even, &lo, sizeof(lo));
 }
 
 // FloatToBf16 on 16 lanes.

@@ -40,6 +40,27 @@ at::Tensor Mask(const Case& c) {
 
 using Runner = void (*)(const AttentionProblem&, int64_t, int64_t);
 
+// The kernel's view of case c: queries q [n, heads, dim], new keys and values [n, kv_heads, dim],
+// caches k and v [kv_heads, capacity, dim], outputs out [n, heads * dim].
+AttentionSequence Sequence(const Case& c, int64_t dim, const at::Tensor& q, const at::Tensor& nk,
+                           const at::Tensor& nv, at::Tensor& k, at::Tensor& v, at::Tensor& out) {
+  AttentionSequence s;
+  s.q = q.data_ptr();
+  s.q_row_stride = kHeads * dim;
+  s.out = out.data_ptr();
+  s.out_row_stride = kHeads * dim;
+  s.new_keys = nk.data_ptr();
+  s.new_values = nv.data_ptr();
+  s.keys = k.data_ptr();
+  s.values = v.data_ptr();
+  s.capacity = c.capacity;
+  s.past = c.past;
+  s.n = c.n;
+  s.tree_parents = c.parents.empty() ? nullptr : c.parents.data();
+  s.bidirectional = c.bidirectional;
+  return s;
+}
+
 // head_dim = dim, a multiple of the 16 lanes or not (the kernel pads rows to whole vectors).
 void CheckAgainstAten(at::ScalarType dt, double tol, int64_t dim, Runner run = RunAttention,
                       bool pair_path = true) {
@@ -64,21 +85,7 @@ void CheckAgainstAten(at::ScalarType dt, double tol, int64_t dim, Runner run = R
     expected.push_back(
         Attention(q, rk.narrow(1, 0, m), rv.narrow(1, 0, m), Mask(c)).to(at::kFloat));
     at::Tensor out = at::zeros({c.n, kHeads * dim}, opts);
-    AttentionSequence s;
-    s.q = q.data_ptr();
-    s.q_row_stride = kHeads * dim;
-    s.out = out.data_ptr();
-    s.out_row_stride = kHeads * dim;
-    s.new_keys = nk.data_ptr();
-    s.new_values = nv.data_ptr();
-    s.keys = k.data_ptr();
-    s.values = v.data_ptr();
-    s.capacity = c.capacity;
-    s.past = c.past;
-    s.n = c.n;
-    s.tree_parents = c.parents.empty() ? nullptr : c.parents.data();
-    s.bidirectional = c.bidirectional;
-    seqs.push_back(s);
+    seqs.push_back(Sequence(c, dim, q, nk, nv, k, v, out));
     alive.push_back(q);  // the kernel reads q through a raw pointer
     keys.push_back(k);
     values.push_back(v);
@@ -212,21 +219,7 @@ TEST(AttentionKernelTest, NativePairPathEqualsPortable) {
       const at::Tensor nv = at::randn({c.n, kKvHeads, dim}).to(at::kBFloat16);
       const at::Tensor q = at::randn({c.n, kHeads, dim}).to(at::kBFloat16);
       at::Tensor out = at::zeros({c.n, kHeads * dim}, at::kBFloat16);
-      AttentionSequence s;
-      s.q = q.data_ptr();
-      s.q_row_stride = kHeads * dim;
-      s.out = out.data_ptr();
-      s.out_row_stride = kHeads * dim;
-      s.new_keys = nk.data_ptr();
-      s.new_values = nv.data_ptr();
-      s.keys = k.data_ptr();
-      s.values = v.data_ptr();
-      s.capacity = c.capacity;
-      s.past = c.past;
-      s.n = c.n;
-      s.tree_parents = c.parents.empty() ? nullptr : c.parents.data();
-      s.bidirectional = c.bidirectional;
-      std::vector<AttentionSequence> seqs = {s};
+      std::vector<AttentionSequence> seqs = {Sequence(c, dim, q, nk, nv, k, v, out)};
       AttentionProblem p{seqs,
                          kHeads,
                          kKvHeads,
