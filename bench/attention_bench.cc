@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "common/model/attention_kernel.h"
 #include "common/model/vec16.h"
@@ -73,7 +74,12 @@ int main(int argc, char** argv) {
       std::cerr << "--configs: '" << c << "' is not sessions:cached:rows\n";
       return 2;
     }
-    Config cfg{std::stoi(f[0]), std::stoi(f[1]), std::stoi(f[2])};
+    Config cfg;
+    if (!absl::SimpleAtoi(f[0], &cfg.sessions) || !absl::SimpleAtoi(f[1], &cfg.past) ||
+        !absl::SimpleAtoi(f[2], &cfg.rows)) {
+      std::cerr << "--configs: '" << c << "' is not three integers sessions:cached:rows\n";
+      return 2;
+    }
     if (cfg.sessions < 1 || cfg.past < 0 || cfg.rows < 1) {
       std::cerr << "--configs: sessions and rows must be >= 1, cached >= 0\n";
       return 2;
