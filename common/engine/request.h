@@ -21,7 +21,7 @@ struct DecodeOptions {
   Method method = Method::kAr;
   int32_t max_new_tokens = 128;
   sampling::SamplingParams sampling;
-  std::vector<int32_t> stop_token_ids;  // generation ends after emitting one of these
+  std::vector<int32_t> stop_token_ids;  // generation ends at one of these (not included)
   int32_t draft_length = 4;             // DRAFT_CHAIN: K draft tokens per step
   int32_t tree_budget = 16;             // DYSPEC_TREE: draft nodes per step (excluding the root)
   int32_t tree_max_depth = 8;           // DYSPEC_TREE: deepest node
@@ -29,7 +29,8 @@ struct DecodeOptions {
   int32_t block_size = 0;               // DFLASH: 0 = the drafter's training block size
 };
 
-// Per-request statistics (DESIGN §5): tau = committed tokens per target verify pass, including the
+// Per-request statistics (docs/design.md §5), filled by the step loop for the in-process engine
+// and the router alike: tau = committed tokens per target verify pass, including the
 // correction/bonus token.
 struct DecodeStats {
   Method method = Method::kAr;
@@ -40,9 +41,17 @@ struct DecodeStats {
   std::vector<int64_t> accepted_per_position;  // [i]: steps whose draft position i was accepted
   std::vector<int64_t> drafted_per_position;   // [i]: steps that drafted position i
   int32_t block_size = 0;                      // DFLASH*: block size used
+  bool block_size_from_policy = false;         // DFLASH_ADAPTIVE: the policy chose block_size
   bool policy_fallback = false;                // DFLASH_ADAPTIVE without a usable policy
+  bool drafter_fallback = false;               // the drafter failed; the rest ran as AR
+  bool target_drafted = false;                 // blocks drafted by the target's hosted drafter
+  int32_t hosted_draft_failures = 0;           // hosted-drafter steps that ran as AR instead
+  int32_t planned_ar_steps = 0;                // steps a planning hook ran as AR (load awareness)
   std::string note;  // human-readable remark (e.g. why a fallback happened)
   double prefill_ms = 0, policy_ms = 0, draft_ms = 0, verify_ms = 0, total_ms = 0;
+  double decode_ms = 0;    // wall time of the steps after prefill (drafting and verifying)
+  double ttft_ms = 0;      // from the start of the request to its first token
+  double mean_itl_ms = 0;  // mean time between committed tokens after the first
 
   double tau() const {
     return verify_steps == 0 ? 0.0 : static_cast<double>(committed_tokens) / verify_steps;
@@ -50,8 +59,9 @@ struct DecodeStats {
 };
 
 struct DecodeResult {
-  std::vector<int32_t> tokens;  // generated tokens (a stop token is included when hit)
-  bool stopped = false;
+  std::vector<int32_t> tokens;  // generated tokens; a stop token is not included
+  bool stopped = false;         // ended by a stop token (else by the length)
+  int32_t stop_token = -1;      // the stop token that ended it, when stopped
   DecodeStats stats;
 };
 

@@ -190,7 +190,9 @@ TEST_F(DecoderGreedyTest, StopTokensAndLengthCapsAreHonoured) {
     auto r = Decode(em, prompt, o);
     ASSERT_TRUE(r.ok());
     EXPECT_TRUE(r->stopped) << MethodName(m);
-    EXPECT_EQ(r->tokens.size(), first + 1) << MethodName(m);
+    // The output ends before the stop token (docs/design.md §1, the stop contract).
+    EXPECT_EQ(r->tokens.size(), first) << MethodName(m);
+    EXPECT_EQ(r->stop_token, stop) << MethodName(m);
     o.stop_token_ids.clear();
     o.max_new_tokens = 7;
     r = Decode(em, prompt, o);

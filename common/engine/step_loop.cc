@@ -1,0 +1,289 @@
+#include "common/engine/step_loop.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/engine/request_limits.h"
+#include "common/engine/stop_rule.h"
+#include "common/util/clock.h"
+#include "common/util/status_macros.h"
+
+namespace specdec::engine {
+namespace {
+
+bool IsDflash(Method m) { return m == Method::kDflash || m == Method::kDflashAdaptive; }
+
+// One request's loop. `last_` is the last committed token: sampled, not yet run through the
+// target (row 0 of the next verify).
+class StepLoop {
+ public:
+  StepLoop(const LoopParts& parts, std::span<const int32_t> prompt, const DecodeOptions& options)
+      : parts_(parts),
+        prompt_(prompt),
+        options_(options),
+        stop_(options.max_new_tokens, options.stop_token_ids),
+        drafter_(parts.drafter) {
+    stats_.method = options.method;
+  }
+
+  absl::StatusOr<DecodeResult> Run() {
+    if (options_.max_new_tokens > 0) {
+      RETURN_IF_ERROR(Prefill());
+      while (!stop_.finished()) {
+        if (parts_.cancelled && parts_.cancelled()) {
+          return absl::CancelledError("cancelled by the client");
+        }
+        RETURN_IF_ERROR(Step());
+      }
+    }
+    stats_.total_ms = MsSince(start_);
+    if (itl_count_ > 0) stats_.mean_itl_ms = itl_sum_ms_ / itl_count_;
+    DecodeResult r;
+    r.tokens = std::move(out_);
+    r.stopped = stop_.stopped();
+    r.stop_token = stop_.stop_token();
+    r.stats = std::move(stats_);
+    return r;
+  }
+
+ private:
+  bool Speculative() const { return options_.method != Method::kAr; }
+  // Whether this step may still speculate: a speculative method whose drafter has not failed.
+  bool MaySpeculate() const { return Speculative() && !drafter_failed_; }
+  int64_t CacheLength() const { return static_cast<int64_t>(prompt_.size()) + produced_ - 1; }
+
+  absl::Status Prefill() {
+    const auto t0 = SteadyClock::now();
+    const bool want_logits = options_.method == Method::kDflashAdaptive &&
+                             options_.block_size == 0 && parts_.policy != nullptr;
+    ASSIGN_OR_RETURN(prefill_, parts_.target->Prefill(prompt_, want_logits));
+    hosted_ = IsDflash(options_.method) && parts_.target->HostedBlockSize() > 0;
+    stats_.prefill_ms = MsSince(t0);
+    StepResult first;
+    first.committed = {prefill_.first_token};
+    first.verify_ms = stats_.prefill_ms;
+    Commit(first, /*prefill=*/true);
+    return absl::OkStatus();
+  }
+
+  absl::Status Step() {
+    const int32_t left = stop_.tokens_left();
+    if (!MaySpeculate() || left <= 1) return RunAr(std::min(left, kMaxRunTokens), 0, false);
+    StepPlan plan;
+    plan.run_tokens = left;
+    if (parts_.hook) parts_.hook->PlanStep(View(), &plan);
+    if (!plan.speculate) {
+      return RunAr(std::min({plan.run_tokens, left, kMaxRunTokens}), plan.run_max_ms, true, &plan);
+    }
+    if (!speculation_started_) {
+      StartSpeculation();
+      if (!MaySpeculate()) return absl::OkStatus();  // the drafter is gone: the rest runs as AR
+    }
+    if (hosted_) return RunHosted(plan);
+    return DraftAndVerify(plan);
+  }
+
+  LoopView View() const {
+    return LoopView{options_.method, stop_.tokens_left(), stats_.block_size, hosted_};
+  }
+
+  // Opens the drafter (unless the target drafts) and picks DFlash's block size.
+  void StartSpeculation() {
+    speculation_started_ = true;
+    if (!hosted_) {
+      if (drafter_ == nullptr) return DrafterFailed(parts_.drafter_unavailable);
+      if (absl::Status s = drafter_->Open(prompt_); !s.ok()) return DrafterFailed(s);
+    }
+    if (IsDflash(options_.method)) ChooseBlockSize();
+  }
+
+  void ChooseBlockSize() {
+    const int32_t trained =
+        hosted_ ? parts_.target->HostedBlockSize() : drafter_->TrainedBlockSize();
+    int32_t b = options_.block_size > 0 ? options_.block_size : trained;
+    if (options_.method == Method::kDflashAdaptive && options_.block_size == 0) {
+      const auto t0 = SteadyClock::now();
+      absl::StatusOr<int32_t> chosen = absl::UnavailableError("no block-size policy is available");
+      if (parts_.policy) chosen = parts_.policy->ChooseBlockSize(prefill_.last_logits);
+      if (chosen.ok()) {
+        b = *chosen;
+        stats_.block_size_from_policy = true;
+      } else {
+        stats_.policy_fallback = true;
+        stats_.note = absl::StrCat(chosen.status().message(),
+                                   "; using the drafter's training block size ", trained);
+      }
+      stats_.policy_ms = MsSince(t0);
+    }
+    stats_.block_size = std::clamp(b, kMinBlockSize, kMaxBlockSize);
+  }
+
+  void DrafterFailed(const absl::Status& why) {
+    drafter_failed_ = true;
+    drafter_ = nullptr;
+    stats_.drafter_fallback = true;
+    stats_.note = absl::StrCat("drafter failed (", why.message(), "); finished as AR");
+  }
+
+  // Up to `tokens` single-row steps on the target. `planned`: a planning hook chose them.
+  absl::Status RunAr(int32_t tokens, double max_ms, bool planned, const StepPlan* plan = nullptr) {
+    RunPlan run;
+    run.max_tokens = tokens;
+    run.max_ms = max_ms;
+    // A DFlash drafter that will draft later needs the features of what AR steps commit.
+    run.features = planned && !hosted_ && IsDflash(options_.method) && MaySpeculate();
+    return RunOnTarget(run, plan, StepOrigin::kArRun);
+  }
+
+  // A run in which the target drafts every block with the drafter it hosts.
+  absl::Status RunHosted(const StepPlan& plan) {
+    stats_.target_drafted = true;
+    RunPlan run;
+    run.max_tokens = std::min({plan.run_tokens, stop_.tokens_left(), kMaxRunTokens});
+    run.block_size = BlockOfStep();
+    run.max_ms = plan.run_max_ms;
+    return RunOnTarget(run, &plan, StepOrigin::kTargetDraftedRun);
+  }
+
+  int32_t BlockOfStep() {
+    const int32_t b =
+        parts_.hook ? parts_.hook->ChooseBlock(View(), stats_.block_size) : stats_.block_size;
+    return std::clamp(b, kMinBlockSize, std::max(kMinBlockSize, stats_.block_size));
+  }
+
+  absl::Status RunOnTarget(RunPlan run, const StepPlan* plan, StepOrigin origin) {
+    run.stop_token_ids = options_.stop_token_ids;
+    const bool planned_ar = plan != nullptr && origin == StepOrigin::kArRun;
+    bool first = true;
+    return parts_.target->Run(last_, run, [&](StepResult&& step) {
+      if (planned_ar) ++stats_.planned_ar_steps;
+      if (plan && parts_.hook) parts_.hook->Observe(*plan, origin, step, first);
+      first = false;
+      Commit(step, false, origin == StepOrigin::kTargetDraftedRun ? run.block_size : 0);
+      return !stop_.finished() && !(parts_.cancelled && parts_.cancelled());
+    });
+  }
+
+  // The drafter proposes, the target verifies, both keep the committed path.
+  absl::Status DraftAndVerify(const StepPlan& plan) {
+    const int32_t left = stop_.tokens_left();
+    DraftShape shape;
+    int32_t block = 0;
+    if (IsDflash(options_.method)) {
+      block = BlockRows(BlockOfStep(), left, CacheLength(), parts_.max_context);
+      if (block < kMinBlockSize) return RunAr(1, 0, false);
+      shape.length = block - 1;
+    } else {
+      const bool tree = options_.method == Method::kDyspecTree;
+      shape.length = std::min(tree ? options_.tree_max_depth : options_.draft_length, left - 1);
+      // Tree rows sit past the committed length until compaction: stay inside the context.
+      shape.tree_budget = static_cast<int32_t>(
+          std::min<int64_t>(options_.tree_budget, parts_.max_context - CacheLength() - 1));
+      if (tree && shape.tree_budget < 1) return RunAr(1, 0, false);
+    }
+    const auto t0 = SteadyClock::now();
+    absl::StatusOr<Draft> draft = drafter_->Propose(last_, shape);
+    if (!draft.ok()) {
+      DrafterFailed(draft.status());
+      return absl::OkStatus();
+    }
+    const double draft_ms = MsSince(t0);
+    ASSIGN_OR_RETURN(StepResult step,
+                     parts_.target->Verify(last_, *draft, drafter_->WantsFeatures()));
+    step.draft_ms = draft_ms;
+    step.wall_ms = draft_ms + step.verify_ms;
+    step.positions = draft->positions;
+    if (parts_.hook) parts_.hook->Observe(plan, StepOrigin::kDrafted, step, true);
+    Commit(step, false, block);
+    if (!stop_.finished()) {
+      if (absl::Status s = drafter_->Accept(step); !s.ok()) DrafterFailed(s);
+    }
+    return absl::OkStatus();
+  }
+
+  void Commit(const StepResult& step, bool prefill, int32_t block = 0) {
+    produced_ += static_cast<int64_t>(step.committed.size());
+    if (!step.committed.empty()) last_ = step.committed.back();
+    const size_t kept = stop_.Take(step.committed);
+    const std::span<const int32_t> tokens = std::span<const int32_t>(step.committed).first(kept);
+    out_.insert(out_.end(), tokens.begin(), tokens.end());
+    StepInfo info;
+    info.verify_ms = step.verify_ms;
+    if (!prefill) {
+      info = RecordStep(step, block);
+      stats_.committed_tokens += static_cast<int64_t>(kept);
+    }
+    RecordLatency(kept);
+    if (parts_.on_commit) parts_.on_commit(tokens, info);
+  }
+
+  StepInfo RecordStep(const StepResult& step, int32_t block) {
+    ++stats_.verify_steps;
+    stats_.drafted_tokens += step.drafted;
+    stats_.accepted_tokens += step.accepted;
+    stats_.verify_ms += step.verify_ms;
+    stats_.draft_ms += step.draft_ms;
+    stats_.decode_ms += step.wall_ms >= 0 ? step.wall_ms : step.verify_ms + step.draft_ms;
+    if (!step.draft_error.empty()) {
+      if (stats_.hosted_draft_failures++ == 0 && stats_.note.empty()) {
+        stats_.note = absl::StrCat("the target's hosted drafter failed on a step (",
+                                   step.draft_error, "); that step ran as AR");
+      }
+    }
+    const size_t positions = static_cast<size_t>(std::max(0, step.positions));
+    if (stats_.drafted_per_position.size() < positions) {
+      stats_.drafted_per_position.resize(positions, 0);
+      stats_.accepted_per_position.resize(positions, 0);
+    }
+    for (size_t i = 0; i < positions; ++i) {
+      ++stats_.drafted_per_position[i];
+      if (static_cast<int32_t>(i) < step.accepted) ++stats_.accepted_per_position[i];
+    }
+    return StepInfo{stats_.verify_steps, step.drafted,  step.accepted, step.positions, block,
+                    step.batch_size,     step.draft_ms, step.verify_ms};
+  }
+
+  void RecordLatency(size_t kept) {
+    if (kept == 0) return;
+    const auto now = SteadyClock::now();
+    if (!any_token_) {
+      any_token_ = true;
+      stats_.ttft_ms = MsSince(start_);
+    } else {
+      itl_sum_ms_ += std::chrono::duration<double, std::milli>(now - last_commit_).count() /
+                     static_cast<double>(kept);
+      ++itl_count_;
+    }
+    last_commit_ = now;
+  }
+
+  const LoopParts& parts_;
+  std::span<const int32_t> prompt_;
+  const DecodeOptions& options_;
+  const SteadyClock::time_point start_ = SteadyClock::now();
+  StopRule stop_;
+  DrafterSide* drafter_;  // null once it failed
+  PrefillResult prefill_;
+  bool hosted_ = false;
+  bool speculation_started_ = false;
+  bool drafter_failed_ = false;
+  int32_t last_ = -1;
+  int64_t produced_ = 0;  // tokens the target committed, the prefill's included
+  std::vector<int32_t> out_;
+  DecodeStats stats_;
+  bool any_token_ = false;
+  SteadyClock::time_point last_commit_;
+  double itl_sum_ms_ = 0;
+  int64_t itl_count_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<DecodeResult> RunStepLoop(const LoopParts& parts, std::span<const int32_t> prompt,
+                                         const DecodeOptions& options) {
+  if (parts.target == nullptr) return absl::FailedPreconditionError("no target side");
+  StepLoop loop(parts, prompt, options);
+  return loop.Run();
+}
+
+}  // namespace specdec::engine

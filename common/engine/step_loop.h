@@ -1,0 +1,176 @@
+// The speculative step loop of one request, written once: prefill, then plan -> draft -> verify
+// -> commit until a stop, then the statistics (docs/design.md §1-2). It runs over two small
+// interfaces, the target side and the drafter side, implemented in process over the engine's
+// sessions (local_sides.h) and in the router over the services' gRPC streams; load awareness and
+// block choice plug in as a planning hook, so the loop never depends on the router. Torch-free.
+#ifndef SPECDEC_COMMON_ENGINE_STEP_LOOP_H_
+#define SPECDEC_COMMON_ENGINE_STEP_LOOP_H_
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/engine/request.h"
+#include "common/engine/verify.h"
+
+namespace specdec::engine {
+
+struct PrefillResult {
+  int32_t first_token = -1;        // sampled from the last prompt position
+  std::vector<float> last_logits;  // raw logits of the last prompt position, when asked for
+};
+
+// What one target pass committed, as the target side reports it.
+struct StepResult {
+  std::vector<int32_t> committed;  // accepted draft tokens, then the correction/bonus token
+  int32_t drafted = 0;             // draft rows verified after row 0 (0: an AR step)
+  int32_t accepted = 0;            // of which accepted (tree: the accepted path's length)
+  int32_t positions = 0;           // draft positions covered (chain: drafted; tree: its depth)
+  double verify_ms = 0;            // target time of the step as the side saw it
+  double draft_ms = 0;             // drafting time of the step (hosted drafting: the target's)
+  double wall_ms = -1;             // the whole step's wall time; < 0: unknown
+  int32_t batch_size = 1;          // sequences in the target pass that served the step
+  std::string draft_error;         // a hosted drafter failed on this step (it ran as AR)
+};
+
+// A drafter's proposal after the last committed token.
+struct Draft {
+  std::vector<int32_t> tokens;
+  // Tree: the parent of each token (-1: a child of the last committed token). Empty: a chain.
+  std::vector<int32_t> parents;
+  // Sampled proposals at temperature > 0: the q rows the target's verify needs (verify.h).
+  std::vector<float> probs;
+  Proposal proposal = Proposal::kSampled;
+  int32_t positions = 0;  // chain: tokens; tree: the deepest node's depth
+};
+
+// How much a drafter proposes: a chain or block of `length` tokens, or a tree at most `length`
+// deep with at most `tree_budget` nodes.
+struct DraftShape {
+  int32_t length = 0;
+  int32_t tree_budget = 0;
+};
+
+// A run of steps the target takes on its own: single-row AR steps or, with block_size >= 2,
+// blocks drafted by the drafter it hosts. Each step reaches the sink as it commits.
+struct RunPlan {
+  int32_t max_tokens = 1;  // the run commits at most this many tokens
+  int32_t block_size = 0;  // >= 2: hosted drafting with blocks of this many rows
+  double max_ms = 0;       // > 0: the run ends after the first step ending this long after it began
+  bool features = false;   // keep the committed rows' features for the drafter side
+  std::span<const int32_t> stop_token_ids;  // the run ends after committing one of these
+};
+// Takes one step of a run; false ends the run.
+using StepSink = std::function<bool(StepResult&& step)>;
+
+// The target side of one request. Not thread-safe: the loop's thread only.
+class TargetSide {
+ public:
+  virtual ~TargetSide() = default;
+  virtual absl::StatusOr<PrefillResult> Prefill(std::span<const int32_t> prompt,
+                                                bool want_logits) = 0;
+  // Verifies `draft` after `last` (the last committed token) in one pass. `want_features`: the
+  // drafter side needs the committed rows' features.
+  virtual absl::StatusOr<StepResult> Verify(int32_t last, const Draft& draft,
+                                            bool want_features) = 0;
+  virtual absl::Status Run(int32_t last, const RunPlan& plan, const StepSink& sink) = 0;
+  // The training block size of the DFlash drafter the target hosts for this request (known after
+  // Prefill); 0 when it hosts none.
+  virtual int32_t HostedBlockSize() const { return 0; }
+};
+
+// The drafter side of one request. Not thread-safe: the loop's thread only.
+class DrafterSide {
+ public:
+  virtual ~DrafterSide() = default;
+  // Opens the drafter's session on the prompt; called at the request's first speculative step.
+  virtual absl::Status Open(std::span<const int32_t> prompt) = 0;
+  virtual absl::StatusOr<Draft> Propose(int32_t last, const DraftShape& shape) = 0;
+  // After a verify: the drafter keeps the committed path.
+  virtual absl::Status Accept(const StepResult& step) = 0;
+  // DFlash: the training block size B (the default block), and the target features it reads.
+  virtual int32_t TrainedBlockSize() const { return 0; }
+  virtual bool WantsFeatures() const { return false; }
+};
+
+// DFLASH_ADAPTIVE's block size from the target's raw last-prompt-position logits.
+class BlockPolicy {
+ public:
+  virtual ~BlockPolicy() = default;
+  virtual absl::StatusOr<int32_t> ChooseBlockSize(std::span<const float> last_logits) = 0;
+};
+
+// Where a step came from, for planning hooks that measure steps.
+enum class StepOrigin { kArRun, kTargetDraftedRun, kDrafted };
+
+// The loop's state as a planning hook sees it.
+struct LoopView {
+  Method method = Method::kAr;
+  int32_t tokens_left = 0;
+  int32_t block_size = 0;  // DFLASH*: the request's block (0 until speculation starts)
+  bool hosted = false;     // the target drafts (known after prefill)
+};
+
+// What the next step of a request that may speculate does.
+struct StepPlan {
+  bool speculate = true;   // false: an AR run on the target
+  int32_t run_tokens = 0;  // AR or target-drafted runs: the most tokens (the loop caps it)
+  double run_max_ms = 0;   // their time bound; 0: none
+};
+
+// Optional planning of a request's steps (the router's load awareness). Called on the loop's
+// thread; implementations that share state across requests synchronize it themselves.
+class PlanningHook {
+ public:
+  virtual ~PlanningHook() = default;
+  // Before each step that could speculate; `plan` holds the default (speculate).
+  virtual void PlanStep(const LoopView& view, StepPlan* plan) {}
+  // The block of a speculative step or run, at most `block` (the request's).
+  virtual int32_t ChooseBlock(const LoopView& view, int32_t block) { return block; }
+  // After every step of a planned step or run (`first`: the first step of its run).
+  virtual void Observe(const StepPlan& plan, StepOrigin origin, const StepResult& step,
+                       bool first) {}
+};
+
+// What one committed step looked like, for streaming.
+struct StepInfo {
+  int64_t step = 0;        // 0 = prefill, then 1, 2, ... per verify pass
+  int32_t drafted = 0;     // draft tokens proposed in this step
+  int32_t accepted = 0;    // of which accepted
+  int32_t positions = 0;   // draft positions covered
+  int32_t block_size = 0;  // DFLASH*: block size of the step
+  int32_t batch_size = 1;  // sequences in the target pass
+  double draft_ms = 0;
+  double verify_ms = 0;  // prefill time for step 0
+};
+
+// Called for every step with the tokens it added to the output (possibly none: a stop token).
+using CommitCallback = std::function<void(std::span<const int32_t> tokens, const StepInfo& step)>;
+
+// The sides and hooks of one request. `target` is required; a speculative method needs
+// `drafter` unless the target hosts a drafter (else it runs as AR, with drafter_fallback and
+// `drafter_unavailable` as the note); `policy` is optional (DFLASH_ADAPTIVE then uses the
+// training block size).
+struct LoopParts {
+  TargetSide* target = nullptr;
+  DrafterSide* drafter = nullptr;
+  BlockPolicy* policy = nullptr;
+  PlanningHook* hook = nullptr;
+  int64_t max_context = 0;
+  absl::Status drafter_unavailable = absl::UnavailableError("no drafter");
+  std::function<bool()> cancelled;  // polled before every step; true ends with CANCELLED
+  CommitCallback on_commit;
+};
+
+// Runs one validated request (request_limits.h) to its end. Errors of the target side end the
+// request; errors of the drafter side and the policy degrade it (to AR, to the training block
+// size) and say so in the statistics.
+absl::StatusOr<DecodeResult> RunStepLoop(const LoopParts& parts, std::span<const int32_t> prompt,
+                                         const DecodeOptions& options);
+
+}  // namespace specdec::engine
+
+#endif  // SPECDEC_COMMON_ENGINE_STEP_LOOP_H_
