@@ -13,6 +13,11 @@
 
 namespace specdec::services {
 
+// The gRPC status of an absl::Status (the codes are the same numbers).
+inline grpc::Status ToGrpc(const absl::Status& s) {
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
 struct StartedServer {
   std::unique_ptr<grpc::Server> server;
   int port = 0;  // the port actually bound

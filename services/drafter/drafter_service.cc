@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/engine/draft_session.h"
+#include "common/engine/request_limits.h"
 #include "common/model/dflash_drafter.h"
 #include "common/model/runtime.h"
 #include "common/model/transformer.h"
@@ -182,8 +183,10 @@ class DrafterCore {
         const v1::DraftChain& c = r.draft_chain();
         ASSIGN_OR_RETURN(DraftEntry * e, Get(owner, c.handle()));
         if (!e->ar) return absl::FailedPreconditionError("handle is not an AR draft session");
-        if (c.length() < 1 || c.length() > 64) {
-          return absl::InvalidArgumentError("draft_chain.length must be in [1, 64]");
+        if (c.length() < 1 || c.length() > engine::kMaxDraftLength) {
+          return absl::InvalidArgumentError(absl::StrCat("draft_chain.length must be in [1, ",
+                                                         engine::kMaxDraftLength, "], got ",
+                                                         c.length()));
         }
         ASSIGN_OR_RETURN(auto d, e->ar->DraftChain(c.last_token(), c.length()));
         auto* out = resp->mutable_drafted();
@@ -196,9 +199,12 @@ class DrafterCore {
         const v1::DraftTree& t = r.draft_tree();
         ASSIGN_OR_RETURN(DraftEntry * e, Get(owner, t.handle()));
         if (!e->ar) return absl::FailedPreconditionError("handle is not an AR draft session");
-        if (t.budget() < 1 || t.budget() > 512 || t.max_depth() < 1 || t.max_depth() > 64) {
+        if (t.budget() < 1 || t.budget() > engine::kMaxTreeBudget || t.max_depth() < 1 ||
+            t.max_depth() > engine::kMaxTreeDepth) {
           return absl::InvalidArgumentError(
-              "draft_tree.budget must be in [1, 512] and max_depth in [1, 64]");
+              absl::StrCat("draft_tree.budget must be in [1, ", engine::kMaxTreeBudget,
+                           "] and max_depth in [1, ", engine::kMaxTreeDepth, "], got ", t.budget(),
+                           " and ", t.max_depth()));
         }
         engine::TreeParams tp;
         tp.budget = t.budget();

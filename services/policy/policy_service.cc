@@ -23,10 +23,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-grpc::Status ToGrpc(const absl::Status& s) {
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
-}
-
 // Metric children resolved at startup; the hot path only increments.
 struct PolicyMetrics {
   explicit PolicyMetrics(prometheus::Registry& r)

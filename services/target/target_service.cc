@@ -2,9 +2,6 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
-#include <prometheus/counter.h>
-#include <prometheus/gauge.h>
-#include <prometheus/histogram.h>
 
 #include <atomic>
 #include <chrono>
@@ -19,10 +16,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/engine/draft_session.h"
+#include "common/engine/request_limits.h"
+#include "common/engine/stop_rule.h"
 #include "common/engine/target_session.h"
 #include "common/model/dflash_drafter.h"
 #include "common/model/runtime.h"
 #include "common/model/transformer.h"
+#include "common/util/clock.h"
 #include "common/util/status_macros.h"
 #include "services/common/dflash_info.h"
 #include "services/common/handle_table.h"
@@ -30,16 +30,18 @@
 #include "services/common/server.h"
 #include "services/common/session_loop.h"
 #include "services/common/tensor_proto.h"
+#include "services/target/pass_planner.h"
+#include "services/target/server_run.h"
+#include "services/target/target_metrics.h"
 #include "specdec/v1/target.grpc.pb.h"
 
 namespace specdec::services {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using Clock = SteadyClock;
 
-double MsSince(Clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
-}
+// A verify pass: a TargetVerify, or a step of a TargetRun.
+bool IsStep(const v1::TargetRequest& r) { return r.has_verify() || r.has_run(); }
 
 const char* OpName(v1::TargetRequest::OpCase op) {
   switch (op) {
@@ -51,76 +53,12 @@ const char* OpName(v1::TargetRequest::OpCase op) {
       return "release";
     case v1::TargetRequest::kAttach:
       return "attach";
+    case v1::TargetRequest::kRun:
+      return "run";
     default:
       return "none";
   }
 }
-
-// Metric children resolved at startup; the hot path only increments.
-struct TargetMetrics {
-  explicit TargetMetrics(prometheus::Registry& r)
-      : ops(prometheus::BuildCounter()
-                .Name("specdec_target_operations_total")
-                .Help("Session operations by kind and gRPC status code")
-                .Register(r)),
-        compute(prometheus::BuildHistogram()
-                    .Name("specdec_target_compute_seconds")
-                    .Help("Forward compute per operation")
-                    .Register(r)),
-        queue(prometheus::BuildHistogram()
-                  .Name("specdec_target_queue_seconds")
-                  .Help("Time an operation waited for the scheduler")
-                  .Register(r)
-                  .Add({}, Buckets())),
-        kv_bytes(prometheus::BuildGauge()
-                     .Name("specdec_kv_cache_bytes")
-                     .Help("KV-cache bytes accounted to live handles")
-                     .Register(r)
-                     .Add({{"service", "target"}})),
-        handles(prometheus::BuildGauge()
-                    .Name("specdec_kv_handles")
-                    .Help("Live KV-cache handles")
-                    .Register(r)
-                    .Add({{"service", "target"}})),
-        sessions(prometheus::BuildGauge()
-                     .Name("specdec_active_sessions")
-                     .Help("Open Session streams")
-                     .Register(r)
-                     .Add({{"service", "target"}})),
-        batch(prometheus::BuildHistogram()
-                  .Name("specdec_target_batch_size")
-                  .Help("Sessions per batched verify forward pass")
-                  .Register(r)
-                  .Add({}, BatchBuckets())),
-        draft_batch(prometheus::BuildHistogram()
-                        .Name("specdec_target_draft_batch_size")
-                        .Help("Sessions per batched pass of the target-hosted DFlash drafter")
-                        .Register(r)
-                        .Add({}, BatchBuckets())),
-        draft_failures(prometheus::BuildCounter()
-                           .Name("specdec_target_draft_failures_total")
-                           .Help("Hosted-drafter blocks that failed (the step ran as AR)")
-                           .Register(r)
-                           .Add({})) {}
-  static prometheus::Histogram::BucketBoundaries BatchBuckets() {
-    return {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64};
-  }
-  static prometheus::Histogram::BucketBoundaries Buckets() {
-    return {0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2};
-  }
-  void Op(const char* op, absl::StatusCode code) {
-    ops.Add({{"op", op}, {"code", absl::StatusCodeToString(code)}}).Increment();
-  }
-  prometheus::Family<prometheus::Counter>& ops;
-  prometheus::Family<prometheus::Histogram>& compute;
-  prometheus::Histogram& queue;
-  prometheus::Gauge& kv_bytes;
-  prometheus::Gauge& handles;
-  prometheus::Gauge& sessions;
-  prometheus::Histogram& batch;
-  prometheus::Histogram& draft_batch;
-  prometheus::Counter& draft_failures;
-};
 
 // What a handle holds: the target's session and, with target-hosted drafting
 // (TargetPrefill.hosted_draft), the hosted DFlash drafter's session. Scheduler thread only.
@@ -132,8 +70,6 @@ struct TargetEntry {
 // Owns the model and the handles; runs every operation on the session loop's thread.
 class TargetCore {
  public:
-  static constexpr int32_t kMaxRunSteps = 4096;
-  static constexpr int32_t kMaxDraftBlock = 256;  // as the drafter service
   using Loop = SessionLoop<v1::TargetRequest, v1::TargetResponse>;
   // `drafter` (optional) is bound to `model`: target-hosted drafting.
   TargetCore(std::unique_ptr<model::Transformer> model,
@@ -148,7 +84,7 @@ class TargetCore {
     SessionLoop<v1::TargetRequest, v1::TargetResponse>::Hooks h;
     h.execute = [this](uint64_t owner, const v1::TargetRequest& r, v1::TargetResponse* resp) {
       absl::Status s = Execute(owner, r, resp);
-      if (r.has_verify() && s.ok()) metrics_->batch.Observe(1);
+      if (IsStep(r) && s.ok()) metrics_->batch.Observe(1);
       UpdateGauges();
       return s;
     };
@@ -219,7 +155,8 @@ class TargetCore {
       case v1::TargetRequest::kPrefill:
         return Prefill(owner, r.prefill(), resp);
       case v1::TargetRequest::kVerify:
-        return Verify(owner, r.verify(), resp);
+      case v1::TargetRequest::kRun:
+        return Verify(owner, r, resp);
       case v1::TargetRequest::kRelease: {
         RETURN_IF_ERROR(table_.Release(r.release().handle()));
         resp->mutable_released()->set_id(r.release().handle());
@@ -233,7 +170,7 @@ class TargetCore {
       }
       default:
         return absl::InvalidArgumentError(
-            "request has no operation (prefill/verify/release/attach)");
+            "request has no operation (prefill/verify/run/release/attach)");
     }
   }
 
@@ -254,10 +191,6 @@ class TargetCore {
   }
 
   absl::Status ParsePrefill(uint64_t owner, const v1::TargetPrefill& p, ParsedPrefill* out) {
-    if (!p.handle().empty() || p.features_tail() != 0) {
-      return absl::UnimplementedError(
-          "prefill.handle (extending a cache) and prefill.features_tail are not supported yet");
-    }
     if (p.tokens().empty()) return absl::InvalidArgumentError("prefill.tokens is empty");
     sampling::SamplingParams sp{p.sampling().temperature(), p.sampling().top_k(),
                                 p.sampling().top_p() == 0.f ? 1.f : p.sampling().top_p(),
@@ -333,8 +266,8 @@ class TargetCore {
     return FloatsToTensor(std::span<const float>(c.data_ptr<float>(), c.numel()), shape, v1::BF16);
   }
 
-  // A verify operation decoded from its request: the session, and the engine request with the
-  // storage its spans point into.
+  // A verify pass decoded from its request (a TargetVerify, or a step of a TargetRun): the
+  // session, and the engine request with the storage its spans point into.
   struct ParsedVerify {
     TargetEntry* entry = nullptr;
     engine::TargetSession* session = nullptr;
@@ -350,87 +283,30 @@ class TargetCore {
     int64_t pass_rows = 0;  // rows of that pass
   };
 
-  // The next step of a server-side run (TargetVerify.run_steps), or nullopt when the run is
-  // over: the step failed, committed a stop token, filled the cache, was the last one or ended
-  // its time bound (`elapsed`: seconds since the step was queued; the next step is queued now,
-  // so the bound carried to it is what is left).
+  // The next step of a server-side run, or nullopt when the run is over (server_run.h).
   std::optional<v1::TargetRequest> RunContinuation(const v1::TargetRequest& r,
                                                    const absl::Status& s, double elapsed,
                                                    v1::TargetResponse* resp) const {
-    if (!s.ok() || !r.has_verify() || r.verify().run_steps() <= 1 || !resp->has_verify()) {
-      return std::nullopt;
-    }
-    const v1::TargetVerify& v = r.verify();
-    const v1::TargetVerifyResult& res = resp->verify();
-    const int32_t next_token = res.next_token();
-    const int32_t left = v.run_steps() - res.committed_size();
-    if (left <= 0) return std::nullopt;
-    for (int32_t stop : v.run_stop_token_ids()) {
-      for (int32_t t : res.committed()) {
-        if (stop == t) return std::nullopt;
-      }
-    }
-    if (res.length() + 1 > model_->max_context()) return std::nullopt;
-    float max_ms = 0;
-    if (v.run_max_ms() > 0) {
-      max_ms = v.run_max_ms() - static_cast<float>(elapsed * 1000.0);
-      if (max_ms <= 0) return std::nullopt;
-    }
-    v1::TargetRequest n;
-    v1::TargetVerify* nv = n.mutable_verify();
-    nv->set_handle(v.handle());
-    nv->add_tokens(next_token);
-    nv->set_proposal(v.proposal());
-    nv->set_return_features(v.return_features());
-    nv->set_run_steps(left);
-    *nv->mutable_run_stop_token_ids() = v.run_stop_token_ids();
-    nv->set_draft_block_size(v.draft_block_size());
-    nv->set_run_max_ms(max_ms);
+    if (!s.ok() || !r.has_run() || !resp->has_verify()) return std::nullopt;
+    int32_t left = 0;
+    auto next =
+        NextRunStep(r.run(), resp->verify(), elapsed * 1000.0, model_->max_context(), &left);
     resp->mutable_verify()->set_run_left(left);
-    return n;
+    return next;
+  }
+
+  absl::Status ParseStep(uint64_t owner, const v1::TargetRequest& r, ParsedVerify* p) {
+    return r.has_run() ? ParseRun(owner, r.run(), p) : ParseVerify(owner, r.verify(), p);
+  }
+
+  absl::Status AcquireSession(uint64_t owner, const std::string& handle, ParsedVerify* p) {
+    ASSIGN_OR_RETURN(p->entry, table_.Acquire(handle, owner));
+    p->session = p->entry->target.get();
+    return absl::OkStatus();
   }
 
   absl::Status ParseVerify(uint64_t owner, const v1::TargetVerify& v, ParsedVerify* p) {
-    if (v.run_steps() < 0 || v.run_steps() > kMaxRunSteps) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("verify.run_steps must be in [0, ", kMaxRunSteps, "], got ", v.run_steps()));
-    }
-    if (!std::isfinite(v.run_max_ms()) || v.run_max_ms() < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "verify.run_max_ms must be a finite number of milliseconds >= 0 (0: no time bound), got ",
-          v.run_max_ms()));
-    }
-    if (v.run_steps() > 1 &&
-        (v.tokens_size() != 1 || v.tree_parents_size() > 0 || v.has_draft_probs())) {
-      return absl::InvalidArgumentError(
-          "verify.run_steps > 1 (a server-side run) needs exactly one row in tokens and no "
-          "tree_parents or draft_probs");
-    }
-    if (v.draft_block_size() != 0) {
-      if (v.draft_block_size() < 2 || v.draft_block_size() > kMaxDraftBlock) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("verify.draft_block_size must be 0 or in [2, ", kMaxDraftBlock, "], got ",
-                         v.draft_block_size()));
-      }
-      if (v.tokens_size() != 1 || v.tree_parents_size() > 0 || v.has_draft_probs()) {
-        return absl::InvalidArgumentError(
-            "verify.draft_block_size (target-hosted drafting) needs exactly one row in tokens "
-            "and no tree_parents or draft_probs");
-      }
-    }
-    if (!v.draft_probs_sparse().empty() || v.return_logits() || v.return_top2_gaps() ||
-        v.sibling_sampling() > 1) {
-      return absl::UnimplementedError(
-          "verify: sparse draft_probs, return_logits, return_top2_gaps and sibling sampling "
-          "without replacement are not supported yet");
-    }
-    ASSIGN_OR_RETURN(p->entry, table_.Acquire(v.handle(), owner));
-    p->session = p->entry->target.get();
-    if (v.draft_block_size() != 0 && !p->entry->draft) {
-      return absl::FailedPreconditionError(
-          "verify.draft_block_size: the handle has no hosted drafter session (prefill it with "
-          "hosted_draft on a replica started with --dflash)");
-    }
+    RETURN_IF_ERROR(AcquireSession(owner, v.handle(), p));
     if (v.expected_length() != 0 && v.expected_length() != p->session->length()) {
       return absl::FailedPreconditionError(
           absl::StrCat("verify: handle holds ", p->session->length(),
@@ -449,20 +325,32 @@ class TargetCore {
     p->return_features = v.return_features();
     // The hosted drafter takes the features of everything committed, whatever the step.
     p->req.want_features = v.return_features() || p->entry->draft != nullptr;
-    if (v.draft_block_size() != 0) {
-      const int32_t vocab = static_cast<int32_t>(model_->config().vocab_size);
-      if (p->tokens[0] < 0 || p->tokens[0] >= vocab) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("verify.tokens: id ", p->tokens[0], " outside [0, ", vocab, ")"));
-      }
-      // Never commit more than the run has left, nor write past the context.
-      int64_t rows = v.draft_block_size();
-      // (A run's last step has run_steps 1: the tokens it has left.)
-      if (v.run_steps() >= 1) rows = std::min<int64_t>(rows, v.run_steps());
-      rows = std::min<int64_t>(rows, model_->max_context() - p->session->length());
-      p->draft_rows = rows >= 2 ? static_cast<int32_t>(rows) : 0;
-      p->req.proposal = engine::Proposal::kOneHot;
+    return absl::OkStatus();
+  }
+
+  absl::Status ParseRun(uint64_t owner, const v1::TargetRun& run, ParsedVerify* p) {
+    RETURN_IF_ERROR(ValidateRun(run));
+    RETURN_IF_ERROR(AcquireSession(owner, run.handle(), p));
+    const int32_t vocab = static_cast<int32_t>(model_->config().vocab_size);
+    if (run.last_token() < 0 || run.last_token() >= vocab) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("run.last_token: id ", run.last_token(), " outside [0, ", vocab, ")"));
     }
+    p->tokens = {run.last_token()};
+    p->req.tokens = p->tokens;
+    p->req.proposal = engine::Proposal::kOneHot;
+    p->return_features = run.return_features();
+    p->req.want_features = run.return_features() || p->entry->draft != nullptr;
+    if (run.draft_block_size() == 0) return absl::OkStatus();
+    if (!p->entry->draft) {
+      return absl::FailedPreconditionError(
+          "run.draft_block_size: the handle has no hosted drafter session (prefill it with "
+          "hosted_draft on a replica started with --dflash)");
+    }
+    // Never commit more than the run has left, nor write past the context.
+    const int32_t rows = engine::BlockRows(run.draft_block_size(), run.max_tokens(),
+                                           p->session->length(), model_->max_context());
+    p->draft_rows = rows >= engine::kMinBlockSize ? rows : 0;
     return absl::OkStatus();
   }
 
@@ -533,9 +421,9 @@ class TargetCore {
     }
   }
 
-  absl::Status Verify(uint64_t owner, const v1::TargetVerify& v, v1::TargetResponse* resp) {
+  absl::Status Verify(uint64_t owner, const v1::TargetRequest& r, v1::TargetResponse* resp) {
     ParsedVerify p;
-    RETURN_IF_ERROR(ParseVerify(owner, v, &p));
+    RETURN_IF_ERROR(ParseStep(owner, r, &p));
     ParsedVerify* one[] = {&p};
     DraftBlocks(one);
     const auto t0 = Clock::now();
@@ -547,117 +435,105 @@ class TargetCore {
     return absl::OkStatus();
   }
 
-  // Continuous batching: the verify operations of different sessions run as batched forward
-  // passes (sessions that need different feature layers go in separate passes), and a new
-  // request's prompt joins such a pass while it stays within batch_prefill_max_rows_ rows
-  // instead of costing the running requests a pass of its own; every other operation runs on
-  // its own.
-  void ExecuteBatch(std::vector<Loop::Op>& ops) {
-    std::vector<ParsedVerify> parsed(ops.size());
-    std::vector<ParsedPrefill> prefills(ops.size());
-    // The feature layers an operation's pass must capture (nullptr: it wants none).
-    auto capture = [&](size_t i) -> const std::vector<int64_t>* {
-      if (ops[i].request->has_prefill()) {
-        const engine::TargetSession& t = *prefills[i].entry->target;
-        return t.WantsFeaturesOnPrefill() ? &t.capture_layers() : nullptr;
-      }
-      return parsed[i].req.want_features ? &parsed[i].session->capture_layers() : nullptr;
-    };
-    // Rows an operation adds to a pass.
-    auto rows = [&](size_t i) -> int64_t {
-      if (ops[i].request->has_prefill()) return static_cast<int64_t>(prefills[i].tokens.size());
-      return std::max<int64_t>(parsed[i].draft_rows, static_cast<int64_t>(parsed[i].tokens.size()));
-    };
-    std::vector<std::vector<size_t>> groups;
-    std::vector<const std::vector<int64_t>*> group_capture;
-    std::vector<int64_t> group_rows;
-    // Verifies share a pass whatever its rows; a prefill joins one only within the row budget.
-    auto place = [&](size_t i) {
-      const std::vector<int64_t>* c = capture(i);
-      const bool prefill = ops[i].request->has_prefill();
-      // A session verifies at most once per pass (a re-attached handle could come twice).
-      auto holds_session = [&](const std::vector<size_t>& g) {
-        if (prefill) return false;
-        for (size_t j : g) {
-          if (ops[j].request->has_verify() && parsed[j].session == parsed[i].session) return true;
-        }
-        return false;
-      };
-      for (size_t g = 0; g < groups.size(); ++g) {
-        if ((c == nullptr || group_capture[g] == nullptr || *c == *group_capture[g]) &&
-            !holds_session(groups[g]) &&
-            (!prefill || group_rows[g] + rows(i) <= batch_prefill_max_rows_)) {
-          groups[g].push_back(i);
-          if (group_capture[g] == nullptr) group_capture[g] = c;
-          group_rows[g] += rows(i);
-          return;
-        }
-      }
-      groups.push_back({i});
-      group_capture.push_back(c);
-      group_rows.push_back(rows(i));
-    };
+  // The queued operations of one scheduler iteration, decoded.
+  struct Batch {
+    std::vector<ParsedVerify> verifies;
+    std::vector<ParsedPrefill> prefills;
+    PassPlanner planner;
+  };
+
+  PassItem ItemOf(const Batch& b, const Loop::Op& op, size_t i) const {
+    PassItem item;
+    item.prefill = op.request->has_prefill();
+    if (item.prefill) {
+      const engine::TargetSession& t = *b.prefills[i].entry->target;
+      item.rows = static_cast<int64_t>(b.prefills[i].tokens.size());
+      item.capture = t.WantsFeaturesOnPrefill() ? &t.capture_layers() : nullptr;
+      return item;
+    }
+    const ParsedVerify& v = b.verifies[i];
+    item.rows = std::max<int64_t>(v.draft_rows, static_cast<int64_t>(v.tokens.size()));
+    item.capture = v.req.want_features ? &v.session->capture_layers() : nullptr;
+    item.session = v.session;
+    return item;
+  }
+
+  // Decodes every operation and places the forward passes' items (verifies first, so that
+  // prompts fill the room they leave); other operations run now.
+  void PlanBatch(std::vector<Loop::Op>& ops, Batch* b) {
     for (size_t i = 0; i < ops.size(); ++i) {
       Loop::Op& op = ops[i];
       if (op.request->has_prefill() && batch_prefill_max_rows_ > 0) {
-        op.status = ParsePrefill(op.owner, op.request->prefill(), &prefills[i]);
-      } else if (op.request->has_verify()) {
-        op.status = ParseVerify(op.owner, op.request->verify(), &parsed[i]);
-        if (op.status.ok()) place(i);
+        op.status = ParsePrefill(op.owner, op.request->prefill(), &b->prefills[i]);
+      } else if (IsStep(*op.request)) {
+        op.status = ParseStep(op.owner, *op.request, &b->verifies[i]);
+        if (op.status.ok()) b->planner.Place(i, ItemOf(*b, op, i));
       } else {
         op.status = Execute(op.owner, *op.request, op.response);
       }
     }
     for (size_t i = 0; i < ops.size(); ++i) {
       if (ops[i].request->has_prefill() && batch_prefill_max_rows_ > 0 && ops[i].status.ok()) {
-        place(i);
+        b->planner.Place(i, ItemOf(*b, ops[i], i));
       }
     }
-    std::vector<ParsedVerify*> grouped;
-    for (const auto& g : groups) {
-      for (size_t i : g) {
-        if (ops[i].request->has_verify()) grouped.push_back(&parsed[i]);
+  }
+
+  // One forward pass over a planned group: its prompts and its verifies.
+  void RunPass(std::vector<Loop::Op>& ops, Batch& b, const std::vector<size_t>& pass,
+               int64_t pass_rows) {
+    std::vector<size_t> pi, vi;
+    std::vector<engine::TargetSession*> psessions, vsessions;
+    std::vector<std::span<const int32_t>> prompts;
+    std::vector<engine::VerifyRequest> reqs;
+    for (size_t i : pass) {
+      if (ops[i].request->has_prefill()) {
+        pi.push_back(i);
+        psessions.push_back(b.prefills[i].entry->target.get());
+        prompts.push_back(b.prefills[i].tokens);
+      } else {
+        vi.push_back(i);
+        vsessions.push_back(b.verifies[i].session);
+        reqs.push_back(b.verifies[i].req);
       }
     }
-    DraftBlocks(grouped);
-    for (size_t gi = 0; gi < groups.size(); ++gi) {
-      const std::vector<size_t>& g = groups[gi];
-      std::vector<size_t> pi, vi;
-      std::vector<engine::TargetSession*> psessions, vsessions;
-      std::vector<std::span<const int32_t>> prompts;
-      std::vector<engine::VerifyRequest> reqs;
-      for (size_t i : g) {
-        if (ops[i].request->has_prefill()) {
-          pi.push_back(i);
-          psessions.push_back(prefills[i].entry->target.get());
-          prompts.push_back(prefills[i].tokens);
-        } else {
-          vi.push_back(i);
-          vsessions.push_back(parsed[i].session);
-          reqs.push_back(parsed[i].req);
-        }
+    const auto t0 = Clock::now();
+    auto results = engine::TargetSession::RunBatch(psessions, prompts, vsessions, reqs);
+    const double pass_ms = MsSince(t0);
+    if (!vi.empty()) metrics_->batch.Observe(static_cast<double>(vi.size()));
+    for (size_t k = 0; k < pi.size(); ++k) {
+      b.prefills[pi[k]].batch_size = static_cast<int>(pass.size());
+      ops[pi[k]].status =
+          FinishPrefill(b.prefills[pi[k]], results.prefills[k], ops[pi[k]].response);
+    }
+    for (size_t k = 0; k < vi.size(); ++k) {
+      ParsedVerify& v = b.verifies[vi[k]];
+      v.pass_ms = pass_ms;
+      v.pass_rows = pass_rows;
+      ops[vi[k]].status = results.verifies[k].status();
+      if (!results.verifies[k].ok()) continue;
+      ExtendDraft(v, *results.verifies[k]);
+      FillVerify(v, *results.verifies[k], static_cast<int>(vi.size()), ops[vi[k]].response);
+    }
+  }
+
+  // Continuous batching: the verify passes of different sessions run as batched forward passes
+  // (PassPlanner: sessions that need different feature layers go in separate passes, a new
+  // request's prompt joins a pass within batch_prefill_max_rows_ rows instead of costing the
+  // running requests a pass of its own); every other operation runs on its own.
+  void ExecuteBatch(std::vector<Loop::Op>& ops) {
+    Batch b{std::vector<ParsedVerify>(ops.size()), std::vector<ParsedPrefill>(ops.size()),
+            PassPlanner(batch_prefill_max_rows_)};
+    PlanBatch(ops, &b);
+    std::vector<ParsedVerify*> drafting;
+    for (const auto& pass : b.planner.passes()) {
+      for (size_t i : pass) {
+        if (IsStep(*ops[i].request)) drafting.push_back(&b.verifies[i]);
       }
-      const auto t0 = Clock::now();
-      auto results = engine::TargetSession::RunBatch(psessions, prompts, vsessions, reqs);
-      const double pass_ms = MsSince(t0);
-      for (size_t i : vi) {
-        parsed[i].pass_ms = pass_ms;
-        parsed[i].pass_rows = group_rows[gi];
-      }
-      if (!vi.empty()) metrics_->batch.Observe(static_cast<double>(vi.size()));
-      for (size_t k = 0; k < pi.size(); ++k) {
-        Loop::Op& op = ops[pi[k]];
-        prefills[pi[k]].batch_size = static_cast<int>(g.size());
-        op.status = FinishPrefill(prefills[pi[k]], results.prefills[k], op.response);
-      }
-      for (size_t k = 0; k < vi.size(); ++k) {
-        Loop::Op& op = ops[vi[k]];
-        op.status = results.verifies[k].status();
-        if (results.verifies[k].ok()) {
-          ExtendDraft(parsed[vi[k]], *results.verifies[k]);
-          FillVerify(parsed[vi[k]], *results.verifies[k], static_cast<int>(vi.size()), op.response);
-        }
-      }
+    }
+    DraftBlocks(drafting);
+    for (size_t g = 0; g < b.planner.passes().size(); ++g) {
+      RunPass(ops, b, b.planner.passes()[g], b.planner.rows()[g]);
     }
   }
 

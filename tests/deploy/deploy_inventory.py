@@ -183,10 +183,16 @@ def defined_metrics(repo=REPO):
     """{series name: (family, type)} of every metric family a service registers."""
     series = {}
     pat = re.compile(r"Build(Counter|Gauge|Histogram|Summary)\(\)\s*\.Name\(\s*\"([a-zA-Z_:][a-zA-Z0-9_:]*)\"")
+    # services/router/router_metrics.cc registers through one-line builders:
+    # Counters(r, "name", ...), Gauges(...), Histograms(...) and Latency(...) (a histogram).
+    helper = re.compile(r"\b(Counters|Gauges|Histograms|Latency)\(\s*\w+,\s*\"([a-zA-Z_:][a-zA-Z0-9_:]*)\"")
+    helper_kind = {"Counters": "Counter", "Gauges": "Gauge", "Histograms": "Histogram",
+                   "Latency": "Histogram"}
     for path in sorted(glob.glob(os.path.join(repo, "services/**/*.cc"), recursive=True)):
         with open(path) as f:
             text = f.read()
-        for kind, name in pat.findall(text):
+        found = pat.findall(text) + [(helper_kind[f], n) for f, n in helper.findall(text)]
+        for kind, name in found:
             kind = kind.lower()
             if kind == "histogram":
                 for suffix in ("_bucket", "_sum", "_count"):

@@ -83,7 +83,7 @@ std::vector<std::string> OneofFields(const Descriptor* d, const std::string& one
 TEST(Protocol, SessionOperationsAreOneofs) {
   using V = std::vector<std::string>;
   EXPECT_EQ(OneofFields(TargetRequest::descriptor(), "op"),
-            (V{"prefill", "verify", "release", "attach"}));
+            (V{"prefill", "verify", "release", "attach", "run"}));
   EXPECT_EQ(OneofFields(TargetResponse::descriptor(), "result"),
             (V{"prefill", "verify", "released", "attached", "error"}));
   EXPECT_EQ(OneofFields(DrafterRequest::descriptor(), "op"),
@@ -137,7 +137,6 @@ TEST(Protocol, TargetMessagesRoundTrip) {
   ASSERT_EQ(p.op_case(), TargetRequest::kPrefill);
   EXPECT_EQ(p.prefill().tokens(1), 42);
   EXPECT_EQ(p.prefill().sampling().seed(), 1234u);
-  EXPECT_TRUE(p.prefill().handle().empty());
 
   TargetResponse prefilled;
   prefilled.set_seq(1);
@@ -155,7 +154,7 @@ TEST(Protocol, TargetMessagesRoundTrip) {
   EXPECT_EQ(prb.prefill().handle().replica(), "target-0");
   EXPECT_EQ(prb.prefill().features().data().size(), 96u);
 
-  // Tree verify with sparse q.
+  // Tree verify.
   TargetRequest verify;
   verify.set_seq(2);
   auto* v = verify.mutable_verify();
@@ -163,22 +162,27 @@ TEST(Protocol, TargetMessagesRoundTrip) {
   for (int t : {5, 6, 7, 8}) v->add_tokens(t);
   for (int parent : {-1, 0, 0, 1}) v->add_tree_parents(parent);
   v->set_proposal(TargetVerify::SAMPLED);
-  v->set_sibling_sampling(WITHOUT_REPLACEMENT);
-  for (int r = 0; r < 3; ++r) {
-    TokenDist* q = v->add_draft_probs_sparse();
-    q->add_ids(6 + r);
-    q->add_probs(0.75f);
-    q->add_ids(2);
-    q->add_probs(0.25f);
-  }
   v->set_expected_length(3);
   v->set_return_features(true);
-  v->set_return_top2_gaps(true);
   auto vb = RoundTrip(verify);
   EXPECT_EQ(vb.verify().tree_parents(0), -1);
-  EXPECT_EQ(vb.verify().draft_probs_sparse_size(), 3);
-  EXPECT_FLOAT_EQ(vb.verify().draft_probs_sparse(1).probs(0), 0.75f);
-  EXPECT_EQ(vb.verify().sibling_sampling(), WITHOUT_REPLACEMENT);
+  EXPECT_EQ(vb.verify().expected_length(), 3);
+
+  // A server-side run with hosted drafting.
+  TargetRequest run;
+  run.set_seq(3);
+  auto* rn = run.mutable_run();
+  rn->set_handle("t0/17");
+  rn->set_last_token(9);
+  rn->set_max_tokens(64);
+  rn->add_stop_token_ids(2);
+  rn->set_draft_block_size(8);
+  rn->set_max_ms(12.5f);
+  auto rb = RoundTrip(run);
+  ASSERT_EQ(rb.op_case(), TargetRequest::kRun);
+  EXPECT_EQ(rb.run().max_tokens(), 64);
+  EXPECT_EQ(rb.run().draft_block_size(), 8);
+  EXPECT_FLOAT_EQ(rb.run().max_ms(), 12.5f);
 
   // Chain verify with dense q; DFlash one-hot verify.
   TargetRequest chain;
@@ -202,10 +206,11 @@ TEST(Protocol, TargetMessagesRoundTrip) {
   vr->set_next_token(11);
   vr->set_length(6);
   SetBf16(vr->mutable_features(), 3, 16);
-  for (float g : {0.5f, 2.f, 0.01f}) vr->add_top2_gaps(g);
-  auto rb = RoundTrip(res);
-  EXPECT_EQ(rb.result_case(), TargetResponse::kVerify);
-  EXPECT_EQ(rb.verify().committed_size(), rb.verify().num_accepted() + 1);
+  vr->set_run_left(4);
+  auto vrb = RoundTrip(res);
+  EXPECT_EQ(vrb.result_case(), TargetResponse::kVerify);
+  EXPECT_EQ(vrb.verify().committed_size(), vrb.verify().num_accepted() + 1);
+  EXPECT_EQ(vrb.verify().run_left(), 4);
 
   TargetRequest release;
   release.mutable_release()->set_handle("t0/17");
@@ -242,7 +247,6 @@ TEST(Protocol, DrafterMessagesRoundTrip) {
   block.set_seq(4);
   block.mutable_draft_block()->set_block_size(16);
   block.mutable_draft_block()->set_last_token(17);
-  block.mutable_draft_block()->set_expected_length(12);
   SetBf16(block.mutable_draft_block()->mutable_new_features(), 2, 32);
   auto bb = RoundTrip(block);
   EXPECT_EQ(bb.draft_block().block_size(), 16);
@@ -250,8 +254,7 @@ TEST(Protocol, DrafterMessagesRoundTrip) {
 
   DrafterRequest chain;
   chain.mutable_draft_chain()->set_length(4);
-  chain.mutable_draft_chain()->set_probs_format(PROBS_SPARSE);
-  EXPECT_EQ(RoundTrip(chain).draft_chain().probs_format(), PROBS_SPARSE);
+  EXPECT_EQ(RoundTrip(chain).draft_chain().length(), 4);
 
   DrafterRequest tree;
   tree.mutable_draft_tree()->set_budget(64);
@@ -261,9 +264,7 @@ TEST(Protocol, DrafterMessagesRoundTrip) {
 
   DrafterRequest commit;
   commit.mutable_commit()->add_accepted(6);
-  commit.mutable_commit()->add_accepted_nodes(0);
-  commit.mutable_commit()->set_next_token(9);
-  EXPECT_EQ(RoundTrip(commit).commit().next_token(), 9);
+  EXPECT_EQ(RoundTrip(commit).commit().accepted(0), 6);
 
   DrafterResponse drafted;
   drafted.set_seq(4);
@@ -271,13 +272,11 @@ TEST(Protocol, DrafterMessagesRoundTrip) {
   for (int t : {6, 7, 8}) d->add_tokens(t);
   for (int parent : {-1, -1, 0}) d->add_tree_parents(parent);
   for (float s : {0.6f, 0.3f, 0.4f}) d->add_node_scores(s);
-  d->add_probs_sparse()->add_ids(6);
-  d->set_sibling_sampling(IID);
   d->set_forward_passes(2);
   auto db = RoundTrip(drafted);
   EXPECT_EQ(db.result_case(), DrafterResponse::kDrafted);
   EXPECT_EQ(db.drafted().tree_parents(2), 0);
-  EXPECT_EQ(db.drafted().sibling_sampling(), IID);
+  EXPECT_EQ(db.drafted().forward_passes(), 2);
 
   DrafterResponse opened;
   opened.mutable_opened()->set_id("d0/1");
@@ -366,7 +365,6 @@ TEST(Protocol, EnumNamesAreStable) {
   EXPECT_EQ(METHOD_UNSPECIFIED, 0);
   EXPECT_EQ(DTYPE_UNSPECIFIED, 0);
   EXPECT_EQ(TargetVerify::PROPOSAL_UNSPECIFIED, 0);
-  EXPECT_EQ(PROBS_FORMAT_AUTO, 0);
 }
 
 // ---- API snapshot -------------------------------------------------------------------------

@@ -138,6 +138,17 @@ class TargetServiceTest : public ::testing::Test {
     return r;
   }
 
+  // A server-side run of up to `max_tokens` tokens from `last`.
+  static v1::TargetRequest Run(uint64_t seq, const std::string& h, int32_t last,
+                               int32_t max_tokens) {
+    v1::TargetRequest r;
+    r.set_seq(seq);
+    r.mutable_run()->set_handle(h);
+    r.mutable_run()->set_last_token(last);
+    r.mutable_run()->set_max_tokens(max_tokens);
+    return r;
+  }
+
   bool WaitForHandles(size_t n) {
     for (int i = 0; i < 300 && server_->handles_in_use() != n; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -284,8 +295,7 @@ TEST_F(TargetServiceTest, ARunDecodesServerSideExactlyLikeSingleSteps) {
     Open o = OpenStream();
     v1::TargetResponse r = Call(o.stream.get(), Prefill(1, prompt, t));
     ASSERT_TRUE(r.has_prefill()) << r.error().message();
-    v1::TargetRequest run = Verify(2, r.prefill().handle().id(), {r.prefill().first_token()});
-    run.mutable_verify()->set_run_steps(20);
+    v1::TargetRequest run = Run(2, r.prefill().handle().id(), r.prefill().first_token(), 20);
     ASSERT_TRUE(o.stream->Write(run));
     // Half-closing does not cut the run short: the stream ends after its last answer.
     o.stream->WritesDone();
@@ -314,8 +324,7 @@ int TargetServiceTest::PrefillsBesideARun() {
   Open a = OpenStream();
   v1::TargetResponse r = Call(a.stream.get(), Prefill(1, prompt));
   EXPECT_TRUE(r.has_prefill()) << r.error().message();
-  v1::TargetRequest run = Verify(2, r.prefill().handle().id(), {r.prefill().first_token()});
-  run.mutable_verify()->set_run_steps(110);
+  v1::TargetRequest run = Run(2, r.prefill().handle().id(), r.prefill().first_token(), 110);
   EXPECT_TRUE(a.stream->Write(run));
   a.stream->WritesDone();
   int wide = 0;  // the run's steps whose pass carried more rows than its own (a prompt's)
@@ -387,9 +396,8 @@ TEST_F(TargetServiceTest, ARunEndsAtAStopTokenOrAFullCacheAndValidatesItsShape) 
   Open o = OpenStream();
   v1::TargetResponse r = Call(o.stream.get(), Prefill(1, prompt));
   const std::string h = r.prefill().handle().id();
-  v1::TargetRequest run = Verify(2, h, {r.prefill().first_token()});
-  run.mutable_verify()->set_run_steps(12);
-  run.mutable_verify()->add_run_stop_token_ids(want[stop_at]);
+  v1::TargetRequest run = Run(2, h, r.prefill().first_token(), 12);
+  run.mutable_run()->add_stop_token_ids(want[stop_at]);
   ASSERT_TRUE(o.stream->Write(run));
   std::vector<int32_t> got;
   v1::TargetResponse step;
@@ -401,8 +409,7 @@ TEST_F(TargetServiceTest, ARunEndsAtAStopTokenOrAFullCacheAndValidatesItsShape) 
   EXPECT_EQ(got, std::vector<int32_t>(want.begin(), want.begin() + first + 1));
   // The stream goes on: a run longer than the cache stops when the cache is full.
   int32_t last = got.back();
-  run = Verify(3, h, {last});
-  run.mutable_verify()->set_run_steps(4000);
+  run = Run(3, h, last, 4000);
   ASSERT_TRUE(o.stream->Write(run));
   int64_t length = 0;
   int steps = 0;
@@ -415,26 +422,20 @@ TEST_F(TargetServiceTest, ARunEndsAtAStopTokenOrAFullCacheAndValidatesItsShape) 
   } while (step.verify().run_left() > 0);
   EXPECT_EQ(length, 128);  // max_position_embeddings
   EXPECT_LT(steps, 4000);
-  // Shape errors name the field.
-  v1::TargetResponse e = Call(o.stream.get(), [&] {
-    v1::TargetRequest v = Verify(4, h, {1, 2});
-    v.mutable_verify()->set_run_steps(3);
-    return v;
-  }());
+  // Field errors name the field.
+  for (int32_t bad : {0, 4097}) {
+    v1::TargetResponse e = Call(o.stream.get(), Run(4, h, 1, bad));
+    EXPECT_EQ(e.error().code(), grpc::StatusCode::INVALID_ARGUMENT) << bad;
+    EXPECT_NE(e.error().message().find("max_tokens"), std::string::npos) << e.error().message();
+  }
+  v1::TargetResponse e = Call(o.stream.get(), Run(5, h, 61, 3));  // vocab_size is 61
   EXPECT_EQ(e.error().code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_NE(e.error().message().find("run_steps"), std::string::npos) << e.error().message();
-  e = Call(o.stream.get(), [&] {
-    v1::TargetRequest v = Verify(5, h, {1});
-    v.mutable_verify()->set_run_steps(4097);
-    return v;
-  }());
-  EXPECT_EQ(e.error().code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_NE(e.error().message().find("run_steps"), std::string::npos) << e.error().message();
+  EXPECT_NE(e.error().message().find("last_token"), std::string::npos) << e.error().message();
   o.stream->WritesDone();
   EXPECT_TRUE(o.stream->Finish().ok());
 }
 
-// run_max_ms bounds a run in time: it ends after the first step that finishes past the bound,
+// A run's max_ms bounds it in time: it ends after the first step that finishes past the bound,
 // having committed exactly the stepwise tokens up to there.
 TEST_F(TargetServiceTest, ARunEndsAtItsTimeBound) {
   StartServer();
@@ -460,26 +461,23 @@ TEST_F(TargetServiceTest, ARunEndsAtItsTimeBound) {
     return length;
   };
   // A bound already spent after the first step: that step alone.
-  v1::TargetRequest run = Verify(2, h, {r.prefill().first_token()});
-  run.mutable_verify()->set_run_steps(30);
-  run.mutable_verify()->set_run_max_ms(1e-3f);
+  v1::TargetRequest run = Run(2, h, r.prefill().first_token(), 30);
+  run.mutable_run()->set_max_ms(1e-3f);
   ASSERT_TRUE(o.stream->Write(run));
   std::vector<int32_t> got;
   read_run(2, &got);
   ASSERT_EQ(got.size(), 1u);
   // A bound far away: the run commits all its steps.
-  run = Verify(3, h, {got.back()});
-  run.mutable_verify()->set_run_steps(10);
-  run.mutable_verify()->set_run_max_ms(60000.f);
+  run = Run(3, h, got.back(), 10);
+  run.mutable_run()->set_max_ms(60000.f);
   ASSERT_TRUE(o.stream->Write(run));
   read_run(3, &got);
   ASSERT_EQ(got.size(), 11u);
   EXPECT_EQ(got, std::vector<int32_t>(want.begin(), want.begin() + 11));
   // A run of more steps than the cache holds, bounded to 5 ms: it ends before the cache is full,
   // and not before its bound.
-  run = Verify(4, h, {got.back()});
-  run.mutable_verify()->set_run_steps(4000);
-  run.mutable_verify()->set_run_max_ms(5.f);
+  run = Run(4, h, got.back(), 4000);
+  run.mutable_run()->set_max_ms(5.f);
   const auto t0 = std::chrono::steady_clock::now();
   ASSERT_TRUE(o.stream->Write(run));
   const int64_t length = read_run(4, &got);
@@ -489,19 +487,18 @@ TEST_F(TargetServiceTest, ARunEndsAtItsTimeBound) {
   EXPECT_LT(length, 128);  // max_position_embeddings
   // A negative or non-finite bound is refused, naming the field.
   for (float bad : {-1.f, std::numeric_limits<float>::quiet_NaN()}) {
-    v1::TargetRequest v = Verify(5, h, {got.back()});
-    v.mutable_verify()->set_run_steps(3);
-    v.mutable_verify()->set_run_max_ms(bad);
+    v1::TargetRequest v = Run(5, h, got.back(), 3);
+    v.mutable_run()->set_max_ms(bad);
     v1::TargetResponse e = Call(o.stream.get(), v);
     EXPECT_EQ(e.error().code(), grpc::StatusCode::INVALID_ARGUMENT);
-    EXPECT_NE(e.error().message().find("run_max_ms"), std::string::npos) << e.error().message();
+    EXPECT_NE(e.error().message().find("max_ms"), std::string::npos) << e.error().message();
   }
   o.stream->WritesDone();
   EXPECT_TRUE(o.stream->Finish().ok());
 }
 
 // Target-hosted drafting: a server-side speculative run drafts every block on the target and
-// commits exactly what single-row AR steps commit (greedy), never more than run_steps tokens.
+// commits exactly what single-row AR steps commit (greedy), never more than max_tokens tokens.
 TEST_F(TargetServiceTest, AHostedDraftingRunCommitsExactlyTheStepwiseTokens) {
   StartServer(int64_t{1} << 30, 60000, /*host_drafter=*/true);
   {
@@ -522,9 +519,8 @@ TEST_F(TargetServiceTest, AHostedDraftingRunCommitsExactlyTheStepwiseTokens) {
       v1::TargetResponse r = Call(o.stream.get(), pf);
       ASSERT_TRUE(r.has_prefill()) << r.error().message();
       EXPECT_FALSE(r.prefill().has_features());  // none asked for
-      v1::TargetRequest run = Verify(2, r.prefill().handle().id(), {r.prefill().first_token()});
-      run.mutable_verify()->set_run_steps(23);
-      run.mutable_verify()->set_draft_block_size(block);
+      v1::TargetRequest run = Run(2, r.prefill().handle().id(), r.prefill().first_token(), 23);
+      run.mutable_run()->set_draft_block_size(block);
       ASSERT_TRUE(o.stream->Write(run));
       std::vector<int32_t> got;
       int drafted = 0, steps = 0;
@@ -562,11 +558,16 @@ TEST_F(TargetServiceTest, AHostedDraftingRunCommitsExactlyTheStepwiseTokens) {
       EXPECT_EQ(ar.verify().rows_verified(), 0);
       EXPECT_EQ(ar.verify().pass_rows(), 1);
       EXPECT_EQ(ar.verify().draft_pass_rows(), 0);
-      v1::TargetRequest more = Verify(4, r.prefill().handle().id(), {ar.verify().next_token()});
-      more.mutable_verify()->set_draft_block_size(block);
+      v1::TargetRequest more = Run(4, r.prefill().handle().id(), ar.verify().next_token(), block);
+      more.mutable_run()->set_draft_block_size(block);
       v1::TargetResponse m = Call(o.stream.get(), more);
       ASSERT_TRUE(m.has_verify()) << m.error().message();
-      EXPECT_EQ(m.verify().rows_verified(), block);  // one speculative step, the block uncut
+      // Its first step drafts the whole block: the run has `block` tokens left.
+      EXPECT_EQ(m.verify().rows_verified(), block);
+      for (v1::TargetResponse rest = m; rest.verify().run_left() > 0;) {
+        ASSERT_TRUE(o.stream->Read(&rest));
+        ASSERT_TRUE(rest.has_verify()) << rest.error().message();
+      }
       o.stream->WritesDone();
       EXPECT_TRUE(o.stream->Finish().ok());
     }
@@ -576,17 +577,14 @@ TEST_F(TargetServiceTest, AHostedDraftingRunCommitsExactlyTheStepwiseTokens) {
   v1::TargetResponse plain = Call(o.stream.get(), Prefill(1, {1, 2, 3}));
   const std::string h = plain.prefill().handle().id();
   for (int bad : {1, 257, -2}) {
-    v1::TargetRequest v = Verify(2, h, {4});
-    v.mutable_verify()->set_draft_block_size(bad);
+    v1::TargetRequest v = Run(2, h, 4, 8);
+    v.mutable_run()->set_draft_block_size(bad);
     v1::TargetResponse e = Call(o.stream.get(), v);
     EXPECT_EQ(e.error().code(), grpc::StatusCode::INVALID_ARGUMENT) << bad;
     EXPECT_NE(e.error().message().find("draft_block_size"), std::string::npos);
   }
-  v1::TargetRequest two = Verify(3, h, {4, 5});
-  two.mutable_verify()->set_draft_block_size(4);
-  EXPECT_EQ(Call(o.stream.get(), two).error().code(), grpc::StatusCode::INVALID_ARGUMENT);
-  v1::TargetRequest no_host = Verify(4, h, {4});
-  no_host.mutable_verify()->set_draft_block_size(4);
+  v1::TargetRequest no_host = Run(4, h, 4, 8);
+  no_host.mutable_run()->set_draft_block_size(4);
   v1::TargetResponse e = Call(o.stream.get(), no_host);
   EXPECT_EQ(e.error().code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_NE(e.error().message().find("hosted_draft"), std::string::npos) << e.error().message();
@@ -609,8 +607,7 @@ TEST_F(TargetServiceTest, CancellingAStreamMidRunStopsTheRunAndReleasesItsHandle
   StartServer();
   Open o = OpenStream();
   v1::TargetResponse r = Call(o.stream.get(), Prefill(1, {3, 9, 27}));
-  v1::TargetRequest run = Verify(2, r.prefill().handle().id(), {r.prefill().first_token()});
-  run.mutable_verify()->set_run_steps(100);
+  v1::TargetRequest run = Run(2, r.prefill().handle().id(), r.prefill().first_token(), 100);
   ASSERT_TRUE(o.stream->Write(run));
   v1::TargetResponse step;
   ASSERT_TRUE(o.stream->Read(&step));

@@ -1,0 +1,61 @@
+#include "services/router/generate_reactor.h"
+
+namespace specdec::services {
+
+GenerateReactor::GenerateReactor(std::shared_ptr<Outbox> box) : box_(std::move(box)) {
+  box_->reactor = this;
+}
+
+void GenerateReactor::Pump() {
+  if (box_->finished || box_->writing) return;
+  if (!box_->queue.empty()) {
+    box_->writing = true;
+    StartWrite(&box_->queue.front());
+  } else if (box_->finish_requested) {
+    box_->finished = true;
+    Finish(box_->status);
+  }
+}
+
+void GenerateReactor::OnWriteDone(bool ok) {
+  std::lock_guard<std::mutex> lock(box_->mu);
+  box_->queue.pop_front();
+  box_->writing = false;
+  if (!ok) {
+    box_->cancelled = true;
+    if (!box_->finished) {
+      box_->finished = true;
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
+    }
+    return;
+  }
+  Pump();
+}
+
+void GenerateReactor::OnCancel() { box_->cancelled = true; }
+
+void GenerateReactor::OnDone() {
+  {
+    std::lock_guard<std::mutex> lock(box_->mu);
+    box_->reactor = nullptr;
+    box_->cancelled = true;
+  }
+  delete this;
+}
+
+void Push(Outbox& box, v1::GenerateResponse response) {
+  std::lock_guard<std::mutex> lock(box.mu);
+  if (box.reactor == nullptr || box.finished) return;
+  box.queue.push_back(std::move(response));
+  box.reactor->Pump();
+}
+
+void FinishBox(Outbox& box, grpc::Status status) {
+  std::lock_guard<std::mutex> lock(box.mu);
+  if (box.reactor == nullptr || box.finished) return;
+  box.finish_requested = true;
+  box.status = std::move(status);
+  box.reactor->Pump();
+}
+
+}  // namespace specdec::services

@@ -1,0 +1,59 @@
+#include "services/router/load_aware_hook.h"
+
+#include <algorithm>
+#include <string>
+
+namespace specdec::services {
+
+LoadAwareSpeculation::Step LoadAwareHook::Next() {
+  LoadAwareSpeculation::Step s = load_aware_.Next(LoadAwareSpeculation::Clock::now());
+  if (s.new_epoch) {
+    metrics_.load_aware
+        .Add({{"level", LoadAwareSpeculation::LevelName(s.level)},
+              {"arm", LoadAwareSpeculation::ArmName(s.arm)}})
+        .Increment();
+  }
+  return s;
+}
+
+void LoadAwareHook::PlanStep(const engine::LoopView& view, engine::StepPlan* plan) {
+  planned_ = Next();
+  plan->speculate = planned_.arm == LoadAwareSpeculation::Arm::kSpeculative;
+  // A run of either arm lasts at most until its arm is next due to change (then both arms' runs
+  // end within a step of an epoch boundary, so neither arm's steps spill into the other's
+  // epochs), and at least a moment (a run makes at least one step). Step::run_for.
+  plan->run_tokens = std::min(view.tokens_left, kLoadAwareMaxRunTokens);
+  plan->run_max_ms =
+      std::max(0.01, std::chrono::duration<double, std::milli>(planned_.run_for).count());
+}
+
+int32_t LoadAwareHook::ChooseBlock(const engine::LoopView& view, int32_t block) {
+  if (!view.hosted || !adapt_block_) return block;
+  // The block the step-cost model predicts fastest for the requests in flight now.
+  const int32_t best = block_model_.BestBlock(static_cast<int>(load_aware_.in_flight()), block);
+  metrics_.load_aware_block
+      .Add({{"level", LoadAwareSpeculation::LevelName(planned_.level)},
+            {"block_size", std::to_string(best)}})
+      .Increment();
+  return best;
+}
+
+void LoadAwareHook::Observe(const engine::StepPlan& plan, engine::StepOrigin origin,
+                            const engine::StepResult& step, bool first) {
+  metrics_.load_aware_steps.Add({{"arm", LoadAwareSpeculation::ArmName(planned_.arm)}}).Increment();
+  if (origin == engine::StepOrigin::kDrafted) {
+    load_aware_.Observe(planned_, last_epoch_ == planned_.epoch);
+    last_epoch_ = planned_.epoch;
+    return;
+  }
+  // A step of a server-side run. The run may outlast its epoch (it lasts while the arm holds),
+  // so each step after the first asks which epoch it ended in and counts there, if that epoch
+  // runs the same arm (a plan that changed under the run leaves its last steps uncounted). A
+  // step is clean when this request's previous step counted in the same epoch, or when it is
+  // the first step of a run (it began in this epoch, after the request's previous step ended).
+  const LoadAwareSpeculation::Step at = first ? planned_ : Next();
+  if (at.arm == planned_.arm) load_aware_.Observe(at, first || last_epoch_ == at.epoch);
+  last_epoch_ = at.epoch;
+}
+
+}  // namespace specdec::services

@@ -1,0 +1,52 @@
+// Load awareness as the step loop's planning hook: each step of a DFLASH_ADAPTIVE request runs
+// the arm LoadAwareSpeculation chose for the current load (an AR run, or speculation), target-
+// drafted runs take the block BlockCostModel predicts fastest, and every step is reported back.
+#ifndef SPECDEC_SERVICES_ROUTER_LOAD_AWARE_HOOK_H_
+#define SPECDEC_SERVICES_ROUTER_LOAD_AWARE_HOOK_H_
+
+#include <cstdint>
+
+#include "common/engine/step_loop.h"
+#include "services/router/block_cost_model.h"
+#include "services/router/load_aware.h"
+#include "services/router/router_metrics.h"
+
+namespace specdec::services {
+
+// At most this many tokens per server-side run of a load-aware request; a run is sized (at the
+// measured step time) to end when its arm is next due to change (LoadAwareSpeculation's
+// Step::holds), so that the request follows the next arm promptly.
+inline constexpr int32_t kLoadAwareMaxRunTokens = 512;
+
+// One request's hook over the router's shared learner and cost model. Not thread-safe (one
+// request's loop); the shared objects are.
+class LoadAwareHook final : public engine::PlanningHook {
+ public:
+  // `adapt_block`: target-drafted runs use BlockCostModel's block (at most the request's).
+  LoadAwareHook(LoadAwareSpeculation& load_aware, const BlockCostModel& block_model,
+                RouterMetrics& metrics, bool adapt_block)
+      : load_aware_(load_aware),
+        block_model_(block_model),
+        metrics_(metrics),
+        adapt_block_(adapt_block) {}
+
+  void PlanStep(const engine::LoopView& view, engine::StepPlan* plan) override;
+  int32_t ChooseBlock(const engine::LoopView& view, int32_t block) override;
+  void Observe(const engine::StepPlan& plan, engine::StepOrigin origin,
+               const engine::StepResult& step, bool first) override;
+
+ private:
+  // The arm of a step beginning now (a new epoch is counted in the metrics).
+  LoadAwareSpeculation::Step Next();
+
+  LoadAwareSpeculation& load_aware_;
+  const BlockCostModel& block_model_;
+  RouterMetrics& metrics_;
+  const bool adapt_block_;
+  LoadAwareSpeculation::Step planned_;  // the arm of the step or run being taken
+  uint64_t last_epoch_ = 0;             // the epoch this request's previous step counted in
+};
+
+}  // namespace specdec::services
+
+#endif  // SPECDEC_SERVICES_ROUTER_LOAD_AWARE_HOOK_H_

@@ -1,0 +1,47 @@
+// The router's one conversion between the client API (specdec.v1 Generate messages) and the
+// engine's request and statistics types (common/engine/request.h).
+#ifndef SPECDEC_SERVICES_ROUTER_REQUEST_CONVERSION_H_
+#define SPECDEC_SERVICES_ROUTER_REQUEST_CONVERSION_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/engine/request.h"
+#include "common/engine/request_limits.h"
+#include "specdec/v1/router.pb.h"
+
+namespace specdec::tokenizer {
+class Tokenizer;
+}
+
+namespace specdec::services {
+
+engine::Method ToEngine(v1::Method method);
+v1::Method ToProto(engine::Method method);
+
+// What the router fills in where a request leaves a field unset, and what it checks against.
+struct RequestDefaults {
+  v1::Method method = v1::AR;
+  int32_t max_new_tokens = 128;
+  std::vector<int32_t> eos_token_ids;  // stop tokens unless ignore_eos
+  engine::ModelLimits limits;
+};
+
+// The prompt's token ids: token_ids as sent, or text tokenized with `tokenizer` (null: text
+// prompts are FAILED_PRECONDITION). Ids are checked by ConvertRequest.
+absl::StatusOr<std::vector<int32_t>> PromptTokens(const v1::GenerateRequest& request,
+                                                  const tokenizer::Tokenizer* tokenizer);
+
+// The engine request of a Generate call, validated (request_limits.h): proto3's zeros read as
+// the defaults, EOS added to the stop tokens unless ignore_eos. INVALID_ARGUMENT names the field.
+absl::StatusOr<engine::DecodeOptions> ConvertRequest(const v1::GenerateRequest& request,
+                                                     std::span<const int32_t> prompt,
+                                                     const RequestDefaults& defaults);
+
+// The statistics' wire form; estimated_speedup and in_flight_at_start are the router's to set.
+v1::RequestStats ToProto(const engine::DecodeStats& stats);
+
+}  // namespace specdec::services
+
+#endif  // SPECDEC_SERVICES_ROUTER_REQUEST_CONVERSION_H_
