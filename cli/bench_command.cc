@@ -102,40 +102,64 @@ void WritePlot(const std::map<std::pair<std::string, std::string>, Agg>& aggs,
   }
 }
 
-int RunBench(const BenchArgs& a) {
-  model::ConfigureComputeThreads(a.threads);
-  auto target = model::Transformer::Load(a.target);
-  if (!target.ok()) return Fail(target.status());
-  auto tok = tokenizer::Tokenizer::FromFile(a.target + "/tokenizer.json");
-  if (!tok.ok()) return Fail(tok.status());
-  std::unique_ptr<model::Transformer> draft;
+using AggMap = std::map<std::pair<std::string, std::string>, Agg>;
+
+// The models of a run, loaded once; `em` points into them.
+struct BenchModels {
+  std::unique_ptr<model::Transformer> target, draft;
   std::unique_ptr<model::DFlashDrafter> dflash;
   std::unique_ptr<model::BlockPilot> policy;
-  engine::EngineModels em{target->get()};
+  std::unique_ptr<tokenizer::Tokenizer> tok;
+  engine::EngineModels em;
+};
+
+// What a run accumulates over its prompts.
+struct BenchTotals {
+  AggMap aggs;                                       // by (dataset, method)
+  nlohmann::json samples = nlohmann::json::array();  // completions, for --samples
+  int rotation = 0;                                  // which method runs first next
+};
+
+// Loads the target, its tokenizer and the optional draft model, DFlash drafter and policy.
+absl::Status LoadBenchModels(const BenchArgs& a, BenchModels& m) {
+  auto target = model::Transformer::Load(a.target);
+  if (!target.ok()) return target.status();
+  m.target = *std::move(target);
+  auto tok = tokenizer::Tokenizer::FromFile(a.target + "/tokenizer.json");
+  if (!tok.ok()) return tok.status();
+  m.tok = *std::move(tok);
+  m.em = engine::EngineModels{m.target.get()};
   if (!a.draft.empty()) {
     auto d = model::Transformer::Load(a.draft);
-    if (!d.ok()) return Fail(d.status());
-    draft = *std::move(d);
-    em.draft_lm = draft.get();
+    if (!d.ok()) return d.status();
+    m.draft = *std::move(d);
+    m.em.draft_lm = m.draft.get();
   } else if (a.self_draft) {
-    em.draft_lm = target->get();
+    m.em.draft_lm = m.target.get();
   }
   if (!a.dflash.empty()) {
-    auto d = model::DFlashDrafter::Load(a.dflash, **target);
-    if (!d.ok()) return Fail(d.status());
-    dflash = *std::move(d);
-    em.dflash = dflash.get();
+    auto d = model::DFlashDrafter::Load(a.dflash, *m.target);
+    if (!d.ok()) return d.status();
+    m.dflash = *std::move(d);
+    m.em.dflash = m.dflash.get();
   }
   if (!a.policy.empty()) {
     auto p = model::BlockPilot::Load(a.policy);
-    if (!p.ok()) return Fail(p.status());
-    policy = *std::move(p);
-    em.policy = policy.get();
+    if (!p.ok()) return p.status();
+    m.policy = *std::move(p);
+    m.em.policy = m.policy.get();
   }
+  return absl::OkStatus();
+}
+
+// The methods of `names` to compare with AR (which always runs), skipping, with a note, those
+// whose model is not loaded.
+absl::StatusOr<std::vector<engine::Method>> SelectMethods(const std::string& names,
+                                                          const engine::EngineModels& em) {
   std::vector<engine::Method> methods;
-  for (absl::string_view name : absl::StrSplit(a.methods, ',', absl::SkipWhitespace())) {
+  for (absl::string_view name : absl::StrSplit(names, ',', absl::SkipWhitespace())) {
     auto m = engine::ParseMethod(std::string(name));
-    if (!m.ok()) return Fail(m.status());
+    if (!m.ok()) return m.status();
     if ((*m == engine::Method::kDraftChain || *m == engine::Method::kDyspecTree) && !em.draft_lm) {
       std::printf("skipping %s: no --draft model (or --self-draft)\n", engine::MethodName(*m));
       continue;
@@ -146,117 +170,136 @@ int RunBench(const BenchArgs& a) {
     }
     if (*m != engine::Method::kAr) methods.push_back(*m);
   }
+  return methods;
+}
 
-  std::map<std::pair<std::string, std::string>, Agg> aggs;
-  nlohmann::json samples = nlohmann::json::array();
-  int rotation = 0;
-  for (const std::string& file : a.prompt_files) {
-    auto prompts = LoadPrompts(file, a.max_prompts);
-    if (!prompts.ok()) return Fail(prompts.status());
-    for (const Prompt& p : *prompts) {
-      auto ids = (*tok)->Encode(p.text, (*tok)->add_bos_by_default());
-      if (!ids.ok()) return Fail(ids.status());
-      if (static_cast<int>(ids->size()) > a.max_prompt_tokens) {
-        ids->erase(ids->begin(), ids->end() - a.max_prompt_tokens);  // keep the prompt's tail
-      }
-      engine::DecodeOptions o;
-      o.max_new_tokens = a.max_new_tokens;
-      o.sampling = {a.temperature, 0, a.top_p, a.seed};
-      o.draft_length = a.draft_length;
-      o.tree_budget = a.tree_budget;
-      o.tree_max_depth = a.tree_max_depth;
-      o.tree_threshold = a.tree_threshold;
-      o.block_size = a.block_size;
-      // AR and every method on this prompt, in a rotating order so no method always runs first.
-      std::vector<engine::Method> order = {engine::Method::kAr};
-      order.insert(order.end(), methods.begin(), methods.end());
-      std::rotate(order.begin(), order.begin() + (rotation++ % order.size()), order.end());
-      std::map<engine::Method, engine::DecodeResult> results;
-      for (engine::Method m : order) {
-        o.method = m;
-        auto r = engine::Decode(em, *ids, o);
-        if (!r.ok()) return Fail(r.status());
-        results[m] = *std::move(r);
-      }
-      const engine::DecodeResult& ar = results[engine::Method::kAr];
-      for (auto& [m, r] : results) {
-        Agg& g = aggs[{p.dataset, engine::MethodName(m)}];
-        ++g.prompts;
-        g.tokens += static_cast<int64_t>(r.tokens.size());
-        g.steps += r.stats.verify_steps;
-        g.committed += r.stats.committed_tokens;
-        g.drafted += r.stats.drafted_tokens;
-        g.accepted += r.stats.accepted_tokens;
-        g.total_ms += r.stats.total_ms;
-        g.ar_ms += ar.stats.total_ms;
-        g.matches_ar += r.tokens == ar.tokens;
-        g.tau_sum += r.stats.tau();
-        if (g.acc_pos.size() < r.stats.accepted_per_position.size()) {
-          g.acc_pos.resize(r.stats.accepted_per_position.size());
-          g.draft_pos.resize(r.stats.drafted_per_position.size());
-        }
-        for (size_t i = 0; i < r.stats.accepted_per_position.size(); ++i) {
-          g.acc_pos[i] += r.stats.accepted_per_position[i];
-          g.draft_pos[i] += r.stats.drafted_per_position[i];
-        }
-        if (r.stats.block_size > 0) ++g.block_sizes[r.stats.block_size];
-        g.rep8 += CountRepeatedNgrams(r.tokens, 8);
-        if (!a.samples_path.empty()) {
-          samples.push_back({{"dataset", p.dataset},
-                             {"method", engine::MethodName(m)},
-                             {"prompt", p.text},
-                             {"completion", (*tok)->Decode(r.tokens)},
-                             {"repeated_8gram_share", CountRepeatedNgrams(r.tokens, 8).share()}});
-        }
-      }
-      std::fprintf(stderr, ".");
+engine::DecodeOptions BenchDecodeOptions(const BenchArgs& a) {
+  engine::DecodeOptions o;
+  o.max_new_tokens = a.max_new_tokens;
+  o.sampling = {a.temperature, 0, a.top_p, a.seed};
+  o.draft_length = a.draft_length;
+  o.tree_budget = a.tree_budget;
+  o.tree_max_depth = a.tree_max_depth;
+  o.tree_threshold = a.tree_threshold;
+  o.block_size = a.block_size;
+  return o;
+}
+
+// Adds one request's result `r` to `g`; `ar` is AR's result on the same prompt.
+void AddResult(const engine::DecodeResult& r, const engine::DecodeResult& ar, Agg& g) {
+  ++g.prompts;
+  g.tokens += static_cast<int64_t>(r.tokens.size());
+  g.steps += r.stats.verify_steps;
+  g.committed += r.stats.committed_tokens;
+  g.drafted += r.stats.drafted_tokens;
+  g.accepted += r.stats.accepted_tokens;
+  g.total_ms += r.stats.total_ms;
+  g.ar_ms += ar.stats.total_ms;
+  g.matches_ar += r.tokens == ar.tokens;
+  g.tau_sum += r.stats.tau();
+  if (g.acc_pos.size() < r.stats.accepted_per_position.size()) {
+    g.acc_pos.resize(r.stats.accepted_per_position.size());
+    g.draft_pos.resize(r.stats.drafted_per_position.size());
+  }
+  for (size_t i = 0; i < r.stats.accepted_per_position.size(); ++i) {
+    g.acc_pos[i] += r.stats.accepted_per_position[i];
+    g.draft_pos[i] += r.stats.drafted_per_position[i];
+  }
+  if (r.stats.block_size > 0) ++g.block_sizes[r.stats.block_size];
+  g.rep8 += CountRepeatedNgrams(r.tokens, 8);
+}
+
+// Runs AR and every method on prompt `p` and adds the results to `totals`.
+absl::Status BenchPrompt(const BenchArgs& a, const BenchModels& models,
+                         const std::vector<engine::Method>& methods, const Prompt& p,
+                         BenchTotals& totals) {
+  const tokenizer::Tokenizer& tok = *models.tok;
+  auto ids = tok.Encode(p.text, tok.add_bos_by_default());
+  if (!ids.ok()) return ids.status();
+  if (static_cast<int>(ids->size()) > a.max_prompt_tokens) {
+    ids->erase(ids->begin(), ids->end() - a.max_prompt_tokens);  // keep the prompt's tail
+  }
+  engine::DecodeOptions o = BenchDecodeOptions(a);
+  // AR and every method on this prompt, in a rotating order so no method always runs first.
+  std::vector<engine::Method> order = {engine::Method::kAr};
+  order.insert(order.end(), methods.begin(), methods.end());
+  std::rotate(order.begin(), order.begin() + (totals.rotation++ % order.size()), order.end());
+  std::map<engine::Method, engine::DecodeResult> results;
+  for (engine::Method m : order) {
+    o.method = m;
+    auto r = engine::Decode(models.em, *ids, o);
+    if (!r.ok()) return r.status();
+    results[m] = *std::move(r);
+  }
+  const engine::DecodeResult& ar = results[engine::Method::kAr];
+  for (auto& [m, r] : results) {
+    AddResult(r, ar, totals.aggs[{p.dataset, engine::MethodName(m)}]);
+    if (!a.samples_path.empty()) {
+      totals.samples.push_back(
+          {{"dataset", p.dataset},
+           {"method", engine::MethodName(m)},
+           {"prompt", p.text},
+           {"completion", tok.Decode(r.tokens)},
+           {"repeated_8gram_share", CountRepeatedNgrams(r.tokens, 8).share()}});
     }
   }
-  std::fprintf(stderr, "\n");
+  std::fprintf(stderr, ".");
+  return absl::OkStatus();
+}
 
+// Prints the table row of one (dataset, method) and returns it as JSON.
+nlohmann::json ReportAgg(const std::pair<std::string, std::string>& key, const Agg& g) {
+  const double tps = g.total_ms > 0 ? 1000.0 * g.tokens / g.total_ms : 0;
+  const double tau = g.steps > 0 ? static_cast<double>(g.committed) / g.steps : 0;
+  const double speedup = g.total_ms > 0 ? g.ar_ms / g.total_ms : 0;
+  std::vector<std::string> pos;
+  std::vector<double> rates;
+  for (size_t i = 0; i < g.acc_pos.size(); ++i) {
+    const double r = g.draft_pos[i] ? static_cast<double>(g.acc_pos[i]) / g.draft_pos[i] : 0;
+    rates.push_back(r);
+    if (i < 8) pos.push_back(absl::StrCat(static_cast<int>(100 * r + 0.5)));
+  }
+  std::vector<std::string> bs;
+  for (const auto& [b, n] : g.block_sizes) bs.push_back(absl::StrCat(b, ":", n));
+  std::printf("%-12s %-16s %4d %6lld %8.1f %6.2f %8.2f %8.2f %3d/%-2d %5.3f  %-28s %s\n",
+              key.first.c_str(), key.second.c_str(), g.prompts, static_cast<long long>(g.tokens),
+              tps, tau, speedup, tau > 0 ? speedup / tau : 0, g.matches_ar, g.prompts,
+              g.rep8.share(), absl::StrJoin(pos, " ").c_str(), absl::StrJoin(bs, " ").c_str());
+  nlohmann::json bsj = nlohmann::json::object();
+  for (const auto& [b, n] : g.block_sizes) bsj[std::to_string(b)] = n;
+  return {{"dataset", key.first},
+          {"method", key.second},
+          {"prompts", g.prompts},
+          {"tokens", g.tokens},
+          {"tokens_per_s", tps},
+          {"tau", tau},
+          {"mean_request_tau", g.prompts ? g.tau_sum / g.prompts : 0},
+          {"speedup_vs_ar", speedup},
+          {"speedup_over_tau", tau > 0 ? speedup / tau : 0},
+          {"matches_ar", g.matches_ar},
+          {"repeated_8gram_share", g.rep8.share()},
+          {"drafted_tokens", g.drafted},
+          {"accepted_tokens", g.accepted},
+          {"acceptance_by_position", rates},
+          {"block_sizes", bsj},
+          {"method_ms", g.total_ms},
+          {"ar_ms", g.ar_ms}};
+}
+
+// Prints the results table and returns its rows as JSON.
+nlohmann::json ReportResults(const BenchArgs& a, const AggMap& aggs) {
   std::printf("target %s, %d threads, T=%.2f, max_new_tokens %d\n", a.target.c_str(),
               model::ConfigureComputeThreads(a.threads), a.temperature, a.max_new_tokens);
   std::printf("%-12s %-16s %4s %6s %8s %6s %8s %8s %6s %5s  %-28s %s\n", "dataset", "method", "n",
               "tokens", "tok/s", "tau", "speedup", "spd/tau", "=AR", "rep8",
               "accept rate by position", "block sizes");
   nlohmann::json rows = nlohmann::json::array();
-  for (const auto& [key, g] : aggs) {
-    const double tps = g.total_ms > 0 ? 1000.0 * g.tokens / g.total_ms : 0;
-    const double tau = g.steps > 0 ? static_cast<double>(g.committed) / g.steps : 0;
-    const double speedup = g.total_ms > 0 ? g.ar_ms / g.total_ms : 0;
-    std::vector<std::string> pos;
-    std::vector<double> rates;
-    for (size_t i = 0; i < g.acc_pos.size(); ++i) {
-      const double r = g.draft_pos[i] ? static_cast<double>(g.acc_pos[i]) / g.draft_pos[i] : 0;
-      rates.push_back(r);
-      if (i < 8) pos.push_back(absl::StrCat(static_cast<int>(100 * r + 0.5)));
-    }
-    std::vector<std::string> bs;
-    for (const auto& [b, n] : g.block_sizes) bs.push_back(absl::StrCat(b, ":", n));
-    std::printf("%-12s %-16s %4d %6lld %8.1f %6.2f %8.2f %8.2f %3d/%-2d %5.3f  %-28s %s\n",
-                key.first.c_str(), key.second.c_str(), g.prompts, static_cast<long long>(g.tokens),
-                tps, tau, speedup, tau > 0 ? speedup / tau : 0, g.matches_ar, g.prompts,
-                g.rep8.share(), absl::StrJoin(pos, " ").c_str(), absl::StrJoin(bs, " ").c_str());
-    nlohmann::json bsj = nlohmann::json::object();
-    for (const auto& [b, n] : g.block_sizes) bsj[std::to_string(b)] = n;
-    rows.push_back({{"dataset", key.first},
-                    {"method", key.second},
-                    {"prompts", g.prompts},
-                    {"tokens", g.tokens},
-                    {"tokens_per_s", tps},
-                    {"tau", tau},
-                    {"mean_request_tau", g.prompts ? g.tau_sum / g.prompts : 0},
-                    {"speedup_vs_ar", speedup},
-                    {"speedup_over_tau", tau > 0 ? speedup / tau : 0},
-                    {"matches_ar", g.matches_ar},
-                    {"repeated_8gram_share", g.rep8.share()},
-                    {"drafted_tokens", g.drafted},
-                    {"accepted_tokens", g.accepted},
-                    {"acceptance_by_position", rates},
-                    {"block_sizes", bsj},
-                    {"method_ms", g.total_ms},
-                    {"ar_ms", g.ar_ms}});
-  }
+  for (const auto& [key, g] : aggs) rows.push_back(ReportAgg(key, g));
+  return rows;
+}
+
+// Writes the --json, --samples and --png files asked for; the exit code.
+int WriteBenchFiles(const BenchArgs& a, const nlohmann::json& rows, const BenchTotals& totals) {
   if (!a.json_path.empty()) {
     nlohmann::json out = {{"target", a.target},
                           {"temperature", a.temperature},
@@ -265,10 +308,31 @@ int RunBench(const BenchArgs& a) {
     if (!WriteFile(a.json_path, out.dump(2) + "\n")) return 1;
   }
   if (!a.samples_path.empty()) {
-    if (!WriteFile(a.samples_path, samples.dump(2) + "\n")) return 1;
+    if (!WriteFile(a.samples_path, totals.samples.dump(2) + "\n")) return 1;
   }
-  if (!a.png_path.empty()) WritePlot(aggs, a.png_path);
+  if (!a.png_path.empty()) WritePlot(totals.aggs, a.png_path);
   return 0;
+}
+
+int RunBench(const BenchArgs& a) {
+  model::ConfigureComputeThreads(a.threads);
+  BenchModels models;
+  if (absl::Status s = LoadBenchModels(a, models); !s.ok()) return Fail(s);
+  auto methods = SelectMethods(a.methods, models.em);
+  if (!methods.ok()) return Fail(methods.status());
+
+  BenchTotals totals;
+  for (const std::string& file : a.prompt_files) {
+    auto prompts = LoadPrompts(file, a.max_prompts);
+    if (!prompts.ok()) return Fail(prompts.status());
+    for (const Prompt& p : *prompts) {
+      if (absl::Status s = BenchPrompt(a, models, *methods, p, totals); !s.ok()) return Fail(s);
+    }
+  }
+  std::fprintf(stderr, "\n");
+
+  const nlohmann::json rows = ReportResults(a, totals.aggs);
+  return WriteBenchFiles(a, rows, totals);
 }
 
 }  // namespace

@@ -244,6 +244,116 @@ uint32_t ByteSwap32(uint32_t v) {
   return (v >> 24) | ((v >> 8) & 0xff00u) | ((v << 8) & 0xff0000u) | (v << 24);
 }
 
+// Checks the magic of the file (`data`, `file_size` bytes) and reads the version after it.
+absl::StatusOr<uint32_t> ReadMagicAndVersion(Cursor& c, const std::string& path,
+                                             const std::byte* data, uint64_t file_size) {
+  if (file_size < 4 || std::memcmp(data, "GGUF", 4) != 0) {
+    return Bad(path, "not a GGUF file (bad magic; expected \"GGUF\")");
+  }
+  c.Read<uint32_t>("magic").IgnoreError();
+  ASSIGN_OR_RETURN(uint32_t version, c.Read<uint32_t>("version"));
+  if (version != 2 && version != 3) {
+    const uint32_t swapped = ByteSwap32(version);
+    if (swapped >= 1 && swapped <= 3) {
+      return Bad(path, absl::StrCat("big-endian GGUF (version ", swapped,
+                                    ") is not supported; use a little-endian file"));
+    }
+    return Bad(path, absl::StrCat("GGUF version ", version, " is not supported (2 or 3)"));
+  }
+  return version;
+}
+
+// Reads `n_kv` metadata key/values into `kv`; a repeated key is an error.
+absl::Status ReadMetadata(Cursor& c, uint64_t n_kv, const std::string& path,
+                          std::map<std::string, GgufValue>& kv) {
+  for (uint64_t i = 0; i < n_kv; ++i) {
+    const size_t at = c.pos();
+    ASSIGN_OR_RETURN(std::string key, c.ReadString("metadata key"));
+    ASSIGN_OR_RETURN(uint32_t type, c.Read<uint32_t>("metadata value type"));
+    ASSIGN_OR_RETURN(GgufValue v, ReadValue(c, type, path, 0));
+    if (!kv.emplace(key, std::move(v)).second) {
+      return Bad(path, absl::StrCat("metadata key '", key, "' at offset ", at, " is repeated"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Reads one tensor info; `seen` collects the names read before it.
+absl::StatusOr<GgufTensorInfo> ReadTensorInfo(Cursor& c, const std::string& path,
+                                              uint64_t alignment, std::set<std::string>& seen) {
+  GgufTensorInfo info;
+  ASSIGN_OR_RETURN(info.name, c.ReadString("tensor name"));
+  const std::string where = absl::StrCat("tensor '", info.name, "': ");
+  if (!seen.insert(info.name).second) return Bad(path, where + "name is repeated");
+  ASSIGN_OR_RETURN(uint32_t n_dims, c.Read<uint32_t>("tensor n_dims"));
+  if (n_dims < 1 || n_dims > 4) {
+    return Bad(path, absl::StrCat(where, n_dims, " dimensions (1..4 allowed)"));
+  }
+  info.n_dims = static_cast<int>(n_dims);
+  for (uint32_t d = 0; d < n_dims; ++d) {
+    ASSIGN_OR_RETURN(uint64_t ne, c.Read<uint64_t>("tensor dimension"));
+    if (ne > kMaxDim) return Bad(path, absl::StrCat(where, "dimension ", ne, " is absurd"));
+    info.ne.push_back(static_cast<int64_t>(ne));
+  }
+  ASSIGN_OR_RETURN(uint32_t type, c.Read<uint32_t>("tensor type"));
+  if (type > static_cast<uint32_t>(std::numeric_limits<int>::max())) {
+    return Bad(path, absl::StrCat(where, "ggml type ", type, " is invalid"));
+  }
+  info.ggml_type = static_cast<int>(type);
+  ASSIGN_OR_RETURN(info.offset, c.Read<uint64_t>("tensor offset"));
+  if (info.offset % alignment != 0) {
+    return Bad(path, absl::StrCat(where, "data offset ", info.offset,
+                                  " is not a multiple of the alignment ", alignment));
+  }
+  return info;
+}
+
+// The tensor of `info` after checking that its data lies inside the data section (`data_size`
+// bytes from `data_offset` in the file mapped at `file_data`); readable types point at it.
+absl::StatusOr<GgufTensor> LocateTensorData(const GgufTensorInfo& info, const std::string& path,
+                                            const std::byte* file_data, uint64_t data_offset,
+                                            uint64_t data_size) {
+  const std::string where = absl::StrCat("tensor '", info.name, "': ");
+  GgufTensor t;
+  t.name = info.name;
+  t.ggml_type = info.ggml_type;
+  t.ne = info.ne;
+  uint64_t numel = 1;
+  for (int64_t ne : info.ne) {
+    const uint64_t d = static_cast<uint64_t>(ne);
+    if (d != 0 && numel > std::numeric_limits<uint64_t>::max() / d) {
+      return Bad(path, where + "element count overflows");
+    }
+    numel *= d;
+  }
+  if (info.offset > data_size) {
+    return Bad(path, absl::StrCat(where, "data offset ", info.offset,
+                                  " is past the end of the data section (", data_size, " bytes)"));
+  }
+  const TypeLayout layout = GgmlTypeLayout(info.ggml_type);
+  if (layout.block > 0) {
+    if (info.ne[0] % static_cast<int64_t>(layout.block) != 0) {
+      return Bad(path, absl::StrCat(where, "ne[0] = ", info.ne[0], " is not a multiple of the ",
+                                    GgmlTypeName(info.ggml_type), " block size ", layout.block));
+    }
+    const uint64_t blocks = numel / layout.block;
+    if (blocks > std::numeric_limits<uint64_t>::max() / layout.bytes) {
+      return Bad(path, where + "byte size overflows");
+    }
+    const uint64_t nbytes = blocks * layout.bytes;
+    if (nbytes > data_size - info.offset) {
+      return Bad(path, absl::StrCat(where, nbytes, " bytes at data offset ", info.offset,
+                                    " run past the end of the file (data section is ", data_size,
+                                    " bytes)"));
+    }
+    if (Readable(info.ggml_type)) {
+      t.data = file_data + data_offset + info.offset;
+      t.nbytes = static_cast<size_t>(nbytes);
+    }
+  }
+  return t;
+}
+
 }  // namespace
 
 std::string GgmlTypeName(int type) {
@@ -263,19 +373,7 @@ absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path
   std::unique_ptr<GgufFile> g(new GgufFile(std::move(mapped)));
   const uint64_t file_size = g->file_->size();
   Cursor c(g->file_->path(), g->file_->data(), file_size);
-  if (file_size < 4 || std::memcmp(g->file_->data(), "GGUF", 4) != 0) {
-    return Bad(path, "not a GGUF file (bad magic; expected \"GGUF\")");
-  }
-  c.Read<uint32_t>("magic").IgnoreError();
-  ASSIGN_OR_RETURN(g->version_, c.Read<uint32_t>("version"));
-  if (g->version_ != 2 && g->version_ != 3) {
-    const uint32_t swapped = ByteSwap32(g->version_);
-    if (swapped >= 1 && swapped <= 3) {
-      return Bad(path, absl::StrCat("big-endian GGUF (version ", swapped,
-                                    ") is not supported; use a little-endian file"));
-    }
-    return Bad(path, absl::StrCat("GGUF version ", g->version_, " is not supported (2 or 3)"));
-  }
+  ASSIGN_OR_RETURN(g->version_, ReadMagicAndVersion(c, path, g->file_->data(), file_size));
   ASSIGN_OR_RETURN(uint64_t n_tensors, c.Read<uint64_t>("tensor count"));
   ASSIGN_OR_RETURN(uint64_t n_kv, c.Read<uint64_t>("metadata count"));
   // A key/value takes >= 13 bytes (key length, type, one byte), a tensor info >= 32.
@@ -284,15 +382,7 @@ absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path
     return Bad(path, absl::StrCat("tensor count ", n_tensors, " and metadata count ", n_kv,
                                   " cannot fit in a file of ", file_size, " bytes"));
   }
-  for (uint64_t i = 0; i < n_kv; ++i) {
-    const size_t at = c.pos();
-    ASSIGN_OR_RETURN(std::string key, c.ReadString("metadata key"));
-    ASSIGN_OR_RETURN(uint32_t type, c.Read<uint32_t>("metadata value type"));
-    ASSIGN_OR_RETURN(GgufValue v, ReadValue(c, type, path, 0));
-    if (!g->kv_.emplace(key, std::move(v)).second) {
-      return Bad(path, absl::StrCat("metadata key '", key, "' at offset ", at, " is repeated"));
-    }
-  }
+  RETURN_IF_ERROR(ReadMetadata(c, n_kv, path, g->kv_));
   if (g->Has("general.alignment")) {
     auto a = g->GetInt("general.alignment");
     if (!a.ok() || *a <= 0 || static_cast<uint64_t>(*a) > kMaxAlignment || (*a & (*a - 1)) != 0) {
@@ -302,30 +392,7 @@ absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path
   }
   std::set<std::string> seen;
   for (uint64_t i = 0; i < n_tensors; ++i) {
-    GgufTensorInfo info;
-    ASSIGN_OR_RETURN(info.name, c.ReadString("tensor name"));
-    const std::string where = absl::StrCat("tensor '", info.name, "': ");
-    if (!seen.insert(info.name).second) return Bad(path, where + "name is repeated");
-    ASSIGN_OR_RETURN(uint32_t n_dims, c.Read<uint32_t>("tensor n_dims"));
-    if (n_dims < 1 || n_dims > 4) {
-      return Bad(path, absl::StrCat(where, n_dims, " dimensions (1..4 allowed)"));
-    }
-    info.n_dims = static_cast<int>(n_dims);
-    for (uint32_t d = 0; d < n_dims; ++d) {
-      ASSIGN_OR_RETURN(uint64_t ne, c.Read<uint64_t>("tensor dimension"));
-      if (ne > kMaxDim) return Bad(path, absl::StrCat(where, "dimension ", ne, " is absurd"));
-      info.ne.push_back(static_cast<int64_t>(ne));
-    }
-    ASSIGN_OR_RETURN(uint32_t type, c.Read<uint32_t>("tensor type"));
-    if (type > static_cast<uint32_t>(std::numeric_limits<int>::max())) {
-      return Bad(path, absl::StrCat(where, "ggml type ", type, " is invalid"));
-    }
-    info.ggml_type = static_cast<int>(type);
-    ASSIGN_OR_RETURN(info.offset, c.Read<uint64_t>("tensor offset"));
-    if (info.offset % g->alignment_ != 0) {
-      return Bad(path, absl::StrCat(where, "data offset ", info.offset,
-                                    " is not a multiple of the alignment ", g->alignment_));
-    }
+    ASSIGN_OR_RETURN(GgufTensorInfo info, ReadTensorInfo(c, path, g->alignment_, seen));
     g->infos_.push_back(std::move(info));
   }
   // The data section starts at the next multiple of the alignment (it may be empty: a file with
@@ -337,45 +404,8 @@ absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path
                                   ", past the end of the file (", file_size, " bytes)"));
   }
   for (const GgufTensorInfo& info : g->infos_) {
-    const std::string where = absl::StrCat("tensor '", info.name, "': ");
-    GgufTensor t;
-    t.name = info.name;
-    t.ggml_type = info.ggml_type;
-    t.ne = info.ne;
-    uint64_t numel = 1;
-    for (int64_t ne : info.ne) {
-      const uint64_t d = static_cast<uint64_t>(ne);
-      if (d != 0 && numel > std::numeric_limits<uint64_t>::max() / d) {
-        return Bad(path, where + "element count overflows");
-      }
-      numel *= d;
-    }
-    if (info.offset > data_size) {
-      return Bad(path,
-                 absl::StrCat(where, "data offset ", info.offset,
-                              " is past the end of the data section (", data_size, " bytes)"));
-    }
-    const TypeLayout layout = GgmlTypeLayout(info.ggml_type);
-    if (layout.block > 0) {
-      if (info.ne[0] % static_cast<int64_t>(layout.block) != 0) {
-        return Bad(path, absl::StrCat(where, "ne[0] = ", info.ne[0], " is not a multiple of the ",
-                                      GgmlTypeName(info.ggml_type), " block size ", layout.block));
-      }
-      const uint64_t blocks = numel / layout.block;
-      if (blocks > std::numeric_limits<uint64_t>::max() / layout.bytes) {
-        return Bad(path, where + "byte size overflows");
-      }
-      const uint64_t nbytes = blocks * layout.bytes;
-      if (nbytes > data_size - info.offset) {
-        return Bad(path, absl::StrCat(where, nbytes, " bytes at data offset ", info.offset,
-                                      " run past the end of the file (data section is ", data_size,
-                                      " bytes)"));
-      }
-      if (Readable(info.ggml_type)) {
-        t.data = g->file_->data() + g->data_offset_ + info.offset;
-        t.nbytes = static_cast<size_t>(nbytes);
-      }
-    }
+    ASSIGN_OR_RETURN(GgufTensor t,
+                     LocateTensorData(info, path, g->file_->data(), g->data_offset_, data_size));
     g->tensor_order_.push_back(info.name);
     g->tensors_.emplace(info.name, std::move(t));
   }

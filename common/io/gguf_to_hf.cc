@@ -103,24 +103,49 @@ std::string TorchDtype(int ggml_type) {
   }
 }
 
-}  // namespace
+// The llama hyperparameters of a GGUF file; the optional ones default to llama's.
+struct LlamaHparams {
+  int64_t hidden = 0, ffn = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  double eps = 1e-5, theta = 10000.0;
+  int64_t ctx = 2048;
+};
 
-absl::Status ConvertGgufToHf(const std::string& gguf_path, const std::string& out_dir) {
-  ASSIGN_OR_RETURN(auto g, GgufFile::Open(gguf_path));
-  ASSIGN_OR_RETURN(std::string arch, g->GetString("general.architecture"));
+// The SentencePiece vocabulary of a GGUF file's llama tokenizer and its special token ids.
+struct GgufVocab {
+  std::vector<std::string> pieces;
+  std::vector<double> scores;
+  std::vector<int64_t> types;
+  int64_t bos = 1, eos = 2, unk = 0;
+};
+
+// The tensors to write under their HF names. The embedding fixes the vocabulary size and the
+// model dtype.
+struct HfTensors {
+  GgufTensor embed;
+  std::vector<std::vector<std::byte>> owned;  // permuted Q/K data, alive until written
+  std::vector<TensorToWrite> out;
+  bool tied = true;
+};
+
+// Reads and checks the llama architecture's hyperparameters.
+absl::StatusOr<LlamaHparams> ReadLlamaHparams(const GgufFile& g, const std::string& gguf_path) {
+  ASSIGN_OR_RETURN(std::string arch, g.GetString("general.architecture"));
   if (arch != "llama") {
     return absl::UnimplementedError(
         absl::StrCat(gguf_path, ": architecture '", arch,
                      "' is not supported by convert (only 'llama' GGUF files convert to HF)"));
   }
-  ASSIGN_OR_RETURN(int64_t hidden, g->GetInt("llama.embedding_length"));
-  ASSIGN_OR_RETURN(int64_t ffn, g->GetInt("llama.feed_forward_length"));
-  ASSIGN_OR_RETURN(int64_t layers, g->GetInt("llama.block_count"));
-  ASSIGN_OR_RETURN(int64_t heads, g->GetInt("llama.attention.head_count"));
-  int64_t kv_heads = heads;
-  if (g->Has("llama.attention.head_count_kv")) {
-    ASSIGN_OR_RETURN(kv_heads, g->GetInt("llama.attention.head_count_kv"));
+  LlamaHparams hp;
+  ASSIGN_OR_RETURN(hp.hidden, g.GetInt("llama.embedding_length"));
+  ASSIGN_OR_RETURN(hp.ffn, g.GetInt("llama.feed_forward_length"));
+  ASSIGN_OR_RETURN(hp.layers, g.GetInt("llama.block_count"));
+  ASSIGN_OR_RETURN(hp.heads, g.GetInt("llama.attention.head_count"));
+  hp.kv_heads = hp.heads;
+  if (g.Has("llama.attention.head_count_kv")) {
+    ASSIGN_OR_RETURN(hp.kv_heads, g.GetInt("llama.attention.head_count_kv"));
   }
+  const int64_t hidden = hp.hidden, ffn = hp.ffn, layers = hp.layers, heads = hp.heads,
+                kv_heads = hp.kv_heads;
   if (hidden <= 0 || ffn <= 0 || layers <= 0 || heads <= 0 || kv_heads <= 0 ||
       hidden % heads != 0 || heads % kv_heads != 0 || (hidden / heads) % 2 != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -129,76 +154,80 @@ absl::Status ConvertGgufToHf(const std::string& gguf_path, const std::string& ou
         ", head_count_kv ", kv_heads, " (need positive values, heads dividing the embedding into ",
         "an even head_dim, kv heads dividing heads)"));
   }
-  const int64_t head_dim = hidden / heads;
-  if (g->Has("llama.rope.dimension_count")) {
-    ASSIGN_OR_RETURN(int64_t rope_dims, g->GetInt("llama.rope.dimension_count"));
-    if (rope_dims != head_dim) {
+  hp.head_dim = hidden / heads;
+  if (g.Has("llama.rope.dimension_count")) {
+    ASSIGN_OR_RETURN(int64_t rope_dims, g.GetInt("llama.rope.dimension_count"));
+    if (rope_dims != hp.head_dim) {
       return absl::UnimplementedError(absl::StrCat(
           gguf_path, ": llama.rope.dimension_count ", rope_dims, " differs from head_dim ",
-          head_dim, "; partial rotary embeddings are not supported by convert"));
+          hp.head_dim, "; partial rotary embeddings are not supported by convert"));
     }
   }
-  double eps = 1e-5, theta = 10000.0;
-  int64_t ctx = 2048;
-  if (g->Has("llama.attention.layer_norm_rms_epsilon")) {
-    ASSIGN_OR_RETURN(eps, g->GetFloat("llama.attention.layer_norm_rms_epsilon"));
+  if (g.Has("llama.attention.layer_norm_rms_epsilon")) {
+    ASSIGN_OR_RETURN(hp.eps, g.GetFloat("llama.attention.layer_norm_rms_epsilon"));
   }
-  if (g->Has("llama.rope.freq_base")) {
-    ASSIGN_OR_RETURN(theta, g->GetFloat("llama.rope.freq_base"));
+  if (g.Has("llama.rope.freq_base")) {
+    ASSIGN_OR_RETURN(hp.theta, g.GetFloat("llama.rope.freq_base"));
   }
-  if (g->Has("llama.context_length")) {
-    ASSIGN_OR_RETURN(ctx, g->GetInt("llama.context_length"));
+  if (g.Has("llama.context_length")) {
+    ASSIGN_OR_RETURN(hp.ctx, g.GetInt("llama.context_length"));
   }
+  return hp;
+}
 
-  // Tokenizer vocabulary (needed first: the embedding must have a row per token).
-  ASSIGN_OR_RETURN(std::string tok_model, g->GetString("tokenizer.ggml.model"));
+// Reads and checks the tokenizer vocabulary (a 'llama' tokenizer, i.e. SentencePiece BPE).
+absl::StatusOr<GgufVocab> ReadGgufVocab(const GgufFile& g, const std::string& gguf_path) {
+  ASSIGN_OR_RETURN(std::string tok_model, g.GetString("tokenizer.ggml.model"));
   if (tok_model != "llama") {
     return absl::UnimplementedError(
         absl::StrCat(gguf_path, ": tokenizer model '", tok_model,
                      "' is not supported by convert (only 'llama', i.e. SentencePiece BPE)"));
   }
-  ASSIGN_OR_RETURN(auto pieces, g->GetStringArray("tokenizer.ggml.tokens"));
-  ASSIGN_OR_RETURN(auto scores, g->GetFloatArray("tokenizer.ggml.scores"));
-  std::vector<int64_t> types(pieces.size(), 1);
-  if (g->Has("tokenizer.ggml.token_type")) {
-    ASSIGN_OR_RETURN(types, g->GetIntArray("tokenizer.ggml.token_type"));
+  GgufVocab v;
+  ASSIGN_OR_RETURN(v.pieces, g.GetStringArray("tokenizer.ggml.tokens"));
+  ASSIGN_OR_RETURN(v.scores, g.GetFloatArray("tokenizer.ggml.scores"));
+  v.types.assign(v.pieces.size(), 1);
+  if (g.Has("tokenizer.ggml.token_type")) {
+    ASSIGN_OR_RETURN(v.types, g.GetIntArray("tokenizer.ggml.token_type"));
   }
-  if (pieces.empty() || scores.size() != pieces.size() || types.size() != pieces.size()) {
+  if (v.pieces.empty() || v.scores.size() != v.pieces.size() || v.types.size() != v.pieces.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        gguf_path, ": tokenizer.ggml.tokens (", pieces.size(), "), scores (", scores.size(),
-        ") and token_type (", types.size(), ") must be non-empty and of equal length"));
+        gguf_path, ": tokenizer.ggml.tokens (", v.pieces.size(), "), scores (", v.scores.size(),
+        ") and token_type (", v.types.size(), ") must be non-empty and of equal length"));
   }
-  const int64_t n_tokens = static_cast<int64_t>(pieces.size());
-  int64_t bos = 1, eos = 2, unk = 0;
-  if (g->Has("tokenizer.ggml.bos_token_id")) {
-    ASSIGN_OR_RETURN(bos, g->GetInt("tokenizer.ggml.bos_token_id"));
+  const int64_t n_tokens = static_cast<int64_t>(v.pieces.size());
+  if (g.Has("tokenizer.ggml.bos_token_id")) {
+    ASSIGN_OR_RETURN(v.bos, g.GetInt("tokenizer.ggml.bos_token_id"));
   }
-  if (g->Has("tokenizer.ggml.eos_token_id")) {
-    ASSIGN_OR_RETURN(eos, g->GetInt("tokenizer.ggml.eos_token_id"));
+  if (g.Has("tokenizer.ggml.eos_token_id")) {
+    ASSIGN_OR_RETURN(v.eos, g.GetInt("tokenizer.ggml.eos_token_id"));
   }
-  if (g->Has("tokenizer.ggml.unknown_token_id")) {
-    ASSIGN_OR_RETURN(unk, g->GetInt("tokenizer.ggml.unknown_token_id"));
+  if (g.Has("tokenizer.ggml.unknown_token_id")) {
+    ASSIGN_OR_RETURN(v.unk, g.GetInt("tokenizer.ggml.unknown_token_id"));
   }
-  for (int64_t id : {bos, eos, unk}) {
+  for (int64_t id : {v.bos, v.eos, v.unk}) {
     if (id < 0 || id >= n_tokens) {
       return absl::InvalidArgumentError(absl::StrCat(gguf_path, ": special token id ", id,
                                                      " is outside the vocabulary of ", n_tokens));
     }
   }
+  return v;
+}
 
-  // Weights. The embedding fixes the vocabulary size and the model dtype.
-  ASSIGN_OR_RETURN(GgufTensor embed, g->Tensor("token_embd.weight"));
+// Maps every tensor of `g` to its HF name and layout into `w` (Q and K rows unpermuted; a tied
+// output head stored twice is dropped). The embedding needs a row per token of `n_tokens`.
+absl::Status CollectHfTensors(const GgufFile& g, const std::string& gguf_path,
+                              const LlamaHparams& hp, int64_t n_tokens, HfTensors& w) {
+  const int64_t hidden = hp.hidden, layers = hp.layers, head_dim = hp.head_dim;
+  ASSIGN_OR_RETURN(w.embed, g.Tensor("token_embd.weight"));
+  const GgufTensor& embed = w.embed;
   if (embed.ne.size() != 2 || embed.ne[0] != hidden || embed.ne[1] < n_tokens) {
     return absl::InvalidArgumentError(absl::StrCat(gguf_path, ": token_embd.weight must be ne=[",
                                                    hidden, ", >= ", n_tokens,
                                                    "] (embedding_length, tokens)"));
   }
-  const int64_t vocab_size = embed.ne[1];
-  std::vector<std::vector<std::byte>> owned;  // permuted Q/K data, alive until written
-  owned.reserve(g->tensor_names().size());
-  std::vector<TensorToWrite> out;
-  bool tied = true;
-  for (const std::string& name : g->tensor_names()) {
+  w.owned.reserve(g.tensor_names().size());
+  for (const std::string& name : g.tensor_names()) {
     int64_t layer = -1;
     const std::string hf = HfName(name, &layer);
     if (hf.empty()) {
@@ -210,7 +239,7 @@ absl::Status ConvertGgufToHf(const std::string& gguf_path, const std::string& ou
       return absl::InvalidArgumentError(absl::StrCat(
           gguf_path, ": tensor '", name, "' names a layer beyond block_count ", layers));
     }
-    ASSIGN_OR_RETURN(GgufTensor t, g->Tensor(name));
+    ASSIGN_OR_RETURN(GgufTensor t, g.Tensor(name));
     const DType dt = t.ggml_type == kGgmlTypeF32   ? DType::kF32
                      : t.ggml_type == kGgmlTypeF16 ? DType::kF16
                                                    : DType::kBF16;
@@ -219,61 +248,65 @@ absl::Status ConvertGgufToHf(const std::string& gguf_path, const std::string& ou
     const bool is_q = absl::EndsWith(name, ".attn_q.weight");
     const bool is_k = absl::EndsWith(name, ".attn_k.weight");
     if (is_q || is_k) {
-      const int64_t n = is_q ? heads : kv_heads;
+      const int64_t n = is_q ? hp.heads : hp.kv_heads;
       if (t.ne.size() != 2 || t.ne[0] != hidden || t.ne[1] != n * head_dim) {
         return absl::InvalidArgumentError(absl::StrCat(
             gguf_path, ": tensor '", name, "' must be ne=[", hidden, ", ", n * head_dim, "]"));
       }
-      owned.push_back(UnpermuteRows(t, n, DTypeSize(dt)));
-      data = std::span<const std::byte>(owned.back());
+      w.owned.push_back(UnpermuteRows(t, n, DTypeSize(dt)));
+      data = std::span<const std::byte>(w.owned.back());
     }
     if (name == "output.weight") {
       if (t.ggml_type == embed.ggml_type && t.nbytes == embed.nbytes &&
           std::memcmp(embed.data, t.data, t.nbytes) == 0) {
         continue;  // a tied head stored twice
       }
-      tied = false;
+      w.tied = false;
     }
-    out.push_back({hf, dt, std::move(shape), data});
+    w.out.push_back({hf, dt, std::move(shape), data});
   }
+  return absl::OkStatus();
+}
 
+// tokenizer.json of the vocabulary.
+absl::StatusOr<std::string> TokenizerJson(const GgufVocab& v) {
   std::vector<tokenizer::SpmVocabEntry> vocab;
-  vocab.reserve(pieces.size());
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    vocab.push_back({pieces[i], static_cast<float>(scores[i]), static_cast<int32_t>(types[i])});
+  vocab.reserve(v.pieces.size());
+  for (size_t i = 0; i < v.pieces.size(); ++i) {
+    vocab.push_back(
+        {v.pieces[i], static_cast<float>(v.scores[i]), static_cast<int32_t>(v.types[i])});
   }
-  ASSIGN_OR_RETURN(std::string tok_json, tokenizer::SentencePieceVocabToTokenizerJson(
-                                             vocab, static_cast<int32_t>(bos),
-                                             static_cast<int32_t>(eos), static_cast<int32_t>(unk)));
+  return tokenizer::SentencePieceVocabToTokenizerJson(
+      vocab, static_cast<int32_t>(v.bos), static_cast<int32_t>(v.eos), static_cast<int32_t>(v.unk));
+}
 
-  Json config = {{"architectures", {"LlamaForCausalLM"}},
-                 {"model_type", "llama"},
-                 {"hidden_size", hidden},
-                 {"intermediate_size", ffn},
-                 {"num_hidden_layers", layers},
-                 {"num_attention_heads", heads},
-                 {"num_key_value_heads", kv_heads},
-                 {"head_dim", head_dim},
-                 {"rms_norm_eps", TidyFloat(eps)},
-                 {"rope_theta", TidyFloat(theta)},
-                 {"max_position_embeddings", ctx},
-                 {"vocab_size", vocab_size},
-                 {"tie_word_embeddings", tied},
-                 {"bos_token_id", bos},
-                 {"eos_token_id", eos},
-                 {"hidden_act", "silu"},
-                 {"attention_bias", false},
-                 {"mlp_bias", false},
-                 {"torch_dtype", TorchDtype(embed.ggml_type)}};
-  Json tok_config = {{"tokenizer_class", "LlamaTokenizerFast"},
-                     {"bos_token", pieces[bos]},
-                     {"eos_token", pieces[eos]},
-                     {"unk_token", pieces[unk]},
-                     {"add_bos_token", true},
-                     {"add_eos_token", false},
-                     {"model_max_length", ctx}};
-  Json gen_config = {{"bos_token_id", bos}, {"eos_token_id", eos}};
+// config.json of the converted model.
+Json LlamaConfigJson(const LlamaHparams& hp, const GgufVocab& v, const HfTensors& w) {
+  return {{"architectures", {"LlamaForCausalLM"}},
+          {"model_type", "llama"},
+          {"hidden_size", hp.hidden},
+          {"intermediate_size", hp.ffn},
+          {"num_hidden_layers", hp.layers},
+          {"num_attention_heads", hp.heads},
+          {"num_key_value_heads", hp.kv_heads},
+          {"head_dim", hp.head_dim},
+          {"rms_norm_eps", TidyFloat(hp.eps)},
+          {"rope_theta", TidyFloat(hp.theta)},
+          {"max_position_embeddings", hp.ctx},
+          {"vocab_size", w.embed.ne[1]},
+          {"tie_word_embeddings", w.tied},
+          {"bos_token_id", v.bos},
+          {"eos_token_id", v.eos},
+          {"hidden_act", "silu"},
+          {"attention_bias", false},
+          {"mlp_bias", false},
+          {"torch_dtype", TorchDtype(w.embed.ggml_type)}};
+}
 
+// Writes the HF model directory: weights, config, tokenizer and generation config.
+absl::Status WriteHfDirectory(const std::string& out_dir, const std::vector<TensorToWrite>& out,
+                              const Json& config, const std::string& tok_json,
+                              const Json& tok_config, const Json& gen_config) {
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
   if (ec) {
@@ -287,6 +320,31 @@ absl::Status ConvertGgufToHf(const std::string& gguf_path, const std::string& ou
   RETURN_IF_ERROR(WriteText(out_dir + "/tokenizer_config.json", tok_config.dump(2) + "\n"));
   RETURN_IF_ERROR(WriteText(out_dir + "/generation_config.json", gen_config.dump(2) + "\n"));
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ConvertGgufToHf(const std::string& gguf_path, const std::string& out_dir) {
+  ASSIGN_OR_RETURN(auto g, GgufFile::Open(gguf_path));
+  ASSIGN_OR_RETURN(const LlamaHparams hp, ReadLlamaHparams(*g, gguf_path));
+  // Tokenizer vocabulary (needed first: the embedding must have a row per token).
+  ASSIGN_OR_RETURN(const GgufVocab vocab, ReadGgufVocab(*g, gguf_path));
+  const int64_t n_tokens = static_cast<int64_t>(vocab.pieces.size());
+  // Weights. The embedding fixes the vocabulary size and the model dtype.
+  HfTensors weights;
+  RETURN_IF_ERROR(CollectHfTensors(*g, gguf_path, hp, n_tokens, weights));
+  ASSIGN_OR_RETURN(std::string tok_json, TokenizerJson(vocab));
+
+  const Json config = LlamaConfigJson(hp, vocab, weights);
+  const Json tok_config = {{"tokenizer_class", "LlamaTokenizerFast"},
+                           {"bos_token", vocab.pieces[vocab.bos]},
+                           {"eos_token", vocab.pieces[vocab.eos]},
+                           {"unk_token", vocab.pieces[vocab.unk]},
+                           {"add_bos_token", true},
+                           {"add_eos_token", false},
+                           {"model_max_length", hp.ctx}};
+  const Json gen_config = {{"bos_token_id", vocab.bos}, {"eos_token_id", vocab.eos}};
+  return WriteHfDirectory(out_dir, weights.out, config, tok_json, tok_config, gen_config);
 }
 
 }  // namespace specdec::io

@@ -424,6 +424,161 @@ namespace {
 // How bf16 heads of a multiple of 32 elements are computed.
 enum class Pairs { kOff, kPortable, kNative };
 
+// One work item: KV head `g` of sequence `s`, with its query group's rows.
+struct WorkItem {
+  const AttentionSequence& s;
+  int64_t g = 0;
+  int64_t d = 0, dpad = 0, group = 1;  // head_dim, padded to whole vectors; query heads per KV head
+  int64_t n = 0, m = 0, rows = 0;      // new rows, keys (past + n), query rows (n * group)
+  int64_t mpad = 0;                    // m padded to whole vectors
+  int64_t kv_offset = 0;               // element offset of this KV head in the cache
+};
+
+// Copies the item's new keys and values into cache slots [past, past + n).
+__attribute__((always_inline)) inline void CopyNewRowsToCache(const AttentionProblem& p,
+                                                              const WorkItem& w) {
+  const AttentionSequence& s = w.s;
+  const int64_t d = w.d, g = w.g;
+  const size_t elem = p.dtype == KernelDType::kF32 ? sizeof(float) : sizeof(uint16_t);
+  for (int64_t i = 0; i < w.n; ++i) {
+    const int64_t from = (i * p.kv_heads + g) * d, to = w.kv_offset + (s.past + i) * d;
+    std::memcpy(static_cast<char*>(s.keys) + to * elem,
+                static_cast<const char*>(s.new_keys) + from * elem, d * elem);
+    std::memcpy(static_cast<char*>(s.values) + to * elem,
+                static_cast<const char*>(s.new_values) + from * elem, d * elem);
+  }
+}
+
+// The item on the pair path (native: AVX-512 BF16); its scores and float outputs also into
+// `trace` when given.
+__attribute__((always_inline)) inline void RunPairItem(const AttentionProblem& p, const WorkItem& w,
+                                                       bool native, auto&& limit, Scratch& scratch,
+                                                       AttentionPairTrace* trace) {
+  const AttentionSequence& s = w.s;
+  const int64_t d = w.d, g = w.g, group = w.group, n = w.n, m = w.m, rows = w.rows, mpad = w.mpad;
+  PairItem it;
+  scratch.qh.resize(rows * d);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t h = 0; h < group; ++h) {
+      std::memcpy(&scratch.qh[(i * group + h) * d],
+                  static_cast<const uint16_t*>(s.q) + i * s.q_row_stride + (g * group + h) * d,
+                  d * sizeof(uint16_t));
+    }
+  }
+  it.q = scratch.qh.data();
+  it.keys = static_cast<const uint16_t*>(s.keys) + w.kv_offset;
+  it.values = static_cast<const uint16_t*>(s.values) + w.kv_offset;
+  it.d = d;
+  it.m = m;
+  it.mpad = mpad;
+  it.rows = rows;
+  it.past = s.past;
+  it.group = group;
+  it.bidirectional = s.bidirectional;
+  it.scale = p.scale;
+  scratch.scores.resize(rows * mpad);
+  if (native) {
+    PairScoresNative(it, scratch.scores.data());
+  } else {
+    PairScoresPortable(it, scratch.scores.data());
+  }
+  if (trace != nullptr) {
+    trace->scores.assign(rows * m, 0.f);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = 0; j < std::min(m, limit(r)); ++j) {
+        trace->scores[r * m + j] = scratch.scores[r * mpad + j];
+      }
+    }
+  }
+  Softmax(s, rows, mpad, group, limit, scratch);
+  // Probabilities in bf16 (as ATen's bf16 attention rounds them before its second matmul).
+  scratch.probs.resize(rows * mpad);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < mpad; j += kLanes) {
+      const H16 h = RoundBf16(LoadF16(&scratch.scores[r * mpad + j]));
+      std::memcpy(&scratch.probs[r * mpad + j], &h, sizeof(h));
+    }
+  }
+  scratch.block_keys.resize((rows + 3) / 4);
+  for (int64_t r0 = 0; r0 < rows; r0 += 4) {
+    scratch.block_keys[r0 / 4] = std::min(m, limit(std::min(rows, r0 + 4) - 1));
+  }
+  scratch.q.resize(rows * d);
+  if (native) {
+    PairValuesNative(it, scratch.probs.data(), scratch.block_keys.data(), scratch.q.data());
+  } else {
+    PairValuesPortable(it, scratch.probs.data(), scratch.block_keys.data(), scratch.q.data());
+  }
+  if (trace != nullptr) trace->outputs.assign(scratch.q.begin(), scratch.q.end());
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t i = r / group, h = r % group;
+    StoreRow(&scratch.q[r * d], d, p.dtype, s.out, i * s.out_row_stride + (g * group + h) * d);
+  }
+}
+
+// The item on the float path: queries, scores and probabilities in float.
+__attribute__((always_inline)) inline void RunFloatItem(const AttentionProblem& p,
+                                                        const WorkItem& w, auto&& limit,
+                                                        Scratch& scratch) {
+  const AttentionSequence& s = w.s;
+  const int64_t d = w.d, dpad = w.dpad, g = w.g, group = w.group, n = w.n, m = w.m, rows = w.rows,
+                mpad = w.mpad, kv_offset = w.kv_offset;
+  // Query vectors of this KV head's group, scaled: row r = i * group + h.
+  scratch.q.assign(rows * dpad, 0.f);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t h = 0; h < group; ++h) {
+      float* q = &scratch.q[(i * group + h) * dpad];
+      LoadRow(s.q, i * s.q_row_stride + (g * group + h) * d, d, p.dtype, q);
+      for (int64_t t = 0; t < d; ++t) q[t] *= p.scale;
+    }
+  }
+  // Keys and values are read where they are when their rows are whole vectors (head_dim a
+  // multiple of 16); otherwise as float copies padded to dpad.
+  const bool in_place = dpad == d;
+  if (!in_place) {
+    scratch.keys.assign(m * dpad, 0.f);
+    scratch.values.assign(m * dpad, 0.f);
+    for (int64_t j = 0; j < m; ++j) {
+      LoadRow(s.keys, kv_offset + j * d, d, p.dtype, &scratch.keys[j * dpad]);
+      LoadRow(s.values, kv_offset + j * d, d, p.dtype, &scratch.values[j * dpad]);
+    }
+  }
+  const bool bf16 = p.dtype == KernelDType::kBF16;
+  const float* keys_f = in_place ? (bf16 ? nullptr : static_cast<const float*>(s.keys) + kv_offset)
+                                 : scratch.keys.data();
+  const float* values_f = in_place
+                              ? (bf16 ? nullptr : static_cast<const float*>(s.values) + kv_offset)
+                              : scratch.values.data();
+  const uint16_t* keys_h = static_cast<const uint16_t*>(s.keys) + kv_offset;
+  const uint16_t* values_h = static_cast<const uint16_t*>(s.values) + kv_offset;
+  const bool read_bf16 = in_place && bf16;
+  // Scores [rows, mpad], 16 keys at a time: one vector of partial sums per key, reduced
+  // together.
+  scratch.scores.resize(rows * mpad);
+  if (read_bf16) {
+    Scores(scratch.q.data(), keys_h, m, mpad, dpad, rows, s.past, group, s.bidirectional,
+           scratch.scores.data());
+  } else {
+    Scores(scratch.q.data(), keys_f, m, mpad, dpad, rows, s.past, group, s.bidirectional,
+           scratch.scores.data());
+  }
+  Softmax(s, rows, mpad, group, limit, scratch);
+  // Weighted values, into the q scratch (no longer needed); a block of rows needs the keys up
+  // to its last row's limit.
+  float* acc = scratch.q.data();
+  if (read_bf16) {
+    AllWeightedValues(scratch.scores.data(), mpad, values_h, dpad, rows, m, limit, acc);
+  } else {
+    AllWeightedValues(scratch.scores.data(), mpad, values_f, dpad, rows, m, limit, acc);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t h = 0; h < group; ++h) {
+      StoreRow(&acc[(i * group + h) * dpad], d, p.dtype, s.out,
+               i * s.out_row_stride + (g * group + h) * d);
+    }
+  }
+}
+
 // Items [begin, end); the pair path's scores and float outputs of the last item also into
 // `trace` when given.
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void RunItems(
@@ -438,136 +593,18 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
     const int64_t n = s.n, m = s.past + s.n, rows = n * group;
     const int64_t mpad = (m + kLanes - 1) / kLanes * kLanes;
     const int64_t kv_offset = g * s.capacity * d;
-    const size_t elem = p.dtype == KernelDType::kF32 ? sizeof(float) : sizeof(uint16_t);
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t from = (i * p.kv_heads + g) * d, to = kv_offset + (s.past + i) * d;
-      std::memcpy(static_cast<char*>(s.keys) + to * elem,
-                  static_cast<const char*>(s.new_keys) + from * elem, d * elem);
-      std::memcpy(static_cast<char*>(s.values) + to * elem,
-                  static_cast<const char*>(s.new_values) + from * elem, d * elem);
-    }
+    const WorkItem w{s, g, d, dpad, group, n, m, rows, mpad, kv_offset};
+    CopyNewRowsToCache(p, w);
     // Row r (new row i = r / group) attends to keys [0, limit(r)): the context and the new rows
     // up to itself (causal, or a tree, whose ancestors come first), or every key (bidirectional).
     // Keys past the limit are never scored, which halves a prefill's work.
     auto limit = [&](int64_t r) { return s.bidirectional ? m : s.past + r / group + 1; };
     const bool pairs = mode != Pairs::kOff && p.pair_path && p.dtype == KernelDType::kBF16 &&
                        d % 32 == 0 && d <= 32 * kMaxPairChunks;
-    const bool native = mode == Pairs::kNative;
     if (pairs) {
-      PairItem it;
-      scratch.qh.resize(rows * d);
-      for (int64_t i = 0; i < n; ++i) {
-        for (int64_t h = 0; h < group; ++h) {
-          std::memcpy(&scratch.qh[(i * group + h) * d],
-                      static_cast<const uint16_t*>(s.q) + i * s.q_row_stride + (g * group + h) * d,
-                      d * sizeof(uint16_t));
-        }
-      }
-      it.q = scratch.qh.data();
-      it.keys = static_cast<const uint16_t*>(s.keys) + kv_offset;
-      it.values = static_cast<const uint16_t*>(s.values) + kv_offset;
-      it.d = d;
-      it.m = m;
-      it.mpad = mpad;
-      it.rows = rows;
-      it.past = s.past;
-      it.group = group;
-      it.bidirectional = s.bidirectional;
-      it.scale = p.scale;
-      scratch.scores.resize(rows * mpad);
-      if (native) {
-        PairScoresNative(it, scratch.scores.data());
-      } else {
-        PairScoresPortable(it, scratch.scores.data());
-      }
-      if (trace != nullptr) {
-        trace->scores.assign(rows * m, 0.f);
-        for (int64_t r = 0; r < rows; ++r) {
-          for (int64_t j = 0; j < std::min(m, limit(r)); ++j) {
-            trace->scores[r * m + j] = scratch.scores[r * mpad + j];
-          }
-        }
-      }
-      Softmax(s, rows, mpad, group, limit, scratch);
-      // Probabilities in bf16 (as ATen's bf16 attention rounds them before its second matmul).
-      scratch.probs.resize(rows * mpad);
-      for (int64_t r = 0; r < rows; ++r) {
-        for (int64_t j = 0; j < mpad; j += kLanes) {
-          const H16 h = RoundBf16(LoadF16(&scratch.scores[r * mpad + j]));
-          std::memcpy(&scratch.probs[r * mpad + j], &h, sizeof(h));
-        }
-      }
-      scratch.block_keys.resize((rows + 3) / 4);
-      for (int64_t r0 = 0; r0 < rows; r0 += 4) {
-        scratch.block_keys[r0 / 4] = std::min(m, limit(std::min(rows, r0 + 4) - 1));
-      }
-      scratch.q.resize(rows * d);
-      if (native) {
-        PairValuesNative(it, scratch.probs.data(), scratch.block_keys.data(), scratch.q.data());
-      } else {
-        PairValuesPortable(it, scratch.probs.data(), scratch.block_keys.data(), scratch.q.data());
-      }
-      if (trace != nullptr) trace->outputs.assign(scratch.q.begin(), scratch.q.end());
-      for (int64_t r = 0; r < rows; ++r) {
-        const int64_t i = r / group, h = r % group;
-        StoreRow(&scratch.q[r * d], d, p.dtype, s.out, i * s.out_row_stride + (g * group + h) * d);
-      }
-      continue;
-    }
-    // Query vectors of this KV head's group, scaled: row r = i * group + h.
-    scratch.q.assign(rows * dpad, 0.f);
-    for (int64_t i = 0; i < n; ++i) {
-      for (int64_t h = 0; h < group; ++h) {
-        float* q = &scratch.q[(i * group + h) * dpad];
-        LoadRow(s.q, i * s.q_row_stride + (g * group + h) * d, d, p.dtype, q);
-        for (int64_t t = 0; t < d; ++t) q[t] *= p.scale;
-      }
-    }
-    // Keys and values are read where they are when their rows are whole vectors (head_dim a
-    // multiple of 16); otherwise as float copies padded to dpad.
-    const bool in_place = dpad == d;
-    if (!in_place) {
-      scratch.keys.assign(m * dpad, 0.f);
-      scratch.values.assign(m * dpad, 0.f);
-      for (int64_t j = 0; j < m; ++j) {
-        LoadRow(s.keys, kv_offset + j * d, d, p.dtype, &scratch.keys[j * dpad]);
-        LoadRow(s.values, kv_offset + j * d, d, p.dtype, &scratch.values[j * dpad]);
-      }
-    }
-    const bool bf16 = p.dtype == KernelDType::kBF16;
-    const float* keys_f = in_place
-                              ? (bf16 ? nullptr : static_cast<const float*>(s.keys) + kv_offset)
-                              : scratch.keys.data();
-    const float* values_f = in_place
-                                ? (bf16 ? nullptr : static_cast<const float*>(s.values) + kv_offset)
-                                : scratch.values.data();
-    const uint16_t* keys_h = static_cast<const uint16_t*>(s.keys) + kv_offset;
-    const uint16_t* values_h = static_cast<const uint16_t*>(s.values) + kv_offset;
-    const bool read_bf16 = in_place && bf16;
-    // Scores [rows, mpad], 16 keys at a time: one vector of partial sums per key, reduced
-    // together.
-    scratch.scores.resize(rows * mpad);
-    if (read_bf16) {
-      Scores(scratch.q.data(), keys_h, m, mpad, dpad, rows, s.past, group, s.bidirectional,
-             scratch.scores.data());
+      RunPairItem(p, w, mode == Pairs::kNative, limit, scratch, trace);
     } else {
-      Scores(scratch.q.data(), keys_f, m, mpad, dpad, rows, s.past, group, s.bidirectional,
-             scratch.scores.data());
-    }
-    Softmax(s, rows, mpad, group, limit, scratch);
-    // Weighted values, into the q scratch (no longer needed); a block of rows needs the keys up
-    // to its last row's limit.
-    float* acc = scratch.q.data();
-    if (read_bf16) {
-      AllWeightedValues(scratch.scores.data(), mpad, values_h, dpad, rows, m, limit, acc);
-    } else {
-      AllWeightedValues(scratch.scores.data(), mpad, values_f, dpad, rows, m, limit, acc);
-    }
-    for (int64_t i = 0; i < n; ++i) {
-      for (int64_t h = 0; h < group; ++h) {
-        StoreRow(&acc[(i * group + h) * dpad], d, p.dtype, s.out,
-                 i * s.out_row_stride + (g * group + h) * d);
-      }
+      RunFloatItem(p, w, limit, scratch);
     }
   }
 }

@@ -18,6 +18,157 @@ namespace {
 
 std::atomic<uint64_t> next_drafter_id{1ull << 40};
 
+// One drafter layer's weights (DFlashDrafter::Weights::Layer).
+struct DraftLayerWeights {
+  at::Tensor input_norm, post_norm, q_norm, k_norm;
+  at::Tensor q;        // [heads * d, hidden]
+  at::Tensor kv;       // [2 * kv_heads * d, hidden]
+  at::Tensor o;        // [hidden, heads * d]
+  at::Tensor gate_up;  // [2 * intermediate, hidden]
+  at::Tensor down;
+};
+
+// The rows of a draft step. Rows: all sequences' context rows first, then all block rows.
+struct DraftRows {
+  std::span<const DraftInput> batch;
+  std::vector<int64_t> ctx_off, blk_off, ctx_n;  // per sequence
+  int64_t n_ctx = 0, n_blk = 0;
+  at::Tensor ctx_pos, blk_pos, blk_tok;   // int64 [n_ctx], [n_blk], [n_blk]
+  std::vector<at::Tensor> feats;          // the sequences' new features, in the model dtype
+  at::Tensor ctx;                         // fused context rows [n_ctx, hidden]
+  at::Tensor cos_c, sin_c, cos_b, sin_b;  // RoPE tables of the context and block rows
+};
+
+// Checks sequence `s` of a batch; `seen` collects the caches of the sequences before it.
+absl::Status ValidateDraftInput(const DraftInput& in, size_t s, uint64_t drafter_id,
+                                int64_t feat_width, const Transformer& target,
+                                std::unordered_set<const KvCache*>& seen) {
+  if (in.cache == nullptr || in.cache->shape().owner_id != drafter_id ||
+      !seen.insert(in.cache).second) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sequence ", s, ": drafter cache missing, foreign, or used twice in one batch"));
+  }
+  if (in.block_size < 2 || in.block_size > 256) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sequence ", s, ": block size must be in [2, 256], got ", in.block_size));
+  }
+  if (in.last_token < 0 || in.last_token >= target.config().vocab_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sequence ", s, ": token id ", in.last_token, " outside the vocabulary"));
+  }
+  const int64_t m = in.new_features.defined() ? in.new_features.size(0) : 0;
+  if (m > 0 && (in.new_features.dim() != 2 || in.new_features.size(1) != feat_width)) {
+    return absl::InvalidArgumentError(absl::StrCat("sequence ", s, ": target features must be [m, ",
+                                                   feat_width, "], got ",
+                                                   ShapeString(in.new_features.sizes())));
+  }
+  if (in.cache->length() + m + in.block_size > target.max_context()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sequence ", s, ": context + block exceeds the maximum context of ", target.max_context()));
+  }
+  return absl::OkStatus();
+}
+
+// Lays out `rows.batch`'s rows: offsets, counts, positions, block tokens (row 0 the last token,
+// the others the mask token) and features in dtype `dt`; reserves each cache's room.
+void GatherDraftRows(DraftRows& rows, int32_t mask_token_id, at::ScalarType dt) {
+  const std::span<const DraftInput> batch = rows.batch;
+  rows.ctx_off.resize(batch.size());
+  rows.blk_off.resize(batch.size());
+  rows.ctx_n.resize(batch.size());
+  for (size_t s = 0; s < batch.size(); ++s) {
+    rows.ctx_n[s] = batch[s].new_features.defined() ? batch[s].new_features.size(0) : 0;
+    rows.ctx_off[s] = rows.n_ctx;
+    rows.blk_off[s] = rows.n_blk;
+    rows.n_ctx += rows.ctx_n[s];
+    rows.n_blk += batch[s].block_size;
+  }
+  rows.ctx_pos = at::empty({rows.n_ctx}, at::kLong);
+  rows.blk_pos = at::empty({rows.n_blk}, at::kLong);
+  rows.blk_tok = at::empty({rows.n_blk}, at::kLong);
+  for (size_t s = 0; s < batch.size(); ++s) {
+    const DraftInput& in = batch[s];
+    const int64_t base = in.cache->length();
+    for (int64_t i = 0; i < rows.ctx_n[s]; ++i) rows.ctx_pos[rows.ctx_off[s] + i] = base + i;
+    const int64_t start = base + rows.ctx_n[s];
+    for (int64_t i = 0; i < in.block_size; ++i) {
+      rows.blk_pos[rows.blk_off[s] + i] = start + i;
+      rows.blk_tok[rows.blk_off[s] + i] = i == 0 ? in.last_token : mask_token_id;
+    }
+    if (rows.ctx_n[s] > 0) rows.feats.push_back(in.new_features.to(dt));
+    // Room for the context rows, and for the block's rows as scratch for the fused kernel.
+    in.cache->Reserve(rows.ctx_n[s] + in.block_size);
+  }
+}
+
+// Drafter layer `l` over the block rows: `x` ([n_blk, hidden]) becomes the layer's output. The
+// context rows' keys and values go into their caches.
+void RunDraftLayer(const DraftLayerWeights& w, const ModelConfig& c, int64_t l,
+                   const DraftRows& rows, at::Tensor& x) {
+  const std::span<const DraftInput> batch = rows.batch;
+  const int64_t heads = c.num_attention_heads, kv_heads = c.num_key_value_heads, d = c.head_dim,
+                inter = c.intermediate_size;
+  const int64_t kv_width = kv_heads * d;
+  const int64_t n_ctx = rows.n_ctx, n_blk = rows.n_blk;
+  at::Tensor hn = RmsNorm(x, w.input_norm, c.rms_norm_eps);
+  at::Tensor q = RmsNorm(Linear(hn, w.q).reshape({n_blk, heads, d}), w.q_norm, c.rms_norm_eps);
+  q = ApplyRope(q, rows.cos_b, rows.sin_b);
+  at::Tensor kv_b = Linear(hn, w.kv);
+  at::Tensor k_b = ApplyRope(
+      RmsNorm(kv_b.narrow(1, 0, kv_width).reshape({n_blk, kv_heads, d}), w.k_norm, c.rms_norm_eps),
+      rows.cos_b, rows.sin_b);
+  at::Tensor v_b = kv_b.narrow(1, kv_width, kv_width).reshape({n_blk, kv_heads, d});
+  at::Tensor k_c, v_c;
+  if (n_ctx > 0) {
+    // Context rows contribute keys/values only: no input norm, no query, no MLP.
+    at::Tensor kv_c = Linear(rows.ctx, w.kv);
+    k_c = ApplyRope(RmsNorm(kv_c.narrow(1, 0, kv_width).reshape({n_ctx, kv_heads, d}), w.k_norm,
+                            c.rms_norm_eps),
+                    rows.cos_c, rows.sin_c);
+    v_c = kv_c.narrow(1, kv_width, kv_width).reshape({n_ctx, kv_heads, d});
+  }
+  at::Tensor attn = at::empty({n_blk, heads * d}, x.options());
+  for (size_t s = 0; s < batch.size(); ++s) {
+    if (rows.ctx_n[s] > 0) {
+      batch[s].cache->Write(l, k_c.narrow(0, rows.ctx_off[s], rows.ctx_n[s]),
+                            v_c.narrow(0, rows.ctx_off[s], rows.ctx_n[s]));
+    }
+  }
+  // One fused call for all sequences: each block's keys and values go to scratch slots past
+  // its context (BlockLogitsAndCommit commits only the context rows), and every row of a block
+  // sees its whole context and block.
+  std::vector<FusedAttentionInput> inputs(batch.size());
+  for (size_t s = 0; s < batch.size(); ++s) {
+    inputs[s] = {batch[s].cache,      rows.blk_off[s], batch[s].cache->length() + rows.ctx_n[s],
+                 batch[s].block_size, nullptr,         /*bidirectional=*/true};
+  }
+  FusedAttention(q, k_b, v_b, l, inputs, attn);
+  x = x + Linear(attn, w.o);
+  at::Tensor gu = Linear(RmsNorm(x, w.post_norm, c.rms_norm_eps), w.gate_up);
+  x = x + Linear(SwiGlu(gu, inter), w.down);
+}
+
+// The draft logits of each block's rows 1..b-1 from the normed block rows, in one head GEMM;
+// commits each sequence's context rows to its cache.
+std::vector<at::Tensor> BlockLogitsAndCommit(const DraftRows& rows, const at::Tensor& normed,
+                                             const Transformer& target) {
+  const std::span<const DraftInput> batch = rows.batch;
+  std::vector<at::Tensor> out(batch.size());
+  std::vector<at::Tensor> block_rows;
+  for (size_t s = 0; s < batch.size(); ++s) {
+    block_rows.push_back(normed.narrow(0, rows.blk_off[s] + 1, batch[s].block_size - 1));
+  }
+  at::Tensor logits =
+      target.LmHead(block_rows.size() == 1 ? block_rows[0] : at::cat(block_rows, 0));
+  int64_t off = 0;
+  for (size_t s = 0; s < batch.size(); ++s) {
+    out[s] = logits.narrow(0, off, batch[s].block_size - 1);
+    off += batch[s].block_size - 1;
+    batch[s].cache->Commit(rows.ctx_n[s]);
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<int64_t> DefaultTargetLayerIds(int64_t num_target_layers, int64_t num_draft_layers) {
@@ -81,14 +232,7 @@ std::string DFlashConfigToJson(const DFlashConfig& c) {
 }
 
 struct DFlashDrafter::Weights {
-  struct Layer {
-    at::Tensor input_norm, post_norm, q_norm, k_norm;
-    at::Tensor q;        // [heads * d, hidden]
-    at::Tensor kv;       // [2 * kv_heads * d, hidden]
-    at::Tensor o;        // [hidden, heads * d]
-    at::Tensor gate_up;  // [2 * intermediate, hidden]
-    at::Tensor down;
-  };
+  using Layer = DraftLayerWeights;
   at::Tensor fc;           // [hidden, n_ids * target_hidden]
   at::Tensor hidden_norm;  // [hidden]
   at::Tensor norm;         // [hidden]
@@ -213,127 +357,27 @@ absl::StatusOr<std::vector<at::Tensor>> DFlashDrafter::Draft(
       static_cast<int64_t>(config_.target_layer_ids.size()) * target_.config().hidden_size;
   std::unordered_set<const KvCache*> seen;
   for (size_t s = 0; s < batch.size(); ++s) {
-    const DraftInput& in = batch[s];
-    if (in.cache == nullptr || in.cache->shape().owner_id != id_ || !seen.insert(in.cache).second) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "sequence ", s, ": drafter cache missing, foreign, or used twice in one batch"));
-    }
-    if (in.block_size < 2 || in.block_size > 256) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("sequence ", s, ": block size must be in [2, 256], got ", in.block_size));
-    }
-    if (in.last_token < 0 || in.last_token >= target_.config().vocab_size) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("sequence ", s, ": token id ", in.last_token, " outside the vocabulary"));
-    }
-    const int64_t m = in.new_features.defined() ? in.new_features.size(0) : 0;
-    if (m > 0 && (in.new_features.dim() != 2 || in.new_features.size(1) != feat_width)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("sequence ", s, ": target features must be [m, ", feat_width, "], got ",
-                       ShapeString(in.new_features.sizes())));
-    }
-    if (in.cache->length() + m + in.block_size > target_.max_context()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("sequence ", s, ": context + block exceeds the maximum context of ",
-                       target_.max_context()));
-    }
+    RETURN_IF_ERROR(ValidateDraftInput(batch[s], s, id_, feat_width, target_, seen));
   }
   if (batch.empty()) return std::vector<at::Tensor>{};
   try {
-    const at::ScalarType dt = target_.dtype();
-    const int64_t heads = c.num_attention_heads, kv_heads = c.num_key_value_heads, d = c.head_dim,
-                  inter = c.intermediate_size;
-    const int64_t kv_width = kv_heads * d;
-    // Rows: all sequences' context rows first, then all block rows.
-    std::vector<int64_t> ctx_off(batch.size()), blk_off(batch.size()), ctx_n(batch.size());
-    int64_t n_ctx = 0, n_blk = 0;
-    for (size_t s = 0; s < batch.size(); ++s) {
-      ctx_n[s] = batch[s].new_features.defined() ? batch[s].new_features.size(0) : 0;
-      ctx_off[s] = n_ctx;
-      blk_off[s] = n_blk;
-      n_ctx += ctx_n[s];
-      n_blk += batch[s].block_size;
+    DraftRows rows;
+    rows.batch = batch;
+    GatherDraftRows(rows, config_.mask_token_id, target_.dtype());
+    if (rows.n_ctx > 0) {
+      rows.ctx = RmsNorm(
+          Linear(rows.feats.size() == 1 ? rows.feats[0] : at::cat(rows.feats, 0), weights_->fc),
+          weights_->hidden_norm, c.rms_norm_eps);
     }
-    at::Tensor ctx_pos = at::empty({n_ctx}, at::kLong);
-    at::Tensor blk_pos = at::empty({n_blk}, at::kLong);
-    at::Tensor blk_tok = at::empty({n_blk}, at::kLong);
-    std::vector<at::Tensor> feats;
-    for (size_t s = 0; s < batch.size(); ++s) {
-      const DraftInput& in = batch[s];
-      const int64_t base = in.cache->length();
-      for (int64_t i = 0; i < ctx_n[s]; ++i) ctx_pos[ctx_off[s] + i] = base + i;
-      const int64_t start = base + ctx_n[s];
-      for (int64_t i = 0; i < in.block_size; ++i) {
-        blk_pos[blk_off[s] + i] = start + i;
-        blk_tok[blk_off[s] + i] = i == 0 ? in.last_token : config_.mask_token_id;
-      }
-      if (ctx_n[s] > 0) feats.push_back(in.new_features.to(dt));
-      // Room for the context rows, and for the block's rows as scratch for the fused kernel.
-      in.cache->Reserve(ctx_n[s] + in.block_size);
-    }
-    at::Tensor ctx;  // fused context rows [n_ctx, hidden]
-    if (n_ctx > 0) {
-      ctx = RmsNorm(Linear(feats.size() == 1 ? feats[0] : at::cat(feats, 0), weights_->fc),
-                    weights_->hidden_norm, c.rms_norm_eps);
-    }
-    at::Tensor cos_c, sin_c, cos_b, sin_b;
-    if (n_ctx > 0) RopeCosSin(weights_->inv_freq, ctx_pos, &cos_c, &sin_c);
-    RopeCosSin(weights_->inv_freq, blk_pos, &cos_b, &sin_b);
+    if (rows.n_ctx > 0) RopeCosSin(weights_->inv_freq, rows.ctx_pos, &rows.cos_c, &rows.sin_c);
+    RopeCosSin(weights_->inv_freq, rows.blk_pos, &rows.cos_b, &rows.sin_b);
 
-    at::Tensor x = target_.Embed(blk_tok);
+    at::Tensor x = target_.Embed(rows.blk_tok);
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-      const Weights::Layer& w = weights_->layers[l];
-      at::Tensor hn = RmsNorm(x, w.input_norm, c.rms_norm_eps);
-      at::Tensor q = RmsNorm(Linear(hn, w.q).reshape({n_blk, heads, d}), w.q_norm, c.rms_norm_eps);
-      q = ApplyRope(q, cos_b, sin_b);
-      at::Tensor kv_b = Linear(hn, w.kv);
-      at::Tensor k_b = ApplyRope(RmsNorm(kv_b.narrow(1, 0, kv_width).reshape({n_blk, kv_heads, d}),
-                                         w.k_norm, c.rms_norm_eps),
-                                 cos_b, sin_b);
-      at::Tensor v_b = kv_b.narrow(1, kv_width, kv_width).reshape({n_blk, kv_heads, d});
-      at::Tensor k_c, v_c;
-      if (n_ctx > 0) {
-        // Context rows contribute keys/values only: no input norm, no query, no MLP.
-        at::Tensor kv_c = Linear(ctx, w.kv);
-        k_c = ApplyRope(RmsNorm(kv_c.narrow(1, 0, kv_width).reshape({n_ctx, kv_heads, d}), w.k_norm,
-                                c.rms_norm_eps),
-                        cos_c, sin_c);
-        v_c = kv_c.narrow(1, kv_width, kv_width).reshape({n_ctx, kv_heads, d});
-      }
-      at::Tensor attn = at::empty({n_blk, heads * d}, x.options());
-      for (size_t s = 0; s < batch.size(); ++s) {
-        if (ctx_n[s] > 0) {
-          batch[s].cache->Write(l, k_c.narrow(0, ctx_off[s], ctx_n[s]),
-                                v_c.narrow(0, ctx_off[s], ctx_n[s]));
-        }
-      }
-      // One fused call for all sequences: each block's keys and values go to scratch slots past
-      // its context (Commit below keeps only the context rows), and every row of a block sees
-      // its whole context and block.
-      std::vector<FusedAttentionInput> inputs(batch.size());
-      for (size_t s = 0; s < batch.size(); ++s) {
-        inputs[s] = {batch[s].cache,      blk_off[s], batch[s].cache->length() + ctx_n[s],
-                     batch[s].block_size, nullptr,    /*bidirectional=*/true};
-      }
-      FusedAttention(q, k_b, v_b, l, inputs, attn);
-      x = x + Linear(attn, w.o);
-      at::Tensor gu = Linear(RmsNorm(x, w.post_norm, c.rms_norm_eps), w.gate_up);
-      x = x + Linear(SwiGlu(gu, inter), w.down);
+      RunDraftLayer(weights_->layers[l], c, l, rows, x);
     }
     at::Tensor normed = RmsNorm(x, weights_->norm, c.rms_norm_eps);
-    std::vector<at::Tensor> out(batch.size());
-    std::vector<at::Tensor> rows;
-    for (size_t s = 0; s < batch.size(); ++s) {
-      rows.push_back(normed.narrow(0, blk_off[s] + 1, batch[s].block_size - 1));
-    }
-    at::Tensor logits = target_.LmHead(rows.size() == 1 ? rows[0] : at::cat(rows, 0));
-    int64_t off = 0;
-    for (size_t s = 0; s < batch.size(); ++s) {
-      out[s] = logits.narrow(0, off, batch[s].block_size - 1);
-      off += batch[s].block_size - 1;
-      batch[s].cache->Commit(ctx_n[s]);
-    }
-    return out;
+    return BlockLogitsAndCommit(rows, normed, target_);
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("DFlash draft step failed: ", e.what()));
   }

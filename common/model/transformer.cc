@@ -34,16 +34,262 @@ int64_t KernelMaxRows() {
 
 std::atomic<uint64_t> next_model_id{1};
 
+// One decoder layer's weights (Transformer::Weights::Layer).
+struct DecoderLayerWeights {
+  at::Tensor input_norm, post_norm, q_norm, k_norm;
+  at::Tensor qkv;      // [q + 2 kv, hidden]
+  at::Tensor o;        // [hidden, q]
+  at::Tensor gate_up;  // [2 * intermediate, hidden]
+  at::Tensor down;     // [hidden, intermediate]
+};
+
+// The new rows of a forward pass's batch, one sequence after another, and what every layer
+// shares: positions, masks and which sequences attend through which path.
+struct ForwardRows {
+  std::span<const SequenceInput> batch;
+  int64_t total = 0;               // new rows of all sequences
+  at::Tensor tokens, positions;    // int64 [total]
+  at::Tensor cos, sin;             // RoPE tables of `positions`
+  std::vector<at::Tensor> masks;   // per sequence; undefined for a single causal row
+  std::vector<int64_t> offsets;    // first row of each sequence
+  std::vector<size_t> aten_index;  // sequences attending through ATen's matmuls
+  std::vector<FusedAttentionInput> kernel_inputs;  // the others, in one fused call
+};
+
+// Checks sequence `s` of a batch; `seen` collects the caches of the sequences before it.
+absl::Status ValidateSequence(const SequenceInput& in, size_t s, uint64_t model_id,
+                              int64_t vocab_size, int64_t max_context,
+                              std::unordered_set<const KvCache*>& seen) {
+  if (in.cache == nullptr || in.cache->shape().owner_id != model_id) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sequence ", s, ": KV cache missing or created by another model"));
+  }
+  if (!seen.insert(in.cache).second) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sequence ", s, ": the same KV cache appears twice in one batch"));
+  }
+  const int64_t n = static_cast<int64_t>(in.tokens.size());
+  if (n == 0) return absl::InvalidArgumentError(absl::StrCat("sequence ", s, ": no tokens"));
+  for (int64_t i = 0; i < n; ++i) {
+    if (in.tokens[i] < 0 || in.tokens[i] >= vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence ", s, ": token id ", in.tokens[i],
+                                                     " at index ", i, " is outside [0, ",
+                                                     vocab_size, ")"));
+    }
+  }
+  if (!in.positions.empty() && static_cast<int64_t>(in.positions.size()) != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sequence ", s, ": ", in.positions.size(), " positions for ", n, " tokens"));
+  }
+  for (int32_t p : in.positions) {
+    if (p < 0 || p >= max_context) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence ", s, ": position ", p, " outside [0, ", max_context, ")"));
+    }
+  }
+  if (!in.tree_parents.empty()) {
+    if (static_cast<int64_t>(in.tree_parents.size()) != n) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence ", s, ": ", in.tree_parents.size(),
+                                                     " tree parents for ", n, " tokens"));
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      if (in.tree_parents[i] < -1 || in.tree_parents[i] >= i) {
+        return absl::InvalidArgumentError(absl::StrCat("sequence ", s, ": tree parent of node ", i,
+                                                       " is ", in.tree_parents[i],
+                                                       "; it must be -1 or an earlier node"));
+      }
+    }
+  }
+  if (in.cache->length() + n > max_context) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sequence ", s, ": ", in.cache->length(), " cached + ", n,
+                     " new tokens exceed the maximum context of ", max_context));
+  }
+  return absl::OkStatus();
+}
+
+// Validation at the boundary: nothing is written before every check passed. Returns the number of
+// new rows of the whole batch.
+absl::StatusOr<int64_t> ValidateForward(std::span<const SequenceInput> batch,
+                                        const ForwardOptions& options, const ModelConfig& c,
+                                        uint64_t model_id, int64_t max_context) {
+  std::unordered_set<const KvCache*> seen;
+  int64_t total = 0;
+  for (size_t s = 0; s < batch.size(); ++s) {
+    RETURN_IF_ERROR(ValidateSequence(batch[s], s, model_id, c.vocab_size, max_context, seen));
+    total += static_cast<int64_t>(batch[s].tokens.size());
+  }
+  for (int64_t layer : options.capture_layers) {
+    if (layer < 0 || layer >= c.num_hidden_layers) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("capture layer ", layer, " outside [0, ", c.num_hidden_layers, ")"));
+    }
+  }
+  return total;
+}
+
+// The additive mask of `in`'s n new rows over [past + n] keys: the cache is always visible; among
+// the new rows, the earlier ones and itself (causal) or its ancestors and itself (tree).
+at::Tensor NewRowsMask(const SequenceInput& in, int64_t past, int64_t n) {
+  at::Tensor mask = at::full({n, past + n}, -std::numeric_limits<float>::infinity());
+  mask.narrow(1, 0, past).zero_();
+  auto acc = mask.accessor<float, 2>();
+  for (int64_t i = 0; i < n; ++i) {
+    if (in.tree_parents.empty()) {
+      for (int64_t j = 0; j <= i; ++j) acc[i][past + j] = 0.f;
+    } else {
+      for (int64_t j = i; j >= 0; j = in.tree_parents[j]) acc[i][past + j] = 0.f;
+    }
+  }
+  return mask;
+}
+
+// Gathers the batch's tokens, positions and masks into `rows` (whose batch and total are set) and
+// reserves each cache's room for its new rows.
+void GatherRows(ForwardRows& rows) {
+  const std::span<const SequenceInput> batch = rows.batch;
+  rows.tokens = at::empty({rows.total}, at::kLong);
+  rows.positions = at::empty({rows.total}, at::kLong);
+  auto* tok_ptr = rows.tokens.data_ptr<int64_t>();
+  auto* pos_ptr = rows.positions.data_ptr<int64_t>();
+  rows.masks.resize(batch.size());
+  rows.offsets.resize(batch.size());
+  int64_t off = 0;
+  for (size_t s = 0; s < batch.size(); ++s) {
+    const SequenceInput& in = batch[s];
+    const int64_t n = static_cast<int64_t>(in.tokens.size());
+    const int64_t past = in.cache->length();
+    rows.offsets[s] = off;
+    for (int64_t i = 0; i < n; ++i) {
+      tok_ptr[off + i] = in.tokens[i];
+      pos_ptr[off + i] = in.positions.empty() ? past + i : in.positions[i];
+    }
+    if (n > 1 || !in.tree_parents.empty()) rows.masks[s] = NewRowsMask(in, past, n);
+    in.cache->Reserve(n);
+    off += n;
+  }
+}
+
+// Batches of short sequences (decoding and verification rows) attend through the fused
+// kernel; a lone sequence or a long one (prefill) through ATen's matmuls.
+// Short sequences (decoding and verification rows) attend through the fused kernel, all in one
+// call; long ones (prefill) through ATen's matmuls, one sequence at a time.
+void RouteAttention(ForwardRows& rows) {
+  const int64_t kernel_max_rows = KernelMaxRows();
+  const std::span<const SequenceInput> batch = rows.batch;
+  for (size_t s = 0; s < batch.size(); ++s) {
+    const int64_t n = static_cast<int64_t>(batch[s].tokens.size());
+    if (n > kernel_max_rows) {
+      rows.aten_index.push_back(s);
+      continue;
+    }
+    rows.kernel_inputs.push_back(
+        {batch[s].cache, rows.offsets[s], batch[s].cache->length(), n,
+         batch[s].tree_parents.empty() ? nullptr : batch[s].tree_parents.data()});
+  }
+}
+
+// Layer `l`'s attention output of every new row, [total, heads * head_dim] with `x`'s options;
+// writes the rows' keys and values into their caches first.
+at::Tensor LayerAttention(const ForwardRows& rows, int64_t l, const at::Tensor& q,
+                          const at::Tensor& k, const at::Tensor& v, int64_t q_width,
+                          const at::Tensor& x) {
+  const std::span<const SequenceInput> batch = rows.batch;
+  if (rows.kernel_inputs.empty() && batch.size() == 1) {
+    KvCache* cache = batch[0].cache;
+    cache->Write(l, k, v);
+    const int64_t m = cache->length() + rows.total;
+    return Attention(q, cache->Keys(l, m), cache->Values(l, m), rows.masks[0]);
+  }
+  at::Tensor attn = at::empty({rows.total, q_width}, x.options());
+  if (!rows.kernel_inputs.empty()) FusedAttention(q, k, v, l, rows.kernel_inputs, attn);
+  for (size_t s : rows.aten_index) {
+    const int64_t n = static_cast<int64_t>(batch[s].tokens.size());
+    const int64_t offset = rows.offsets[s];
+    KvCache* cache = batch[s].cache;
+    cache->Write(l, k.narrow(0, offset, n), v.narrow(0, offset, n));
+    const int64_t m = cache->length() + n;
+    attn.narrow(0, offset, n)
+        .copy_(Attention(q.narrow(0, offset, n), cache->Keys(l, m), cache->Values(l, m),
+                         rows.masks[s]));
+  }
+  return attn;
+}
+
+// Decoder layer `l` over every new row: `x` (the residual stream, [total, hidden]) becomes the
+// layer's output.
+void RunDecoderLayer(const DecoderLayerWeights& w, const ModelConfig& c, int64_t l,
+                     const ForwardRows& rows, at::Tensor& x) {
+  const int64_t total = rows.total;
+  const int64_t heads = c.num_attention_heads, kv_heads = c.num_key_value_heads, d = c.head_dim;
+  const int64_t q_width = heads * d, kv_width = kv_heads * d;
+  at::Tensor h = RmsNorm(x, w.input_norm, c.rms_norm_eps);
+  at::Tensor qkv = Linear(h, w.qkv);
+  at::Tensor q = qkv.narrow(1, 0, q_width).reshape({total, heads, d});
+  at::Tensor k = qkv.narrow(1, q_width, kv_width).reshape({total, kv_heads, d});
+  at::Tensor v = qkv.narrow(1, q_width + kv_width, kv_width).reshape({total, kv_heads, d});
+  if (c.qk_norm) {
+    q = RmsNorm(q, w.q_norm, c.rms_norm_eps);
+    k = RmsNorm(k, w.k_norm, c.rms_norm_eps);
+  }
+  q = ApplyRope(q, rows.cos, rows.sin);
+  k = ApplyRope(k, rows.cos, rows.sin);
+  at::Tensor attn = LayerAttention(rows, l, q, k, v, q_width, x);
+  x = x + Linear(attn, w.o);
+  h = RmsNorm(x, w.post_norm, c.rms_norm_eps);
+  at::Tensor gu = Linear(h, w.gate_up);
+  const int64_t inter = c.intermediate_size;
+  x = x + Linear(SwiGlu(gu, inter), w.down);
+}
+
+// The captured layers' outputs side by side, in the order asked for; undefined if none.
+at::Tensor CapturedFeatures(const std::vector<at::Tensor>& layer_out,
+                            const std::vector<int64_t>& capture_layers) {
+  std::vector<at::Tensor> ordered;
+  for (int64_t want : capture_layers) ordered.push_back(layer_out[want]);
+  at::Tensor features;
+  if (!ordered.empty()) features = ordered.size() == 1 ? ordered[0] : at::cat(ordered, 1);
+  return features;
+}
+
+// The rows that want logits, in batch order.
+std::vector<int64_t> LogitRows(const ForwardRows& rows) {
+  std::vector<int64_t> out;
+  for (size_t s = 0; s < rows.batch.size(); ++s) {
+    const SequenceInput& in = rows.batch[s];
+    const int64_t n = static_cast<int64_t>(in.tokens.size());
+    if (in.logits == LogitsMode::kLast) out.push_back(rows.offsets[s] + n - 1);
+    if (in.logits == LogitsMode::kAll) {
+      for (int64_t i = 0; i < n; ++i) out.push_back(rows.offsets[s] + i);
+    }
+  }
+  return out;
+}
+
+// Each sequence's share of the logits (rows in LogitRows order) and features; commits its new
+// rows to its cache.
+std::vector<SequenceOutput> SplitOutputsAndCommit(const ForwardRows& rows, const at::Tensor& logits,
+                                                  const at::Tensor& features) {
+  const std::span<const SequenceInput> batch = rows.batch;
+  std::vector<SequenceOutput> out(batch.size());
+  int64_t row = 0;
+  for (size_t s = 0; s < batch.size(); ++s) {
+    const int64_t n = static_cast<int64_t>(batch[s].tokens.size());
+    const int64_t k = batch[s].logits == LogitsMode::kAll    ? n
+                      : batch[s].logits == LogitsMode::kLast ? 1
+                                                             : 0;
+    if (k > 0) out[s].logits = logits.narrow(0, row, k);
+    row += k;
+    if (features.defined()) out[s].features = features.narrow(0, rows.offsets[s], n);
+    batch[s].cache->Commit(n);
+  }
+  return out;
+}
+
 }  // namespace
 
 struct Transformer::Weights {
-  struct Layer {
-    at::Tensor input_norm, post_norm, q_norm, k_norm;
-    at::Tensor qkv;      // [q + 2 kv, hidden]
-    at::Tensor o;        // [hidden, q]
-    at::Tensor gate_up;  // [2 * intermediate, hidden]
-    at::Tensor down;     // [hidden, intermediate]
-  };
+  using Layer = DecoderLayerWeights;
   at::Tensor embed;    // [vocab, hidden]
   at::Tensor lm_head;  // [vocab, hidden]; aliases embed when tied
   at::Tensor final_norm;
@@ -159,201 +405,39 @@ absl::StatusOr<std::vector<SequenceOutput>> Transformer::Forward(
     std::span<const SequenceInput> batch, const ForwardOptions& options) const {
   const ModelConfig& c = config_;
   if (batch.empty()) return std::vector<SequenceOutput>{};
-  // ---- validation at the boundary: nothing is written before every check passed.
-  std::unordered_set<const KvCache*> seen;
-  int64_t total = 0;
-  for (size_t s = 0; s < batch.size(); ++s) {
-    const SequenceInput& in = batch[s];
-    if (in.cache == nullptr || in.cache->shape().owner_id != id_) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("sequence ", s, ": KV cache missing or created by another model"));
-    }
-    if (!seen.insert(in.cache).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("sequence ", s, ": the same KV cache appears twice in one batch"));
-    }
-    const int64_t n = static_cast<int64_t>(in.tokens.size());
-    if (n == 0) return absl::InvalidArgumentError(absl::StrCat("sequence ", s, ": no tokens"));
-    for (int64_t i = 0; i < n; ++i) {
-      if (in.tokens[i] < 0 || in.tokens[i] >= c.vocab_size) {
-        return absl::InvalidArgumentError(absl::StrCat("sequence ", s, ": token id ", in.tokens[i],
-                                                       " at index ", i, " is outside [0, ",
-                                                       c.vocab_size, ")"));
-      }
-    }
-    if (!in.positions.empty() && static_cast<int64_t>(in.positions.size()) != n) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("sequence ", s, ": ", in.positions.size(), " positions for ", n, " tokens"));
-    }
-    for (int32_t p : in.positions) {
-      if (p < 0 || p >= options_.max_context) {
-        return absl::InvalidArgumentError(absl::StrCat("sequence ", s, ": position ", p,
-                                                       " outside [0, ", options_.max_context, ")"));
-      }
-    }
-    if (!in.tree_parents.empty()) {
-      if (static_cast<int64_t>(in.tree_parents.size()) != n) {
-        return absl::InvalidArgumentError(absl::StrCat("sequence ", s, ": ", in.tree_parents.size(),
-                                                       " tree parents for ", n, " tokens"));
-      }
-      for (int64_t i = 0; i < n; ++i) {
-        if (in.tree_parents[i] < -1 || in.tree_parents[i] >= i) {
-          return absl::InvalidArgumentError(absl::StrCat("sequence ", s, ": tree parent of node ",
-                                                         i, " is ", in.tree_parents[i],
-                                                         "; it must be -1 or an earlier node"));
-        }
-      }
-    }
-    if (in.cache->length() + n > options_.max_context) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("sequence ", s, ": ", in.cache->length(), " cached + ", n,
-                       " new tokens exceed the maximum context of ", options_.max_context));
-    }
-    total += n;
-  }
-  for (int64_t layer : options.capture_layers) {
-    if (layer < 0 || layer >= c.num_hidden_layers) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("capture layer ", layer, " outside [0, ", c.num_hidden_layers, ")"));
-    }
-  }
+  ASSIGN_OR_RETURN(const int64_t total,
+                   ValidateForward(batch, options, c, id_, options_.max_context));
 
   try {
-    const int64_t heads = c.num_attention_heads, kv_heads = c.num_key_value_heads, d = c.head_dim;
-    const int64_t q_width = heads * d, kv_width = kv_heads * d;
-    // ---- gather tokens, positions and masks.
-    at::Tensor tokens = at::empty({total}, at::kLong);
-    at::Tensor positions = at::empty({total}, at::kLong);
-    auto* tok_ptr = tokens.data_ptr<int64_t>();
-    auto* pos_ptr = positions.data_ptr<int64_t>();
-    std::vector<at::Tensor> masks(batch.size());
-    std::vector<int64_t> offsets(batch.size());
-    int64_t off = 0;
-    for (size_t s = 0; s < batch.size(); ++s) {
-      const SequenceInput& in = batch[s];
-      const int64_t n = static_cast<int64_t>(in.tokens.size());
-      const int64_t past = in.cache->length();
-      offsets[s] = off;
-      for (int64_t i = 0; i < n; ++i) {
-        tok_ptr[off + i] = in.tokens[i];
-        pos_ptr[off + i] = in.positions.empty() ? past + i : in.positions[i];
-      }
-      if (n > 1 || !in.tree_parents.empty()) {
-        // Additive mask over [past + n] keys: the cache is always visible.
-        at::Tensor mask = at::full({n, past + n}, -std::numeric_limits<float>::infinity());
-        mask.narrow(1, 0, past).zero_();
-        auto acc = mask.accessor<float, 2>();
-        for (int64_t i = 0; i < n; ++i) {
-          if (in.tree_parents.empty()) {
-            for (int64_t j = 0; j <= i; ++j) acc[i][past + j] = 0.f;
-          } else {
-            for (int64_t j = i; j >= 0; j = in.tree_parents[j]) acc[i][past + j] = 0.f;
-          }
-        }
-        masks[s] = mask;
-      }
-      in.cache->Reserve(n);
-      off += n;
-    }
-    at::Tensor cos, sin;
-    RopeCosSin(weights_->inv_freq, positions, &cos, &sin);
-    // Batches of short sequences (decoding and verification rows) attend through the fused
-    // kernel; a lone sequence or a long one (prefill) through ATen's matmuls.
-    // Short sequences (decoding and verification rows) attend through the fused kernel, all in one
-    // call; long ones (prefill) through ATen's matmuls, one sequence at a time.
-    const int64_t kernel_max_rows = KernelMaxRows();
-    std::vector<size_t> aten_index;
-    std::vector<FusedAttentionInput> kernel_inputs;
-    for (size_t s = 0; s < batch.size(); ++s) {
-      const int64_t n = static_cast<int64_t>(batch[s].tokens.size());
-      if (n > kernel_max_rows) {
-        aten_index.push_back(s);
-        continue;
-      }
-      kernel_inputs.push_back(
-          {batch[s].cache, offsets[s], batch[s].cache->length(), n,
-           batch[s].tree_parents.empty() ? nullptr : batch[s].tree_parents.data()});
-    }
+    ForwardRows rows;
+    rows.batch = batch;
+    rows.total = total;
+    GatherRows(rows);
+    RopeCosSin(weights_->inv_freq, rows.positions, &rows.cos, &rows.sin);
+    RouteAttention(rows);
 
     // ---- decoder layers.
-    at::Tensor x = weights_->embed.index_select(0, tokens);
+    at::Tensor x = weights_->embed.index_select(0, rows.tokens);
     std::vector<at::Tensor> layer_out(c.num_hidden_layers);
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-      const Weights::Layer& w = weights_->layers[l];
-      at::Tensor h = RmsNorm(x, w.input_norm, c.rms_norm_eps);
-      at::Tensor qkv = Linear(h, w.qkv);
-      at::Tensor q = qkv.narrow(1, 0, q_width).reshape({total, heads, d});
-      at::Tensor k = qkv.narrow(1, q_width, kv_width).reshape({total, kv_heads, d});
-      at::Tensor v = qkv.narrow(1, q_width + kv_width, kv_width).reshape({total, kv_heads, d});
-      if (c.qk_norm) {
-        q = RmsNorm(q, w.q_norm, c.rms_norm_eps);
-        k = RmsNorm(k, w.k_norm, c.rms_norm_eps);
-      }
-      q = ApplyRope(q, cos, sin);
-      k = ApplyRope(k, cos, sin);
-      at::Tensor attn;
-      if (kernel_inputs.empty() && batch.size() == 1) {
-        KvCache* cache = batch[0].cache;
-        cache->Write(l, k, v);
-        const int64_t m = cache->length() + total;
-        attn = Attention(q, cache->Keys(l, m), cache->Values(l, m), masks[0]);
-      } else {
-        attn = at::empty({total, q_width}, x.options());
-        if (!kernel_inputs.empty()) FusedAttention(q, k, v, l, kernel_inputs, attn);
-        for (size_t s : aten_index) {
-          const int64_t n = static_cast<int64_t>(batch[s].tokens.size());
-          KvCache* cache = batch[s].cache;
-          cache->Write(l, k.narrow(0, offsets[s], n), v.narrow(0, offsets[s], n));
-          const int64_t m = cache->length() + n;
-          attn.narrow(0, offsets[s], n)
-              .copy_(Attention(q.narrow(0, offsets[s], n), cache->Keys(l, m), cache->Values(l, m),
-                               masks[s]));
-        }
-      }
-      x = x + Linear(attn, w.o);
-      h = RmsNorm(x, w.post_norm, c.rms_norm_eps);
-      at::Tensor gu = Linear(h, w.gate_up);
-      const int64_t inter = c.intermediate_size;
-      x = x + Linear(SwiGlu(gu, inter), w.down);
+      RunDecoderLayer(weights_->layers[l], c, l, rows, x);
       if (std::find(options.capture_layers.begin(), options.capture_layers.end(), l) !=
           options.capture_layers.end()) {
         layer_out[l] = x;
       }
     }
-    std::vector<at::Tensor> ordered;
-    for (int64_t want : options.capture_layers) ordered.push_back(layer_out[want]);
-    at::Tensor features;
-    if (!ordered.empty()) features = ordered.size() == 1 ? ordered[0] : at::cat(ordered, 1);
+    const at::Tensor features = CapturedFeatures(layer_out, options.capture_layers);
 
     // ---- logits for the rows that want them, in one head GEMM.
-    std::vector<int64_t> rows;
-    for (size_t s = 0; s < batch.size(); ++s) {
-      const int64_t n = static_cast<int64_t>(batch[s].tokens.size());
-      if (batch[s].logits == LogitsMode::kLast) rows.push_back(offsets[s] + n - 1);
-      if (batch[s].logits == LogitsMode::kAll) {
-        for (int64_t i = 0; i < n; ++i) rows.push_back(offsets[s] + i);
-      }
-    }
+    const std::vector<int64_t> logit_rows = LogitRows(rows);
     at::Tensor logits;
-    if (!rows.empty()) {
-      at::Tensor sel = static_cast<int64_t>(rows.size()) == total
+    if (!logit_rows.empty()) {
+      at::Tensor sel = static_cast<int64_t>(logit_rows.size()) == total
                            ? x
-                           : x.index_select(0, at::tensor(rows, at::kLong));
+                           : x.index_select(0, at::tensor(logit_rows, at::kLong));
       logits = LmHead(FinalNorm(sel));
     }
-    std::vector<SequenceOutput> out(batch.size());
-    int64_t row = 0;
-    for (size_t s = 0; s < batch.size(); ++s) {
-      const int64_t n = static_cast<int64_t>(batch[s].tokens.size());
-      const int64_t k = batch[s].logits == LogitsMode::kAll    ? n
-                        : batch[s].logits == LogitsMode::kLast ? 1
-                                                               : 0;
-      if (k > 0) out[s].logits = logits.narrow(0, row, k);
-      row += k;
-      if (features.defined()) out[s].features = features.narrow(0, offsets[s], n);
-      batch[s].cache->Commit(n);
-    }
-    return out;
+    return SplitOutputsAndCommit(rows, logits, features);
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("forward pass failed: ", e.what()));
   }
