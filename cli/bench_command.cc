@@ -160,12 +160,8 @@ absl::StatusOr<std::vector<engine::Method>> SelectMethods(const std::string& nam
   for (absl::string_view name : absl::StrSplit(names, ',', absl::SkipWhitespace())) {
     auto m = engine::ParseMethod(std::string(name));
     if (!m.ok()) return m.status();
-    if ((*m == engine::Method::kDraftChain || *m == engine::Method::kDyspecTree) && !em.draft_lm) {
-      std::printf("skipping %s: no --draft model (or --self-draft)\n", engine::MethodName(*m));
-      continue;
-    }
-    if ((*m == engine::Method::kDflash || *m == engine::Method::kDflashAdaptive) && !em.dflash) {
-      std::printf("skipping %s: no --dflash drafter\n", engine::MethodName(*m));
+    if (absl::Status s = engine::CheckModelsServe(em, *m); !s.ok()) {
+      std::printf("skipping %s: %s\n", engine::MethodName(*m), std::string(s.message()).c_str());
       continue;
     }
     if (*m != engine::Method::kAr) methods.push_back(*m);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "cli/commands.h"
 #include "clients/cpp/client.h"
@@ -14,6 +15,7 @@
 #include "common/model/transformer.h"
 #include "common/tokenizer/stream_decoder.h"
 #include "common/tokenizer/tokenizer.h"
+#include "common/util/status_macros.h"
 
 namespace specdec::cli {
 namespace {
@@ -36,6 +38,7 @@ struct GenerateArgs {
   std::string method = "AR";  // with --router
   int block_size = 0;
   int draft_length = 0;
+  std::vector<std::string> stop;  // stop strings
 };
 
 // Generation through the router's Generate API with the C++ SDK.
@@ -45,7 +48,7 @@ int RunRouterGenerate(const GenerateArgs& a) {
   v1::Method method;
   if (!v1::Method_Parse(a.method, &method)) {
     std::cerr << "specdec generate: unknown --method '" << a.method
-              << "' (AR, DRAFT_CHAIN, DYSPEC_TREE, DFLASH, DFLASH_ADAPTIVE)\n";
+              << "' (AR, DRAFT_CHAIN, DYSPEC_TREE, DFLASH, DFLASH_ADAPTIVE, NGRAM)\n";
     return 2;
   }
   req.set_method(method);
@@ -78,6 +81,7 @@ int RunRouterGenerate(const GenerateArgs& a) {
   req.set_return_text(true);
   req.set_block_size(a.block_size);
   req.set_draft_length(a.draft_length);
+  for (const std::string& s : a.stop) req.add_stop(s);
   const auto t0 = std::chrono::steady_clock::now();
   size_t n = 0;
   std::vector<int32_t> ids;
@@ -111,6 +115,38 @@ int RunRouterGenerate(const GenerateArgs& a) {
   return 0;
 }
 
+// The local prompt: --prompt-ids, --prompt encoded, or BOS. INVALID_ARGUMENT for a usage error.
+absl::StatusOr<std::vector<int32_t>> LocalPrompt(const GenerateArgs& a,
+                                                 const tokenizer::Tokenizer& tok,
+                                                 const model::Transformer& model) {
+  std::vector<int32_t> prompt;
+  if (!a.prompt_ids.empty()) {
+    for (absl::string_view part : absl::StrSplit(a.prompt_ids, ',', absl::SkipWhitespace())) {
+      int32_t id;
+      if (!absl::SimpleAtoi(part, &id)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--prompt-ids: '", part, "' is not an integer"));
+      }
+      prompt.push_back(id);
+    }
+    if (auto s = tok.ValidateIds(prompt); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--prompt-ids: ", s.message()));
+    }
+  } else if (!a.prompt.empty()) {
+    ASSIGN_OR_RETURN(prompt, tok.Encode(a.prompt, tok.add_bos_by_default()));
+  } else {
+    auto bos = tok.bos_id();
+    if (!bos && model.config().bos_token_id) bos = model.config().bos_token_id;
+    if (!bos) {
+      return absl::InvalidArgumentError(
+          "the tokenizer has no BOS token; give --prompt or --prompt-ids");
+    }
+    prompt.push_back(*bos);
+  }
+  if (prompt.empty()) return absl::InvalidArgumentError("the prompt encodes to no tokens");
+  return prompt;
+}
+
 int RunGenerate(const GenerateArgs& a) {
   if (!a.router.empty()) return RunRouterGenerate(a);
   if (a.model_dir.empty()) {
@@ -118,10 +154,7 @@ int RunGenerate(const GenerateArgs& a) {
     return 2;
   }
   model::ConfigureComputeThreads(a.threads);
-  model::LoadOptions load;
-  if (a.dtype == "f32") load.dtype = at::kFloat;
-  if (a.dtype == "bf16") load.dtype = at::kBFloat16;
-  auto model = model::Transformer::Load(a.model_dir, load);
+  auto model = model::Transformer::Load(a.model_dir, *model::LoadOptions::ForDtype(a.dtype));
   if (!model.ok()) {
     std::cerr << "specdec generate: " << model.status() << "\n";
     return 1;
@@ -131,41 +164,12 @@ int RunGenerate(const GenerateArgs& a) {
     std::cerr << "specdec generate: " << tok.status() << "\n";
     return 1;
   }
-  std::vector<int32_t> prompt;
-  if (!a.prompt_ids.empty()) {
-    for (absl::string_view part : absl::StrSplit(a.prompt_ids, ',', absl::SkipWhitespace())) {
-      int32_t id;
-      if (!absl::SimpleAtoi(part, &id)) {
-        std::cerr << "specdec generate: --prompt-ids: '" << part << "' is not an integer\n";
-        return 2;
-      }
-      prompt.push_back(id);
-    }
-    if (auto s = (*tok)->ValidateIds(prompt); !s.ok()) {
-      std::cerr << "specdec generate: --prompt-ids: " << s << "\n";
-      return 2;
-    }
-  } else if (!a.prompt.empty()) {
-    auto ids = (*tok)->Encode(a.prompt, (*tok)->add_bos_by_default());
-    if (!ids.ok()) {
-      std::cerr << "specdec generate: " << ids.status() << "\n";
-      return 1;
-    }
-    prompt = *std::move(ids);
-  } else {
-    auto bos = (*tok)->bos_id();
-    if (!bos && (*model)->config().bos_token_id) bos = (*model)->config().bos_token_id;
-    if (!bos) {
-      std::cerr << "specdec generate: the tokenizer has no BOS token; give --prompt or "
-                   "--prompt-ids\n";
-      return 2;
-    }
-    prompt.push_back(*bos);
+  auto local_prompt = LocalPrompt(a, **tok, **model);
+  if (!local_prompt.ok()) {
+    std::cerr << "specdec generate: " << local_prompt.status().message() << "\n";
+    return local_prompt.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
-  if (prompt.empty()) {
-    std::cerr << "specdec generate: the prompt encodes to no tokens\n";
-    return 2;
-  }
+  const std::vector<int32_t>& prompt = *local_prompt;
 
   engine::DecodeOptions opts;
   opts.method = engine::Method::kAr;
@@ -178,26 +182,31 @@ int RunGenerate(const GenerateArgs& a) {
     opts.stop_token_ids = (*model)->config().eos_token_ids;
     if (auto eos = (*tok)->eos_id()) opts.stop_token_ids.push_back(*eos);
   }
+  opts.stop_strings = a.stop;
+  // With stop strings the loop decodes the text (and ends it before a match); otherwise the
+  // text is decoded here, primed with the prompt so the first piece is spaced as in context.
   tokenizer::StreamDecoder decoder(**tok);
-  if (!a.prompt.empty()) {
-    // Prime the decoder with the prompt so the first generated piece is spaced correctly.
+  if (!a.prompt.empty() && a.stop.empty()) {
     for (int32_t id : prompt) decoder.Push(id);
   }
   engine::EngineModels models{model->get()};
+  if (!a.stop.empty()) models.tokenizer = tok->get();
   auto result = engine::Decode(models, prompt, opts,
-                               [&](std::span<const int32_t> ids, const engine::StepInfo&) {
+                               [&](std::span<const int32_t> ids, const engine::StepInfo& step) {
+                                 std::string text = step.text;
                                  for (int32_t id : ids) {
-                                   if ((*tok)->IsSpecial(id)) continue;
-                                   std::string piece = decoder.Push(id);
-                                   std::fwrite(piece.data(), 1, piece.size(), stdout);
+                                   if (a.stop.empty() && !(*tok)->IsSpecial(id)) {
+                                     text += decoder.Push(id);
+                                   }
                                  }
+                                 std::fwrite(text.data(), 1, text.size(), stdout);
                                  std::fflush(stdout);
                                });
   if (!result.ok()) {
     std::cerr << "\nspecdec generate: " << result.status() << "\n";
     return 1;
   }
-  std::string rest = decoder.Flush();
+  std::string rest = a.stop.empty() ? decoder.Flush() : std::string();
   std::fwrite(rest.data(), 1, rest.size(), stdout);
   std::fputc('\n', stdout);
   std::fflush(stdout);
@@ -212,7 +221,7 @@ int RunGenerate(const GenerateArgs& a) {
   std::fprintf(stderr,
                "[specdec] prompt %zu tokens, generated %zu tokens%s; prefill %.1f ms, decode "
                "%.1f ms (%.1f tokens/s)\n",
-               prompt.size(), n, result->stopped ? " (stop token)" : "", result->stats.prefill_ms,
+               prompt.size(), n, result->stopped ? " (stopped)" : "", result->stats.prefill_ms,
                decode_ms, decode_tps);
   return 0;
 }
@@ -230,7 +239,7 @@ void RegisterGenerateCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::ExistingDirectory);
   cmd->add_option("--router", a->router, "generate through a running cluster's router (host:port)");
   cmd->add_option("--method", a->method,
-                  "with --router: AR, DRAFT_CHAIN, DYSPEC_TREE, DFLASH or DFLASH_ADAPTIVE");
+                  "with --router: AR, DRAFT_CHAIN, DYSPEC_TREE, DFLASH, DFLASH_ADAPTIVE or NGRAM");
   cmd->add_option("--block-size", a->block_size, "with --router: DFLASH block size (0 = default)");
   cmd->add_option("--draft-length", a->draft_length, "with --router: DRAFT_CHAIN K (0 = default)");
   auto* p = cmd->add_option("-p,--prompt", a->prompt, "prompt text (default: start from BOS)");
@@ -246,6 +255,7 @@ void RegisterGenerateCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--dtype", a->dtype, "compute dtype")
       ->check(CLI::IsMember({"auto", "f32", "bf16"}));
   cmd->add_flag("--ignore-eos", a->ignore_eos, "do not stop at the end-of-sequence token");
+  cmd->add_option("--stop", a->stop, "stop string (repeatable): the text ends before it");
   cmd->add_flag("--print-ids", a->print_ids, "print the generated token ids to stderr");
   cmd->add_option("--timeout-ms", a->timeout_ms, "with --router: the request's deadline")
       ->check(CLI::PositiveNumber);

@@ -1,5 +1,5 @@
 // `specdec train dflash`: trains a DFlash block-diffusion drafter against a frozen target
-// (DESIGN §2.4), on the target's own generations.
+// (docs/design.md §2.4), on the target's own generations.
 #ifndef SPECDEC_TRAIN_DFLASH_TRAINER_H_
 #define SPECDEC_TRAIN_DFLASH_TRAINER_H_
 
@@ -17,20 +17,20 @@ struct DFlashTrainOptions {
   std::string checkpoint_dir;  // resumable state and the generated data; default <out>/checkpoint
   // Drafter shape (hidden size and vocabulary come from the target).
   int64_t layers = 2;
-  int64_t heads = 0;          // 0 = the target's
-  int64_t kv_heads = 0;       // 0 = the target's
-  int64_t intermediate = 0;   // 0 = the target's
+  int64_t heads = 0;         // 0 = the target's
+  int64_t kv_heads = 0;      // 0 = the target's
+  int64_t intermediate = 0;  // 0 = the target's
   int32_t block_size = 16;
-  double gamma = 0;           // loss decay; 0 = 7 for b >= 16, 4 otherwise
+  double gamma = 0;  // loss decay; 0 = 7 for b >= 16, 4 otherwise
   // Generation (distillation data): prompts of prompt_len tokens, gen_len new tokens each.
   int64_t gen_sequences = 2048;
   int64_t prompt_len = 64;
   int64_t gen_len = 192;
   int64_t gen_batch = 128;
-  double greedy_frac = 0.5;   // share of sequences decoded greedily; the rest sample at T=1
+  double greedy_frac = 0.5;  // share of sequences decoded greedily; the rest sample at T=1
   // Training.
   int64_t batch_size = 16;
-  int64_t anchors = 32;       // anchors per sequence (<= available positions)
+  int64_t anchors = 32;  // anchors per sequence (<= available positions)
   int64_t steps = 2000;
   double lr = 6e-4;
   double warmup_frac = 0.04;

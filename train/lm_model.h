@@ -17,12 +17,12 @@ namespace specdec::train {
 
 // Fresh f32 parameters for `specs` on `device`: N(0, std^2) for matrices (output projections
 // o_proj/down_proj scaled by 1/sqrt(2 * layers)), ones for norm weights. Deterministic per seed.
-TensorMap InitParams(const std::vector<model::TensorSpec>& specs, int64_t num_layers,
-                     uint64_t seed, double std, const at::Device& device);
+TensorMap InitParams(const std::vector<model::TensorSpec>& specs, int64_t num_layers, uint64_t seed,
+                     double std, const at::Device& device);
 
 struct LmForwardOptions {
-  at::ScalarType compute = at::kFloat;   // matrices are cast to this dtype for the pass
-  std::vector<int64_t> capture_layers;   // residual outputs to return (DFlash target features)
+  at::ScalarType compute = at::kFloat;  // matrices are cast to this dtype for the pass
+  std::vector<int64_t> capture_layers;  // residual outputs to return (DFlash target features)
 };
 
 struct LmForwardResult {
@@ -50,9 +50,9 @@ at::Tensor LmGenerate(const model::ModelConfig& config, const TensorMap& params,
                       const at::Tensor& prompt, int64_t new_tokens, at::ScalarType compute,
                       int64_t greedy_rows);
 
-// DFlash training batch (DESIGN §2.4): `anchors` [B, A] int64 positions p (1 <= p <= T - b);
-// the block of an anchor is [token@p, MASK x (b-1)] at positions p..p+b-1, sees the fused target
-// features of positions < p and its own block (bidirectionally), nothing else.
+// DFlash training batch (docs/design.md §2.4): `anchors` [B, A] int64 positions p (1 <= p <= T -
+// b); the block of an anchor is [token@p, MASK x (b-1)] at positions p..p+b-1, sees the fused
+// target features of positions < p and its own block (bidirectionally), nothing else.
 struct DFlashBatch {
   at::Tensor tokens;    // [B, T] int64
   at::Tensor features;  // [B, T, len(target_layer_ids) * H] target features (no grad)

@@ -1,5 +1,6 @@
 // `specdec train policy-data` and `specdec train policy`: BlockPilot labels by enumerating the
-// candidate block sizes with the real DFlash loop, and the MLP trained on them (DESIGN §2.5).
+// candidate block sizes with the real DFlash loop, and the MLP trained on them (docs/design.md
+// §2.5).
 #ifndef SPECDEC_TRAIN_POLICY_TRAINER_H_
 #define SPECDEC_TRAIN_POLICY_TRAINER_H_
 
@@ -14,25 +15,25 @@ namespace specdec::train {
 struct PolicyDataOptions {
   std::string target_dir;
   std::string dflash_dir;
-  std::string prompt_tokens;    // token file the prompts are cut from
-  std::string out_dir;          // part-NNNNN.safetensors files (resumable) + meta.json
+  std::string prompt_tokens;  // token file the prompts are cut from
+  std::string out_dir;        // part-NNNNN.safetensors files (resumable) + meta.json
   int64_t num_prompts = 512;
   int64_t min_prompt_len = 16;
   int64_t max_prompt_len = 128;
   int32_t max_new_tokens = 96;
-  int32_t radius = 2;           // candidates B-radius .. B+radius
+  int32_t radius = 2;                // candidates B-radius .. B+radius
   std::vector<int32_t> block_sizes;  // explicit candidates (overrides radius)
   double temperature = 0.0;
-  int64_t part_size = 32;       // prompts per part file
-  int workers = 0;              // parallel decoders (0 = cores), one compute thread each
+  int64_t part_size = 32;  // prompts per part file
+  int workers = 0;         // parallel decoders (0 = cores), one compute thread each
   uint64_t seed = 0;
 };
 
 absl::Status MakePolicyData(const PolicyDataOptions& options);
 
 struct PolicyTrainOptions {
-  std::string data_dir;    // from policy-data
-  std::string out_dir;     // BlockPilot directory: config.json, model.safetensors, training.json
+  std::string data_dir;  // from policy-data
+  std::string out_dir;   // BlockPilot directory: config.json, model.safetensors, training.json
   int64_t hidden = 256;
   int64_t epochs = 100;
   int64_t batch_size = 64;

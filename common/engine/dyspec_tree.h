@@ -1,5 +1,5 @@
-// DySpec dynamic token-tree construction (DESIGN §2.3), independent of how draft distributions
-// are computed.
+// DySpec dynamic token-tree construction (docs/design.md §2.3), independent of how draft
+// distributions are computed.
 #ifndef SPECDEC_COMMON_ENGINE_DYSPEC_TREE_H_
 #define SPECDEC_COMMON_ENGINE_DYSPEC_TREE_H_
 

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/engine/draft_session.h"
+#include "common/engine/ngram_drafter.h"
 #include "common/engine/target_session.h"
 #include "common/model/block_pilot.h"
 #include "common/model/dflash_drafter.h"
@@ -206,12 +207,14 @@ struct LocalSides::Sessions {
   std::unique_ptr<DrafterSide> drafter;
   std::unique_ptr<LocalBlockPolicy> policy;
   int64_t max_context = 0;
+  const tokenizer::Tokenizer* tokenizer = nullptr;
 };
 
 LocalSides::LocalSides(const EngineModels& models, const DecodeOptions& options)
     : sessions_(std::make_unique<Sessions>()) {
   Sessions& s = *sessions_;
   s.max_context = models.target->max_context();
+  s.tokenizer = models.tokenizer;
   std::vector<int64_t> capture;
   if (IsDflash(options.method) && models.dflash != nullptr) {
     s.dflash = std::make_unique<DFlashDraftSession>(*models.dflash);
@@ -219,6 +222,8 @@ LocalSides::LocalSides(const EngineModels& models, const DecodeOptions& options)
     s.drafter =
         std::make_unique<LocalDflashDrafter>(s.dflash.get(), models.dflash->config().block_size);
     if (models.policy != nullptr) s.policy = std::make_unique<LocalBlockPolicy>(*models.policy);
+  } else if (options.method == Method::kNgram) {
+    s.drafter = std::make_unique<NgramDrafter>();
   } else if (options.method != Method::kAr && models.draft_lm != nullptr) {
     s.drafter = std::make_unique<LocalArDrafter>(*models.draft_lm, options);
   }
@@ -234,6 +239,7 @@ LoopParts LocalSides::Parts() const {
   p.drafter = sessions_->drafter.get();
   p.policy = sessions_->policy.get();
   p.max_context = sessions_->max_context;
+  p.tokenizer = sessions_->tokenizer;
   return p;
 }
 

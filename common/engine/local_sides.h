@@ -14,6 +14,10 @@ class DFlashDrafter;
 class BlockPilot;
 }  // namespace specdec::model
 
+namespace specdec::tokenizer {
+class Tokenizer;
+}
+
 namespace specdec::engine {
 
 // The models a request may use. Only `target` is required; a method whose model is missing fails
@@ -21,9 +25,10 @@ namespace specdec::engine {
 // size).
 struct EngineModels {
   const model::Transformer* target = nullptr;
-  const model::Transformer* draft_lm = nullptr;  // DRAFT_CHAIN, DYSPEC_TREE
-  const model::DFlashDrafter* dflash = nullptr;  // DFLASH, DFLASH_ADAPTIVE
-  const model::BlockPilot* policy = nullptr;     // DFLASH_ADAPTIVE
+  const model::Transformer* draft_lm = nullptr;     // DRAFT_CHAIN, DYSPEC_TREE
+  const model::DFlashDrafter* dflash = nullptr;     // DFLASH, DFLASH_ADAPTIVE
+  const model::BlockPilot* policy = nullptr;        // DFLASH_ADAPTIVE
+  const tokenizer::Tokenizer* tokenizer = nullptr;  // stop strings, decoded text
 };
 
 // FAILED_PRECONDITION when `method` needs a model `models` lacks (or a draft model whose

@@ -17,19 +17,20 @@ const char* MethodName(Method m) {
       return "DFLASH";
     case Method::kDflashAdaptive:
       return "DFLASH_ADAPTIVE";
+    case Method::kNgram:
+      return "NGRAM";
   }
   return "UNKNOWN";
 }
 
 absl::StatusOr<Method> ParseMethod(std::string_view name) {
   const std::string upper = absl::AsciiStrToUpper(std::string(name));
-  for (Method m : {Method::kAr, Method::kDraftChain, Method::kDyspecTree, Method::kDflash,
-                   Method::kDflashAdaptive}) {
+  for (Method m : kAllMethods) {
     if (upper == MethodName(m)) return m;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown method '", std::string(name),
-                   "'; expected AR, DRAFT_CHAIN, DYSPEC_TREE, DFLASH or DFLASH_ADAPTIVE"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown method '", std::string(name),
+      "'; expected AR, DRAFT_CHAIN, DYSPEC_TREE, DFLASH, DFLASH_ADAPTIVE or NGRAM"));
 }
 
 }  // namespace specdec::engine

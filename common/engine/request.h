@@ -12,21 +12,27 @@
 
 namespace specdec::engine {
 
-enum class Method { kAr, kDraftChain, kDyspecTree, kDflash, kDflashAdaptive };
+enum class Method { kAr, kDraftChain, kDyspecTree, kDflash, kDflashAdaptive, kNgram };
 
 const char* MethodName(Method m);
 absl::StatusOr<Method> ParseMethod(std::string_view name);  // "AR", "DRAFT_CHAIN", ... (any case)
+inline constexpr Method kAllMethods[] = {Method::kAr,     Method::kDraftChain,
+                                         Method::kDyspecTree, Method::kDflash,
+                                         Method::kDflashAdaptive, Method::kNgram};
 
 struct DecodeOptions {
   Method method = Method::kAr;
   int32_t max_new_tokens = 128;
   sampling::SamplingParams sampling;
   std::vector<int32_t> stop_token_ids;  // generation ends at one of these (not included)
-  int32_t draft_length = 4;             // DRAFT_CHAIN: K draft tokens per step
-  int32_t tree_budget = 16;             // DYSPEC_TREE: draft nodes per step (excluding the root)
-  int32_t tree_max_depth = 8;           // DYSPEC_TREE: deepest node
-  float tree_threshold = 0.f;           // DYSPEC_TREE: > 0 selects the layer-wise threshold variant
-  int32_t block_size = 0;               // DFLASH: 0 = the drafter's training block size
+  // Generation ends when the completion's text contains one of these; the text ends before it
+  // (needs the loop's tokenizer).
+  std::vector<std::string> stop_strings;
+  int32_t draft_length = 4;    // DRAFT_CHAIN, NGRAM: K draft tokens per step
+  int32_t tree_budget = 16;    // DYSPEC_TREE: draft nodes per step (excluding the root)
+  int32_t tree_max_depth = 8;  // DYSPEC_TREE: deepest node
+  float tree_threshold = 0.f;  // DYSPEC_TREE: > 0 selects the layer-wise threshold variant
+  int32_t block_size = 0;      // DFLASH: 0 = the drafter's training block size
 };
 
 // Per-request statistics (docs/design.md §5), filled by the step loop for the in-process engine
@@ -60,8 +66,10 @@ struct DecodeStats {
 
 struct DecodeResult {
   std::vector<int32_t> tokens;  // generated tokens; a stop token is not included
-  bool stopped = false;         // ended by a stop token (else by the length)
-  int32_t stop_token = -1;      // the stop token that ended it, when stopped
+  bool stopped = false;         // ended by a stop token or string (else by the length)
+  int32_t stop_token = -1;      // the stop token that ended it
+  std::string stop_string;      // the stop string that ended it
+  std::string text;             // the completion's text, when the loop decoded it
   DecodeStats stats;
 };
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/tokenizer/utf8.h"
 #include "common/util/status_macros.h"
 
 namespace specdec::engine {
@@ -19,6 +20,23 @@ absl::Status CheckTokens(const char* field, std::span<const int32_t> ids, int64_
     if (ids[i] < 0 || ids[i] >= vocab) {
       return absl::InvalidArgumentError(absl::StrCat(
           field, "[", i, "] = ", ids[i], " is outside the vocabulary [0, ", vocab, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckStopStrings(const std::vector<std::string>& stops) {
+  if (stops.size() > static_cast<size_t>(kMaxStopStrings)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("stop: at most ", kMaxStopStrings, " stop strings, got ", stops.size()));
+  }
+  for (size_t i = 0; i < stops.size(); ++i) {
+    if (stops[i].empty() || stops[i].size() > static_cast<size_t>(kMaxStopStringBytes)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "stop[", i, "] must be 1..", kMaxStopStringBytes, " bytes, got ", stops[i].size()));
+    }
+    if (!tokenizer::IsValidUtf8(stops[i])) {
+      return absl::InvalidArgumentError(absl::StrCat("stop[", i, "] is not valid UTF-8"));
     }
   }
   return absl::OkStatus();
@@ -57,6 +75,7 @@ absl::Status ValidateDecodeRequest(std::span<const int32_t> prompt, const Decode
   }
   RETURN_IF_ERROR(sampling::ValidateSamplingParams(options.sampling));
   RETURN_IF_ERROR(CheckTokens("stop_token_ids", options.stop_token_ids, limits.vocab_size));
+  RETURN_IF_ERROR(CheckStopStrings(options.stop_strings));
   return CheckMethodParameters(options);
 }
 

@@ -16,6 +16,8 @@ inline constexpr int32_t kMaxTreeDepth = 64;    // DYSPEC_TREE: deepest node
 inline constexpr int32_t kMinBlockSize = 2;     // DFLASH*: rows of a block, row 0 included
 inline constexpr int32_t kMaxBlockSize = 256;
 inline constexpr int32_t kMaxRunTokens = 4096;  // tokens one server-side run may commit
+inline constexpr int32_t kMaxStopStrings = 16;
+inline constexpr int32_t kMaxStopStringBytes = 256;
 
 // What the target model allows.
 struct ModelLimits {
@@ -25,8 +27,8 @@ struct ModelLimits {
 
 // OK, or INVALID_ARGUMENT naming the field, its allowed range and the value sent: the prompt
 // (non-empty, ids in the vocabulary), max_new_tokens (>= 0, prompt + max_new_tokens within the
-// context), sampling, stop_token_ids, and the method parameters (draft_length, tree_budget,
-// tree_max_depth, tree_threshold, block_size).
+// context), sampling, stop_token_ids, stop_strings (at most 16, each 1..256 bytes of UTF-8), and
+// the method parameters (draft_length, tree_budget, tree_max_depth, tree_threshold, block_size).
 absl::Status ValidateDecodeRequest(std::span<const int32_t> prompt, const DecodeOptions& options,
                                    const ModelLimits& limits);
 

@@ -1,6 +1,7 @@
 #include "common/engine/step_loop.h"
 
 #include <algorithm>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "common/engine/request_limits.h"
@@ -21,7 +22,7 @@ class StepLoop {
       : parts_(parts),
         prompt_(prompt),
         options_(options),
-        stop_(options.max_new_tokens, options.stop_token_ids),
+        stop_(options.max_new_tokens, options.stop_token_ids, MakeTextStop(parts, options)),
         drafter_(parts.drafter) {
     stats_.method = options.method;
   }
@@ -36,14 +37,25 @@ class StepLoop {
         RETURN_IF_ERROR(Step());
       }
     }
+    FlushText();
     stats_.total_ms = MsSince(start_);
     if (itl_count_ > 0) stats_.mean_itl_ms = itl_sum_ms_ / itl_count_;
     DecodeResult r;
     r.tokens = std::move(out_);
     r.stopped = stop_.stopped();
     r.stop_token = stop_.stop_token();
+    r.stop_string = stop_.stop_string();
+    r.text = std::move(text_);
     r.stats = std::move(stats_);
     return r;
+  }
+
+  static std::unique_ptr<TextStop> MakeTextStop(const LoopParts& parts,
+                                                const DecodeOptions& options) {
+    if (parts.tokenizer == nullptr || (!parts.decode_text && options.stop_strings.empty())) {
+      return nullptr;
+    }
+    return std::make_unique<TextStop>(*parts.tokenizer, options.stop_strings);
   }
 
  private:
@@ -204,7 +216,8 @@ class StepLoop {
   void Commit(const StepResult& step, bool prefill, int32_t block = 0) {
     produced_ += static_cast<int64_t>(step.committed.size());
     if (!step.committed.empty()) last_ = step.committed.back();
-    const size_t kept = stop_.Take(step.committed);
+    std::string text;
+    const size_t kept = stop_.Take(step.committed, &text);
     const std::span<const int32_t> tokens = std::span<const int32_t>(step.committed).first(kept);
     out_.insert(out_.end(), tokens.begin(), tokens.end());
     StepInfo info;
@@ -214,7 +227,19 @@ class StepLoop {
       stats_.committed_tokens += static_cast<int64_t>(kept);
     }
     RecordLatency(kept);
+    text_ += text;
+    info.text = std::move(text);
     if (parts_.on_commit) parts_.on_commit(tokens, info);
+  }
+
+  // Text a stop string might still have begun in, released at the end.
+  void FlushText() {
+    StepInfo info;
+    info.step = -1;
+    info.text = stop_.FlushText();
+    if (info.text.empty()) return;
+    text_ += info.text;
+    if (parts_.on_commit) parts_.on_commit({}, info);
   }
 
   StepInfo RecordStep(const StepResult& step, int32_t block) {
@@ -270,6 +295,7 @@ class StepLoop {
   int32_t last_ = -1;
   int64_t produced_ = 0;  // tokens the target committed, the prefill's included
   std::vector<int32_t> out_;
+  std::string text_;  // the completion's text, when decoded
   DecodeStats stats_;
   bool any_token_ = false;
   SteadyClock::time_point last_commit_;
@@ -282,6 +308,10 @@ class StepLoop {
 absl::StatusOr<DecodeResult> RunStepLoop(const LoopParts& parts, std::span<const int32_t> prompt,
                                          const DecodeOptions& options) {
   if (parts.target == nullptr) return absl::FailedPreconditionError("no target side");
+  if (!options.stop_strings.empty() && parts.tokenizer == nullptr) {
+    return absl::FailedPreconditionError(
+        "stop strings need a tokenizer to decode the completion; none is loaded");
+  }
   StepLoop loop(parts, prompt, options);
   return loop.Run();
 }

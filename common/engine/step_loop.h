@@ -16,6 +16,10 @@
 #include "common/engine/request.h"
 #include "common/engine/verify.h"
 
+namespace specdec::tokenizer {
+class Tokenizer;
+}
+
 namespace specdec::engine {
 
 struct PrefillResult {
@@ -145,6 +149,9 @@ struct StepInfo {
   int32_t batch_size = 1;  // sequences in the target pass
   double draft_ms = 0;
   double verify_ms = 0;  // prefill time for step 0
+  // The completion's text this step released, when the loop decodes text (LoopParts). The loop
+  // ends with a text-only call (no tokens, step -1) for text held back to the end.
+  std::string text;
 };
 
 // Called for every step with the tokens it added to the output (possibly none: a stop token).
@@ -163,6 +170,10 @@ struct LoopParts {
   absl::Status drafter_unavailable = absl::UnavailableError("no drafter");
   std::function<bool()> cancelled;  // polled before every step; true ends with CANCELLED
   CommitCallback on_commit;
+  // Decodes the completion's text (StepInfo::text, DecodeResult::text) when `decode_text` or
+  // stop strings ask for it; stop strings without a tokenizer are FAILED_PRECONDITION.
+  const tokenizer::Tokenizer* tokenizer = nullptr;
+  bool decode_text = false;
 };
 
 // Runs one validated request (request_limits.h) to its end. Errors of the target side end the

@@ -64,8 +64,8 @@ class TargetSession {
 
   // Verifies the requests of several sessions (each session at most once) in one batched forward
   // pass over their ragged rows: continuous batching. Each result equals that session's Verify
-  // up to floating-point rounding (DESIGN 2.6). A request that fails validation gets its own
-  // error and leaves its session untouched; the others still run. Sessions that want features
+  // up to floating-point rounding (docs/design.md §2.6). A request that fails validation gets its
+  // own error and leaves its session untouched; the others still run. Sessions that want features
   // must share their capture layers (callers group them; see CanShareBatch).
   static std::vector<absl::StatusOr<VerifyOutcome>> VerifyBatch(
       std::span<TargetSession* const> sessions, std::span<const VerifyRequest> requests);

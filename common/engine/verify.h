@@ -1,4 +1,5 @@
-// Lossless verification rules of speculative decoding (DESIGN §2.1), on plain probability rows.
+// Lossless verification rules of speculative decoding (docs/design.md §2.1), on plain probability
+// rows.
 //
 // All functions take *warped* distributions: the target's p and the drafter's q after the same
 // temperature / top-k / top-p (sampling::WarpedProbs). With greedy set, p rows only need their

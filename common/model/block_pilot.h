@@ -1,5 +1,5 @@
-// BlockPilot block-size policy (DESIGN §2.5): a small MLP over the target's raw last-token logits
-// after prefill that picks the DFlash block size for a request from {B-k, ..., B+k}.
+// BlockPilot block-size policy (docs/design.md §2.5): a small MLP over the target's raw last-token
+// logits after prefill that picks the DFlash block size for a request from {B-k, ..., B+k}.
 #ifndef SPECDEC_COMMON_MODEL_BLOCK_PILOT_H_
 #define SPECDEC_COMMON_MODEL_BLOCK_PILOT_H_
 

@@ -1,5 +1,5 @@
-// DFlash block-diffusion drafter (DESIGN §2.4): proposes a whole block of draft tokens in one
-// non-causal forward pass, conditioned on fused target features injected as context K/V.
+// DFlash block-diffusion drafter (docs/design.md §2.4): proposes a whole block of draft tokens in
+// one non-causal forward pass, conditioned on fused target features injected as context K/V.
 #ifndef SPECDEC_COMMON_MODEL_DFLASH_DRAFTER_H_
 #define SPECDEC_COMMON_MODEL_DFLASH_DRAFTER_H_
 

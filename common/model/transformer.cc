@@ -297,6 +297,19 @@ struct Transformer::Weights {
   std::vector<Layer> layers;
 };
 
+absl::StatusOr<LoadOptions> LoadOptions::ForDtype(std::string_view dtype) {
+  LoadOptions o;
+  if (dtype == "f32") {
+    o.dtype = at::kFloat;
+  } else if (dtype == "bf16") {
+    o.dtype = at::kBFloat16;
+  } else if (dtype != "auto" && !dtype.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dtype must be auto, f32 or bf16, got '", std::string(dtype), "'"));
+  }
+  return o;
+}
+
 Transformer::Transformer(ModelConfig config, LoadOptions options, std::unique_ptr<Weights> weights)
     : config_(std::move(config)),
       options_(options),

@@ -14,6 +14,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -52,6 +53,10 @@ struct LoadOptions {
   std::optional<at::ScalarType> dtype;
   // Longest sequence (cache + new tokens) accepted; 0 = the config's max_position_embeddings.
   int64_t max_context = 0;
+
+  // The options of a service's --dtype flag: "auto" (the checkpoint's), "f32" or "bf16";
+  // INVALID_ARGUMENT otherwise.
+  static absl::StatusOr<LoadOptions> ForDtype(std::string_view dtype);
 };
 
 // An immutable loaded model. Forward is safe to call from several threads at once as long as

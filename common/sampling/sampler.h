@@ -1,6 +1,6 @@
 // Sampling for decoding: logit warping (temperature, top-k, top-p), a deterministic per-request
 // RNG, and token selection. Plain C++ over float spans (no torch), so it is cheap to build and
-// test. The same warping defines the target's p and the drafter's q (DESIGN §2.1), so every
+// test. The same warping defines the target's p and the drafter's q (docs/design.md §2.1), so every
 // component that samples or verifies goes through these functions.
 #ifndef SPECDEC_COMMON_SAMPLING_SAMPLER_H_
 #define SPECDEC_COMMON_SAMPLING_SAMPLER_H_

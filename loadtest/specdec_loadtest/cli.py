@@ -84,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--methods", type=_methods, default=_methods(DEFAULT_METHODS),
                    metavar="M,M,...",
                    help=f"decoding methods to compare (default {DEFAULT_METHODS}); any of AR, "
-                        "DRAFT_CHAIN, DYSPEC_TREE, DFLASH, DFLASH_ADAPTIVE, DEFAULT")
+                        "DRAFT_CHAIN, DYSPEC_TREE, DFLASH, DFLASH_ADAPTIVE, NGRAM, DEFAULT")
     g.add_argument("--concurrency", type=_csv(int), metavar="N,N,...",
                    help="closed-loop levels: requests kept in flight (default 1 when no --rate)")
     g.add_argument("--rate", type=_csv(float), metavar="R,R,...",

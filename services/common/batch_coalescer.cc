@@ -4,7 +4,9 @@
 
 namespace specdec::services {
 namespace {
-double Seconds(BatchCoalescer::Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+double Seconds(BatchCoalescer::Clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
 }  // namespace
 
 void BatchCoalescer::Sent(uint64_t owner, Clock::time_point t) {

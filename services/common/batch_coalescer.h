@@ -23,9 +23,9 @@ class BatchCoalescer {
  public:
   using Clock = std::chrono::steady_clock;
   struct Options {
-    double fraction = 0.25;                          // of the mean batch compute time
+    double fraction = 0.25;  // of the mean batch compute time
     Clock::duration max_wait = std::chrono::milliseconds(2);
-    double alpha = 0.3;                              // EWMA weight of a new gap or compute sample
+    double alpha = 0.3;  // EWMA weight of a new gap or compute sample
   };
 
   BatchCoalescer() : BatchCoalescer(Options{}) {}
@@ -50,7 +50,7 @@ class BatchCoalescer {
  private:
   struct Stream {
     Clock::time_point sent{};
-    double gap = -1;  // seconds; < 0 until measured
+    double gap = -1;    // seconds; < 0 until measured
     bool away = false;  // answered, next operation not arrived yet
   };
   double MaxWaitSeconds() const;

@@ -1,5 +1,5 @@
-// Per-request state behind opaque KV-cache handles (DESIGN §1): leases, a memory budget, owner
-// streams, re-attach, and the status codes clients rely on.
+// Per-request state behind opaque KV-cache handles (docs/design.md §1): leases, a memory budget,
+// owner streams, re-attach, and the status codes clients rely on.
 #ifndef SPECDEC_SERVICES_COMMON_HANDLE_TABLE_H_
 #define SPECDEC_SERVICES_COMMON_HANDLE_TABLE_H_
 

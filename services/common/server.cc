@@ -11,7 +11,8 @@
 namespace specdec::services {
 
 absl::StatusOr<StartedServer> StartServer(const std::string& address,
-                                          const std::vector<grpc::Service*>& services) {
+                                          const std::vector<grpc::Service*>& services,
+                                          const std::vector<std::string>& service_names) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -29,7 +30,9 @@ absl::StatusOr<StartedServer> StartServer(const std::string& address,
   if (out.server == nullptr || out.port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
   }
-  out.server->GetHealthCheckService()->SetServingStatus(true);
+  grpc::HealthCheckServiceInterface* health = out.server->GetHealthCheckService();
+  health->SetServingStatus(true);
+  for (const std::string& name : service_names) health->SetServingStatus(name, true);
   return out;
 }
 

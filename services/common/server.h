@@ -24,11 +24,13 @@ struct StartedServer {
 };
 
 // Builds and starts a server on `address` ("host:port") with the given services, gRPC health
-// checking (every service reported SERVING) and reflection. UNAVAILABLE if the address cannot be
+// checking (SERVING for the server, "", and for each of `service_names`, the services' full
+// names such as "specdec.v1.Router") and reflection. UNAVAILABLE if the address cannot be
 // bound. Connections are closed gracefully after SPECDEC_MAX_CONNECTION_AGE_MS (default 60000;
 // 0 = never) so that clients re-resolve the server's DNS name.
 absl::StatusOr<StartedServer> StartServer(const std::string& address,
-                                          const std::vector<grpc::Service*>& services);
+                                          const std::vector<grpc::Service*>& services,
+                                          const std::vector<std::string>& service_names);
 
 // Marks the server NOT_SERVING on the health service, waits up to `drain_ms` for in-flight calls,
 // then shuts down.

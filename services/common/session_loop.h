@@ -1,6 +1,6 @@
-// The serving skeleton shared by the model-owning services (DESIGN §1): bidirectional Session
-// streams whose operations are queued to one scheduler thread that owns the models. gRPC reactors
-// only enqueue and write; they never compute.
+// The serving skeleton shared by the model-owning services (docs/design.md §1): bidirectional
+// Session streams whose operations are queued to one scheduler thread that owns the models. gRPC
+// reactors only enqueue and write; they never compute.
 #ifndef SPECDEC_SERVICES_COMMON_SESSION_LOOP_H_
 #define SPECDEC_SERVICES_COMMON_SESSION_LOOP_H_
 

@@ -15,7 +15,7 @@
 #include "common/model/runtime.h"
 #include "common/model/transformer.h"
 #include "common/util/status_macros.h"
-#include "services/common/dflash_info.h"
+#include "services/common/model_info.h"
 #include "services/common/handle_table.h"
 #include "services/common/run_server.h"
 #include "services/common/server.h"
@@ -150,6 +150,7 @@ class DrafterCore {
   }
   HandleTable<DraftEntry>& table() { return table_; }
   const model::DFlashDrafter* dflash() const { return dflash_.get(); }
+  const model::Transformer* draft_lm() const { return draft_lm_.get(); }
 
  private:
   void UpdateGauges() {
@@ -365,7 +366,23 @@ class DrafterServiceImpl final : public v1::Drafter::CallbackService {
   }
   grpc::ServerUnaryReactor* GetInfo(grpc::CallbackServerContext* ctx, const v1::GetInfoRequest*,
                                     v1::ModelInfo* info) override {
-    if (const model::DFlashDrafter* d = core_->dflash()) FillDFlashInfo(*d, info);
+    // The top level describes the DFlash drafter when one is loaded, else the AR draft model;
+    // draft_models lists both.
+    v1::ModelInfo all;
+    if (const model::Transformer* lm = core_->draft_lm()) {
+      v1::DraftModelInfo* dm = all.add_draft_models();
+      dm->set_kind(v1::AR_DRAFT_LM);
+      FillTransformerInfo(*lm, "draft", dm->mutable_model());
+    }
+    if (const model::DFlashDrafter* d = core_->dflash()) {
+      v1::DraftModelInfo* dm = all.add_draft_models();
+      dm->set_kind(v1::DFLASH_DRAFTER);
+      FillDFlashInfo(*d, dm->mutable_model());
+    }
+    if (all.draft_models_size() > 0) {
+      *info = all.draft_models(all.draft_models_size() - 1).model();
+      *info->mutable_draft_models() = all.draft_models();
+    }
     auto* reactor = ctx->DefaultReactor();
     reactor->Finish(grpc::Status::OK);
     return reactor;
@@ -396,9 +413,7 @@ absl::StatusOr<std::unique_ptr<DrafterServer>> DrafterServer::Start(
   }
   model::ConfigureKernelCache(options.kernel_cache_capacity);
   model::ConfigureComputeThreads(options.threads);
-  model::LoadOptions lo;
-  if (options.dtype == "f32") lo.dtype = at::kFloat;
-  if (options.dtype == "bf16") lo.dtype = at::kBFloat16;
+  ASSIGN_OR_RETURN(const model::LoadOptions lo, model::LoadOptions::ForDtype(options.dtype));
   std::unique_ptr<model::Transformer> target, draft_lm;
   std::unique_ptr<model::DFlashDrafter> dflash;
   if (!options.dflash_dir.empty()) {
@@ -426,7 +441,8 @@ absl::StatusOr<std::unique_ptr<DrafterServer>> DrafterServer::Start(
   if (!options.metrics_address.empty()) {
     RETURN_IF_ERROR(impl->metrics_server.Listen(options.metrics_address));
   }
-  ASSIGN_OR_RETURN(impl->server, StartServer(options.address, {impl->service.get()}));
+  ASSIGN_OR_RETURN(impl->server, StartServer(options.address, {impl->service.get()},
+                                             {v1::Drafter::service_full_name()}));
   return std::unique_ptr<DrafterServer>(new DrafterServer(std::move(impl)));
 }
 

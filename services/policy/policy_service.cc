@@ -193,7 +193,8 @@ absl::StatusOr<std::unique_ptr<PolicyServer>> PolicyServer::Start(
   if (!options.metrics_address.empty()) {
     RETURN_IF_ERROR(impl->metrics_server.Listen(options.metrics_address));
   }
-  ASSIGN_OR_RETURN(impl->server, StartServer(options.address, {impl->service.get()}));
+  ASSIGN_OR_RETURN(impl->server, StartServer(options.address, {impl->service.get()},
+                                             {v1::Policy::service_full_name()}));
   return std::unique_ptr<PolicyServer>(new PolicyServer(std::move(impl)));
 }
 

@@ -7,8 +7,7 @@
 namespace specdec::services {
 
 absl::Status AdmissionQueue::Admit(std::chrono::system_clock::time_point deadline,
-                                   const std::function<bool()>& cancelled,
-                                   double* waited_seconds) {
+                                   const std::function<bool()>& cancelled, double* waited_seconds) {
   using Steady = std::chrono::steady_clock;
   const auto t0 = Steady::now();
   auto waited = [&] {
@@ -45,10 +44,10 @@ absl::Status AdmissionQueue::Admit(std::chrono::system_clock::time_point deadlin
       break;
     }
     if (Steady::now() >= give_up) {
-      result = absl::ResourceExhaustedError(absl::StrCat(
-          "the router is at capacity: queued ", options_.timeout.count(),
-          " ms (--queue-timeout-ms) behind ", active_,
-          " requests in flight (--max-active-requests); retry later"));
+      result = absl::ResourceExhaustedError(
+          absl::StrCat("the router is at capacity: queued ", options_.timeout.count(),
+                       " ms (--queue-timeout-ms) behind ", active_,
+                       " requests in flight (--max-active-requests); retry later"));
       break;
     }
     // Wake on a release, and every 20 ms to poll cancellation and the deadlines.

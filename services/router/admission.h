@@ -24,7 +24,7 @@ namespace specdec::services {
 class AdmissionQueue {
  public:
   struct Options {
-    int max_active = 64;   // <= 0: unbounded
+    int max_active = 64;  // <= 0: unbounded
     int max_waiting = 256;
     std::chrono::milliseconds timeout{10000};
   };

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/util/status_macros.h"
+#include "services/common/log.h"
 
 namespace specdec::services {
 namespace {
@@ -126,6 +127,10 @@ std::optional<size_t> Backends::Pick(ReplicaSet& set, const char* service,
 }
 
 void Backends::NoteFailure(ReplicaSet& set, size_t i, const absl::Status& status) {
+  Log(LogLevel::kWarning, "backend_failure",
+      absl::StrCat(" service=", set.service(), " address=", set.address(i),
+                   " code=", absl::StatusCodeToString(status.code()),
+                   " message=", LogValue(status.message())));
   if (status.code() == absl::StatusCode::kUnavailable) set.MarkUnhealthy(i);
 }
 
@@ -164,6 +169,7 @@ std::optional<v1::ModelInfo> Backends::PolicyInfo() {
 void Backends::FillInfo(v1::RouterInfo* info) {
   *info->mutable_target() = target_info_;
   info->add_methods(v1::AR);
+  info->add_methods(v1::NGRAM);
   if (drafters_) {
     info->add_methods(v1::DRAFT_CHAIN);
     info->add_methods(v1::DYSPEC_TREE);

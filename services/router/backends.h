@@ -51,7 +51,8 @@ class Backends {
   // Picks a healthy replica of `set` (not in `exclude`), counting the pick; nullopt when none.
   std::optional<size_t> Pick(ReplicaSet& set, const char* service,
                              const std::vector<size_t>& exclude = {});
-  // Marks replica `i` of `set` down when `status` says it is gone (UNAVAILABLE).
+  // Logs a backend failure and marks replica `i` of `set` down when `status` says it is gone
+  // (UNAVAILABLE).
   static void NoteFailure(ReplicaSet& set, size_t i, const absl::Status& status);
   // Drafter replica `i`'s ModelInfo, asked once (and again after the replica was down).
   absl::StatusOr<v1::ModelInfo> DrafterInfo(size_t i,

@@ -1,6 +1,7 @@
 // specdec-router: the client-facing Generate API over the target, drafter and policy services.
 #include <CLI/CLI.hpp>
 
+#include "services/common/log.h"
 #include "services/router/router_service.h"
 
 int main(int argc, char** argv) {
@@ -23,7 +24,8 @@ int main(int argc, char** argv) {
       ->envname("SPECDEC_POLICY_ENDPOINT");
   app.add_option("--tokenizer", o.tokenizer_dir, "directory with tokenizer.json (text prompts)")
       ->envname("SPECDEC_TOKENIZER");
-  app.add_option("--model-name", o.model_name, "model label of the metrics")
+  app.add_option("--model-name", o.model_name,
+                 "the served model's name: metrics label, and accepted in GenerateRequest.model")
       ->envname("SPECDEC_MODEL_NAME");
   app.add_option("--default-max-new-tokens", o.default_max_new_tokens, "when a request sets 0");
   app.add_option("--connect-timeout-ms", o.connect_timeout_ms, "wait for the target at startup");
@@ -57,6 +59,13 @@ int main(int argc, char** argv) {
   app.add_option("--health-interval-ms", o.health_interval_ms, "replica health probe period")
       ->envname("SPECDEC_HEALTH_INTERVAL_MS");
   app.add_option("--drain-ms", o.drain_ms, "graceful shutdown budget")->envname("SPECDEC_DRAIN_MS");
+  std::string log_level = "info";
+  app.add_option("--log-level", log_level,
+                 "info: a line per request and per backend failure; warning: failures only; "
+                 "error: none")
+      ->check(CLI::IsMember({"error", "warning", "info"}))
+      ->envname("SPECDEC_LOG_LEVEL");
   CLI11_PARSE(app, argc, argv);
+  specdec::services::SetLogLevel(*specdec::services::ParseLogLevel(log_level));
   return specdec::services::RunRouterServer(o);
 }

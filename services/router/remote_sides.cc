@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/engine/ngram_drafter.h"
 #include "common/util/clock.h"
 #include "common/util/status_macros.h"
 #include "services/common/tensor_proto.h"
@@ -324,6 +325,12 @@ RemoteSides ConnectSides(Backends& backends, Deadline deadline,
                          const engine::DecodeOptions& options, BlockCostModel* block_model) {
   RemoteSides sides;
   const bool dflash = IsDflash(options.method);
+  if (options.method == engine::Method::kNgram) {
+    sides.target = std::make_unique<RemoteTarget>(backends, deadline, options,
+                                                  std::vector<int64_t>(), false, block_model);
+    sides.drafter = std::make_unique<engine::NgramDrafter>();
+    return sides;
+  }
   const bool try_hosted = dflash && backends.TargetDrafting();
   std::optional<size_t> replica;
   ReplicaSet* drafters = backends.drafters();

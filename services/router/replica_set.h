@@ -41,6 +41,7 @@ class ReplicaSet {
   ~ReplicaSet();  // stops probing
 
   size_t size() const { return replicas_.size(); }
+  const std::string& service() const { return options_.service; }
   const std::string& address(size_t i) const { return replicas_[i]->address; }
   const std::shared_ptr<grpc::Channel>& channel(size_t i) const { return replicas_[i]->channel; }
   bool healthy(size_t i) const { return replicas_[i]->healthy.load(); }

@@ -1,7 +1,9 @@
 #include "services/router/request_conversion.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/tokenizer/tokenizer.h"
+#include "common/tokenizer/utf8.h"
 #include "common/util/status_macros.h"
 
 namespace specdec::services {
@@ -16,6 +18,8 @@ engine::Method ToEngine(v1::Method method) {
       return engine::Method::kDflash;
     case v1::DFLASH_ADAPTIVE:
       return engine::Method::kDflashAdaptive;
+    case v1::NGRAM:
+      return engine::Method::kNgram;
     default:
       return engine::Method::kAr;
   }
@@ -33,6 +37,8 @@ v1::Method ToProto(engine::Method method) {
       return v1::DFLASH;
     case engine::Method::kDflashAdaptive:
       return v1::DFLASH_ADAPTIVE;
+    case engine::Method::kNgram:
+      return v1::NGRAM;
   }
   return v1::METHOD_UNSPECIFIED;
 }
@@ -45,6 +51,9 @@ absl::StatusOr<std::vector<int32_t>> PromptTokens(const v1::GenerateRequest& req
   if (!request.has_text()) {
     return absl::InvalidArgumentError("the prompt is empty: set text or token_ids");
   }
+  if (!tokenizer::IsValidUtf8(request.text())) {
+    return absl::InvalidArgumentError("text is not valid UTF-8");
+  }
   if (tokenizer == nullptr) {
     return absl::FailedPreconditionError(
         "text prompts need the router's tokenizer (--tokenizer); send token_ids instead");
@@ -52,9 +61,32 @@ absl::StatusOr<std::vector<int32_t>> PromptTokens(const v1::GenerateRequest& req
   return tokenizer->Encode(request.text(), tokenizer->add_bos_by_default());
 }
 
+namespace {
+
+absl::Status CheckNames(const v1::GenerateRequest& request, const RequestDefaults& defaults) {
+  if (request.request_id().size() > kMaxRequestIdBytes ||
+      !tokenizer::IsValidUtf8(request.request_id())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("request_id must be at most ", kMaxRequestIdBytes, " bytes of UTF-8"));
+  }
+  if (!tokenizer::IsValidUtf8(request.model())) {
+    return absl::InvalidArgumentError("model is not valid UTF-8");
+  }
+  if (request.model().empty()) return absl::OkStatus();
+  for (const std::string& name : defaults.model_names) {
+    if (request.model() == name) return absl::OkStatus();
+  }
+  return absl::NotFoundError(absl::StrCat("model '", request.model(),
+                                          "' is not served here; it serves '",
+                                          absl::StrJoin(defaults.model_names, "' or '"), "'"));
+}
+
+}  // namespace
+
 absl::StatusOr<engine::DecodeOptions> ConvertRequest(const v1::GenerateRequest& request,
                                                      std::span<const int32_t> prompt,
                                                      const RequestDefaults& defaults) {
+  RETURN_IF_ERROR(CheckNames(request, defaults));
   if (!v1::Method_IsValid(request.method())) {
     return absl::InvalidArgumentError(absl::StrCat("unknown method ", request.method()));
   }
@@ -66,6 +98,7 @@ absl::StatusOr<engine::DecodeOptions> ConvertRequest(const v1::GenerateRequest& 
   const v1::SamplingParams& s = request.sampling();
   o.sampling = {s.temperature(), s.top_k(), s.top_p() == 0.f ? 1.f : s.top_p(), s.seed()};
   o.stop_token_ids.assign(request.stop_token_ids().begin(), request.stop_token_ids().end());
+  o.stop_strings.assign(request.stop().begin(), request.stop().end());
   if (!request.ignore_eos()) {
     o.stop_token_ids.insert(o.stop_token_ids.end(), defaults.eos_token_ids.begin(),
                             defaults.eos_token_ids.end());

@@ -4,6 +4,7 @@
 #define SPECDEC_SERVICES_ROUTER_REQUEST_CONVERSION_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -26,15 +27,20 @@ struct RequestDefaults {
   int32_t max_new_tokens = 128;
   std::vector<int32_t> eos_token_ids;  // stop tokens unless ignore_eos
   engine::ModelLimits limits;
+  std::vector<std::string> model_names;  // what GenerateRequest.model may name
 };
 
-// The prompt's token ids: token_ids as sent, or text tokenized with `tokenizer` (null: text
-// prompts are FAILED_PRECONDITION). Ids are checked by ConvertRequest.
+inline constexpr size_t kMaxRequestIdBytes = 128;
+
+// The prompt's token ids: token_ids as sent, or text (UTF-8, else INVALID_ARGUMENT) tokenized
+// with `tokenizer` (null: text prompts are FAILED_PRECONDITION). Ids are checked by
+// ConvertRequest.
 absl::StatusOr<std::vector<int32_t>> PromptTokens(const v1::GenerateRequest& request,
                                                   const tokenizer::Tokenizer* tokenizer);
 
 // The engine request of a Generate call, validated (request_limits.h): proto3's zeros read as
-// the defaults, EOS added to the stop tokens unless ignore_eos. INVALID_ARGUMENT names the field.
+// the defaults, EOS added to the stop tokens unless ignore_eos. INVALID_ARGUMENT names the field;
+// a `model` the router does not serve is NOT_FOUND.
 absl::StatusOr<engine::DecodeOptions> ConvertRequest(const v1::GenerateRequest& request,
                                                      std::span<const int32_t> prompt,
                                                      const RequestDefaults& defaults);

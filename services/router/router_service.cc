@@ -4,14 +4,17 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <random>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/engine/step_loop.h"
-#include "common/tokenizer/stream_decoder.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/util/clock.h"
 #include "common/util/status_macros.h"
+#include "services/common/log.h"
 #include "services/common/run_server.h"
 #include "services/common/server.h"
 #include "services/router/admission.h"
@@ -44,18 +47,31 @@ struct RouterServer::Impl {
   BlockCostModel block_model;                        // fed by every server-side run's steps
   std::unique_ptr<AdmissionQueue> admission;         // set in Start
 
-  // Runs one request on its own worker thread: admission, Serve, the outcome.
+  const std::string instance = absl::StrFormat("%08x", std::random_device()());
+  std::atomic<uint64_t> next_request{0};
+
+  // What the request log line of a request says besides its status.
+  struct RequestRecord {
+    std::string request_id;
+    std::string method = "-";
+    size_t prompt_tokens = 0;
+    engine::DecodeResult result;
+  };
+  // Runs one request on its own worker thread: admission, Serve, the outcome, its log line.
   void Spawn(std::shared_ptr<Outbox> box, v1::GenerateRequest request, Deadline deadline);
-  absl::Status Admitted(const v1::GenerateRequest& request, Deadline deadline, Outbox& box);
+  absl::Status Admitted(const v1::GenerateRequest& request, Deadline deadline, Outbox& box,
+                        RequestRecord* record);
   // One admitted request, start to finish.
-  absl::Status Serve(const v1::GenerateRequest& request, Deadline deadline, Outbox& box);
+  absl::Status Serve(const v1::GenerateRequest& request, Deadline deadline, Outbox& box,
+                     RequestRecord* record);
+  void LogRequest(const RequestRecord& record, const absl::Status& status, double total_ms) const;
+  // The prompt as the first chunk (GenerateRequest.echo).
+  void Echo(const v1::GenerateRequest& request, std::span<const int32_t> prompt, Outbox& box);
   RequestDefaults Defaults() const;
-  // Streams each step's tokens as a chunk and counts the step.
+  // Streams each step's tokens (and text) as a chunk and counts the step.
   engine::CommitCallback Streamer(const v1::GenerateRequest& request,
-                                  const engine::DecodeOptions& options, Outbox& box,
-                                  std::shared_ptr<tokenizer::StreamDecoder> text);
-  v1::GenerateResponse Summary(const v1::GenerateRequest& request, size_t prompt_tokens,
-                               const engine::DecodeResult& result, bool load_aware_on,
+                                  const engine::DecodeOptions& options, Outbox& box);
+  v1::GenerateResponse Summary(const RequestRecord& record, bool load_aware_on,
                                int64_t in_flight_at_start);
 };
 
@@ -94,9 +110,14 @@ void RouterServer::Impl::Spawn(std::shared_ptr<Outbox> box, v1::GenerateRequest 
   }
   std::thread([this, box, request = std::move(request), deadline] {
     const auto t0 = SteadyClock::now();
-    absl::Status s = Admitted(request, deadline, *box);
+    RequestRecord record;
+    record.request_id = request.request_id().empty()
+                            ? absl::StrFormat("r-%s-%06d", instance, next_request++)
+                            : request.request_id();
+    absl::Status s = Admitted(request, deadline, *box, &record);
     metrics->outcomes.Add({{"code", absl::StatusCodeToString(s.code())}}).Increment();
     metrics->e2e.Observe(MsSince(t0) / 1000.0);
+    LogRequest(record, s, MsSince(t0));
     FinishBox(*box, ToGrpc(s));
     std::lock_guard<std::mutex> lock(workers_mu);
     --workers;
@@ -105,7 +126,7 @@ void RouterServer::Impl::Spawn(std::shared_ptr<Outbox> box, v1::GenerateRequest 
 }
 
 absl::Status RouterServer::Impl::Admitted(const v1::GenerateRequest& request, Deadline deadline,
-                                          Outbox& box) {
+                                          Outbox& box, RequestRecord* record) {
   metrics->queued.Increment();
   double waited = 0;
   absl::Status s = admission->Admit(
@@ -117,7 +138,7 @@ absl::Status RouterServer::Impl::Admitted(const v1::GenerateRequest& request, De
   ++in_flight;
   const auto started = SteadyClock::now();
   load_aware->RequestStarted(started);
-  s = Serve(request, deadline, box);
+  s = Serve(request, deadline, box, record);
   --in_flight;
   const auto now = SteadyClock::now();
   load_aware->RequestFinished(now, s.ok() ? now - started : SteadyClock::duration::zero());
@@ -133,14 +154,49 @@ RequestDefaults RouterServer::Impl::Defaults() const {
   d.max_new_tokens = options.default_max_new_tokens;
   d.eos_token_ids.assign(target.eos_token_ids().begin(), target.eos_token_ids().end());
   d.limits = {target.vocab_size(), target.max_context()};
+  d.model_names = {target.name()};
+  if (options.model_name != target.name()) d.model_names.push_back(options.model_name);
   return d;
 }
 
+void RouterServer::Impl::LogRequest(const RequestRecord& r, const absl::Status& status,
+                                    double total_ms) const {
+  if (!LogEnabled(LogLevel::kInfo)) return;
+  const engine::DecodeStats& st = r.result.stats;
+  std::string fields = absl::StrCat(
+      " request_id=", LogValue(r.request_id), " method=", r.method,
+      " status=", absl::StatusCodeToString(status.code()), " prompt_tokens=", r.prompt_tokens,
+      " completion_tokens=", r.result.tokens.size(), " tau=", absl::StrFormat("%.2f", st.tau()),
+      " block_size=", st.block_size, " ttft_ms=", absl::StrFormat("%.1f", st.ttft_ms),
+      " total_ms=", absl::StrFormat("%.1f", total_ms));
+  std::vector<std::string> fallbacks;
+  if (st.drafter_fallback || st.hosted_draft_failures > 0) fallbacks.push_back("drafter");
+  if (st.policy_fallback) fallbacks.push_back("policy");
+  if (st.planned_ar_steps > 0) fallbacks.push_back("load_aware_ar");
+  absl::StrAppend(&fields,
+                  " fallbacks=", fallbacks.empty() ? "none" : absl::StrJoin(fallbacks, ","));
+  if (!status.ok()) absl::StrAppend(&fields, " message=", LogValue(status.message()));
+  Log(status.ok() ? LogLevel::kInfo : LogLevel::kWarning, "request", fields);
+}
+
+void RouterServer::Impl::Echo(const v1::GenerateRequest& request, std::span<const int32_t> prompt,
+                              Outbox& box) {
+  v1::GenerateResponse r;
+  v1::TokenChunk* c = r.mutable_chunk();
+  c->set_prompt(true);
+  for (int32_t t : prompt) c->add_token_ids(t);
+  if (request.return_text() && tokenizer) c->set_text(tokenizer->Decode(prompt));
+  Push(box, std::move(r));
+}
+
 absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& request, Deadline deadline,
-                                       Outbox& box) {
+                                       Outbox& box, RequestRecord* record) {
   // Every field is validated before any backend is touched.
   ASSIGN_OR_RETURN(std::vector<int32_t> prompt, PromptTokens(request, tokenizer.get()));
+  record->prompt_tokens = prompt.size();
   ASSIGN_OR_RETURN(engine::DecodeOptions options, ConvertRequest(request, prompt, Defaults()));
+  record->method = engine::MethodName(options.method);
+  if (request.echo()) Echo(request, prompt, box);
   const int64_t load = in_flight.load();
   // Load awareness: each step of an adaptive request may run as plain AR when AR steps were
   // measured to decode faster at the current load (LoadAwareSpeculation).
@@ -157,23 +213,22 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& request, Deadl
   parts.max_context = backends->target_info().max_context();
   parts.drafter_unavailable = sides.drafter_unavailable;
   parts.cancelled = [&box] { return box.cancelled.load(); };
-  std::shared_ptr<tokenizer::StreamDecoder> text;
-  if (request.return_text() && tokenizer) {
-    text = std::make_shared<tokenizer::StreamDecoder>(*tokenizer);
-  }
-  parts.on_commit = Streamer(request, options, box, text);
-  ASSIGN_OR_RETURN(engine::DecodeResult result, engine::RunStepLoop(parts, prompt, options));
-  Push(box, Summary(request, prompt.size(), result, load_aware_on, load));
+  parts.tokenizer = tokenizer.get();
+  parts.decode_text = request.return_text();
+  parts.on_commit = Streamer(request, options, box);
+  ASSIGN_OR_RETURN(record->result, engine::RunStepLoop(parts, prompt, options));
+  Push(box, Summary(*record, load_aware_on, load));
   return absl::OkStatus();
 }
 
-engine::CommitCallback RouterServer::Impl::Streamer(
-    const v1::GenerateRequest& request, const engine::DecodeOptions& options, Outbox& box,
-    std::shared_ptr<tokenizer::StreamDecoder> text) {
+engine::CommitCallback RouterServer::Impl::Streamer(const v1::GenerateRequest& request,
+                                                    const engine::DecodeOptions& options,
+                                                    Outbox& box) {
   auto emitted = std::make_shared<int32_t>(0);
   const std::string method = engine::MethodName(options.method);
-  return [this, &box, text, emitted, method](std::span<const int32_t> tokens,
-                                             const engine::StepInfo& step) {
+  const bool return_text = request.return_text();
+  return [this, &box, emitted, method, return_text](std::span<const int32_t> tokens,
+                                                    const engine::StepInfo& step) {
     if (step.step > 0) {
       metrics->ObserveStep(method, this->options.model_name, step);
       if (step.drafted == 0) {
@@ -181,19 +236,17 @@ engine::CommitCallback RouterServer::Impl::Streamer(
         ar_step_ms.store(prev == 0 ? step.verify_ms : 0.95 * prev + 0.05 * step.verify_ms);
       }
     }
-    if (tokens.empty()) return;
+    if (tokens.empty() && (!return_text || step.text.empty())) return;
     // Every request's output counts for the load-aware epoch it lands in (its throughput).
-    if (this->options.load_aware) {
+    if (this->options.load_aware && !tokens.empty()) {
       load_aware->Committed(SteadyClock::now(), static_cast<int64_t>(tokens.size()));
     }
     v1::GenerateResponse r;
     v1::TokenChunk* c = r.mutable_chunk();
     c->set_index(*emitted);
     *emitted += static_cast<int32_t>(tokens.size());
-    for (int32_t t : tokens) {
-      c->add_token_ids(t);
-      if (text) c->mutable_text()->append(text->Push(t));
-    }
+    for (int32_t t : tokens) c->add_token_ids(t);
+    if (return_text) c->set_text(step.text);
     if (step.step > 0) {
       v1::StepStats* s = c->mutable_step();
       s->set_drafted(step.drafted);
@@ -208,16 +261,16 @@ engine::CommitCallback RouterServer::Impl::Streamer(
   };
 }
 
-v1::GenerateResponse RouterServer::Impl::Summary(const v1::GenerateRequest& request,
-                                                 size_t prompt_tokens,
-                                                 const engine::DecodeResult& result,
-                                                 bool load_aware_on, int64_t in_flight_at_start) {
+v1::GenerateResponse RouterServer::Impl::Summary(const RequestRecord& record, bool load_aware_on,
+                                                 int64_t in_flight_at_start) {
+  const engine::DecodeResult& result = record.result;
   const engine::DecodeStats& st = result.stats;
   v1::GenerateResponse r;
   v1::Summary* sum = r.mutable_summary();
   sum->set_finish_reason(result.stopped ? v1::STOP : v1::LENGTH);
   sum->set_stop_token_id(result.stop_token);
-  sum->set_request_id(request.request_id());
+  sum->set_stop_string(result.stop_string);
+  sum->set_request_id(record.request_id);
   *sum->mutable_stats() = ToProto(st);
   const double ar = ar_step_ms.load();
   double speedup = 0;
@@ -226,9 +279,14 @@ v1::GenerateResponse RouterServer::Impl::Summary(const v1::GenerateRequest& requ
   sum->mutable_stats()->set_estimated_speedup(speedup);
   if (load_aware_on) {
     sum->mutable_stats()->set_in_flight_at_start(static_cast<int32_t>(in_flight_at_start));
+    if (sum->stats().load_aware_ar() && sum->stats().note().empty()) {
+      sum->mutable_stats()->set_note(
+          "load-aware speculation ran every step as AR: AR steps were measured faster at this "
+          "load (no drafter session, no policy call)");
+    }
   }
   v1::Usage* usage = sum->mutable_usage();
-  usage->set_prompt_tokens(static_cast<int32_t>(prompt_tokens));
+  usage->set_prompt_tokens(static_cast<int32_t>(record.prompt_tokens));
   usage->set_completion_tokens(static_cast<int32_t>(result.tokens.size()));
   usage->set_draft_tokens(static_cast<int32_t>(st.drafted_tokens));
   usage->set_target_passes(static_cast<int32_t>(st.verify_steps + 1));
@@ -263,7 +321,8 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
   if (!options.metrics_address.empty()) {
     RETURN_IF_ERROR(impl->metrics_server.Listen(options.metrics_address));
   }
-  ASSIGN_OR_RETURN(impl->server, StartServer(options.address, {impl->service.get()}));
+  ASSIGN_OR_RETURN(impl->server, StartServer(options.address, {impl->service.get()},
+                                             {v1::Router::service_full_name()}));
   return std::unique_ptr<RouterServer>(new RouterServer(std::move(impl)));
 }
 

@@ -43,8 +43,10 @@ struct RouterServerOptions {
   int max_active_requests = 64;
   int max_queued_requests = 256;
   int queue_timeout_ms = 10000;
-  std::string tokenizer_dir;          // tokenizer.json for text prompts (optional)
-  std::string model_name = "target";  // label of the spec-decode metrics
+  std::string tokenizer_dir;  // tokenizer.json for text prompts (optional)
+  // The served model's name: the spec-decode metrics' label, and a name GenerateRequest.model
+  // may give (besides the target's ModelInfo.name).
+  std::string model_name = "target";
   int default_max_new_tokens = 128;
   int connect_timeout_ms = 5000;  // waiting for the target at startup
   int drain_ms = 2000;

@@ -24,7 +24,7 @@
 #include "common/model/transformer.h"
 #include "common/util/clock.h"
 #include "common/util/status_macros.h"
-#include "services/common/dflash_info.h"
+#include "services/common/model_info.h"
 #include "services/common/handle_table.h"
 #include "services/common/run_server.h"
 #include "services/common/server.h"
@@ -556,17 +556,7 @@ class TargetServiceImpl final : public v1::Target::CallbackService {
 
   grpc::ServerUnaryReactor* GetInfo(grpc::CallbackServerContext* ctx, const v1::GetInfoRequest*,
                                     v1::ModelInfo* info) override {
-    const auto& c = core_->model().config();
-    info->set_name("target");
-    info->set_architecture(model::ArchitectureName(c.architecture));
-    info->set_vocab_size(c.vocab_size);
-    info->set_hidden_size(c.hidden_size);
-    info->set_num_layers(c.num_hidden_layers);
-    info->set_max_context(core_->model().max_context());
-    info->set_bos_token_id(c.bos_token_id ? *c.bos_token_id : -1);
-    for (int32_t e : c.eos_token_ids) info->add_eos_token_ids(e);
-    info->set_dtype(core_->model().dtype() == at::kBFloat16 ? "bf16" : "f32");
-    info->set_device("cpu");
+    FillTransformerInfo(core_->model(), "target", info);
     if (const model::DFlashDrafter* d = core_->drafter()) {
       v1::DraftModelInfo* dm = info->add_draft_models();
       dm->set_kind(v1::DFLASH_DRAFTER);
@@ -602,9 +592,7 @@ absl::StatusOr<std::unique_ptr<TargetServer>> TargetServer::Start(
   }
   model::ConfigureKernelCache(options.kernel_cache_capacity);
   model::ConfigureComputeThreads(options.threads);
-  model::LoadOptions lo;
-  if (options.dtype == "f32") lo.dtype = at::kFloat;
-  if (options.dtype == "bf16") lo.dtype = at::kBFloat16;
+  ASSIGN_OR_RETURN(const model::LoadOptions lo, model::LoadOptions::ForDtype(options.dtype));
   ASSIGN_OR_RETURN(auto m, model::Transformer::Load(options.model_dir, lo));
   std::unique_ptr<model::DFlashDrafter> drafter;
   if (!options.dflash_dir.empty()) {
@@ -624,7 +612,8 @@ absl::StatusOr<std::unique_ptr<TargetServer>> TargetServer::Start(
   if (!options.metrics_address.empty()) {
     RETURN_IF_ERROR(impl->metrics_server.Listen(options.metrics_address));
   }
-  ASSIGN_OR_RETURN(impl->server, StartServer(options.address, {impl->service.get()}));
+  ASSIGN_OR_RETURN(impl->server, StartServer(options.address, {impl->service.get()},
+                                             {v1::Target::service_full_name()}));
   return std::unique_ptr<TargetServer>(new TargetServer(std::move(impl)));
 }
 

@@ -37,7 +37,7 @@ __all__ = [
 ]
 
 # Decoding methods by name (common.proto enum Method). "DEFAULT" asks the router for its default.
-METHODS = ("AR", "DRAFT_CHAIN", "DYSPEC_TREE", "DFLASH", "DFLASH_ADAPTIVE", "DEFAULT")
+METHODS = ("AR", "DRAFT_CHAIN", "DYSPEC_TREE", "DFLASH", "DFLASH_ADAPTIVE", "NGRAM", "DEFAULT")
 _MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # common.proto: clients raise their receive limit to 64 MB
 # A call that fails UNAVAILABLE before the router answered anything (e.g. it raced the GOAWAY of
 # a connection the router recycles) is tried again, at most twice; once a response has arrived
@@ -172,7 +172,7 @@ class GenerateOptions:
                                                top_p=self.top_p, seed=self.seed),
             max_new_tokens=self.max_new_tokens,
             stop_token_ids=list(self.stop_token_ids),
-            stop=list(self.stop),
+            stop=[s.encode("utf-8") for s in self.stop],
             block_size=self.block_size,
             draft_length=self.draft_length,
             tree_budget=self.tree_budget,
@@ -180,12 +180,12 @@ class GenerateOptions:
             tree_threshold=self.tree_threshold,
             ignore_eos=self.ignore_eos,
             return_text=True,
-            request_id=self.request_id,
+            request_id=self.request_id.encode("utf-8"),
         )
         if isinstance(prompt, str):
             if not prompt:
                 raise ValueError("prompt must be a non-empty string or a non-empty list of token ids")
-            req.text = prompt
+            req.text = prompt.encode("utf-8")
         elif isinstance(prompt, (list, tuple)):
             if not prompt:
                 raise ValueError("prompt must be a non-empty string or a non-empty list of token ids")

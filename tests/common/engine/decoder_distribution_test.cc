@@ -154,6 +154,8 @@ TEST_F(DistributionTest, TreeT1) { CheckMethod(Method::kDyspecTree, 1.0f, 1.0f);
 TEST_F(DistributionTest, TreeT07TopP09) { CheckMethod(Method::kDyspecTree, 0.7f, 0.9f); }
 TEST_F(DistributionTest, DflashT1) { CheckMethod(Method::kDflash, 1.0f, 1.0f); }
 TEST_F(DistributionTest, DflashT07TopP09) { CheckMethod(Method::kDflash, 0.7f, 0.9f); }
+TEST_F(DistributionTest, NgramT1) { CheckMethod(Method::kNgram, 1.0f, 1.0f); }
+TEST_F(DistributionTest, NgramT07TopP09) { CheckMethod(Method::kNgram, 0.7f, 0.9f); }
 
 // The harness has power: a chain verifier that resamples from p after a rejection (instead of
 // the residual max(0, p - q)) over the same models is rejected by the same test.

@@ -23,8 +23,8 @@ namespace {
 using model::Architecture;
 using model::Transformer;
 
-// Greedy outputs may differ from AR only where AR's top-2 logit gap is below this (DESIGN §2.6):
-// batched verification rounds differently from single-token steps.
+// Greedy outputs may differ from AR only where AR's top-2 logit gap is below this (docs/design.md
+// §2.6): batched verification rounds differently from single-token steps.
 constexpr double kNearTie = 1e-3;
 
 model::ModelConfig Config(int64_t vocab, int64_t hidden, int64_t layers) {
@@ -129,8 +129,8 @@ TEST_F(DecoderGreedyTest, EveryMethodEqualsArOnRandomModels) {
     auto base = Decode(em, prompt, ar);
     ASSERT_TRUE(base.ok()) << base.status();
     ASSERT_EQ(base->tokens.size(), 40u);
-    for (Method m :
-         {Method::kDraftChain, Method::kDyspecTree, Method::kDflash, Method::kDflashAdaptive}) {
+    for (Method m : {Method::kDraftChain, Method::kDyspecTree, Method::kDflash,
+                     Method::kDflashAdaptive, Method::kNgram}) {
       for (int variant = 0; variant < 2; ++variant) {
         DecodeOptions o = ar;
         o.method = m;

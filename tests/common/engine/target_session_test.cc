@@ -217,8 +217,8 @@ std::unique_ptr<model::DFlashDrafter> Drafter(const model::Transformer& target) 
   fc.block_size = 5;
   fc.mask_token_id = 60;
   fc.target_layer_ids = {0, 2};
-  return *model::DFlashDrafter::FromTensors(
-      fc, model::DFlashDrafter::RandomWeights(fc, 32, 7, 0.3), target);
+  return *model::DFlashDrafter::FromTensors(fc, model::DFlashDrafter::RandomWeights(fc, 32, 7, 0.3),
+                                            target);
 }
 
 TEST(DraftBlockBatch, EqualsEachSessionDraftingAlone) {

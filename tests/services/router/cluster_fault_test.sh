@@ -21,7 +21,7 @@ export TARGET_DRAFTING=0
 export POLICY_MODEL=$PACK/policy SPECDEC_PORT_BASE=${SPECDEC_PORT_BASE:-25050}
 export SPECDEC_METRICS_BASE=${SPECDEC_METRICS_BASE:-$((SPECDEC_PORT_BASE - 10000))}
 # f32: the AR comparison after a mid-request fallback mixes block-verified and single-token KV
-# entries; in bf16 that can flip a near-tied argmax (DESIGN 2.6), in f32 it does not here.
+# entries; in bf16 that can flip a near-tied argmax (docs/design.md §2.6), in f32 it does not here.
 export SPECDEC_DTYPE=f32
 RUN=$(mktemp -d)
 export SPECDEC_RUN_DIR=$RUN/cluster

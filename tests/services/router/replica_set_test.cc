@@ -19,7 +19,7 @@ class ReplicaSetTest : public ::testing::Test {
  protected:
   void SetUp() override {
     for (int i = 0; i < 3; ++i) {
-      auto s = StartServer("127.0.0.1:0", {});
+      auto s = StartServer("127.0.0.1:0", {}, {});
       ASSERT_TRUE(s.ok()) << s.status();
       addresses_.push_back("127.0.0.1:" + std::to_string(s->port));
       servers_.push_back(std::move(*s));

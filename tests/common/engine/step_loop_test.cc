@@ -1,0 +1,353 @@
+// The step loop over fake sides: a target whose greedy continuation is a known sequence, and
+// drafters that propose it with chosen mistakes. Checks what every method's loop commits, its
+// statistics, its stop rule, and how it degrades; no model involved.
+#include "common/engine/step_loop.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <optional>
+
+#include "common/engine/request_limits.h"
+
+namespace specdec::engine {
+namespace {
+
+// The target's continuation after any prompt: token i of the output is Truth(i).
+int32_t Truth(int64_t i) { return static_cast<int32_t>((i * 7 + 3) % 50); }
+
+// Greedy target over Truth: verifies a chain or a tree against it, runs AR steps, and (with
+// `hosted_block` > 0) drafts blocks itself whose first `hosted_good` draft tokens are right.
+class FakeTarget final : public TargetSide {
+ public:
+  int32_t hosted_block = 0;
+  int32_t hosted_good = 0;
+  int64_t produced = 0;  // tokens committed so far (the prefill's included)
+  int prefills = 0, verifies = 0, runs = 0;
+  std::vector<int64_t> cache_after_verify;  // the cache length each verify's rows started at
+  int64_t prompt_length = 0;
+
+  absl::StatusOr<PrefillResult> Prefill(std::span<const int32_t> prompt,
+                                        bool want_logits) override {
+    ++prefills;
+    prompt_length = static_cast<int64_t>(prompt.size());
+    PrefillResult r;
+    r.first_token = Truth(produced++);
+    if (want_logits) r.last_logits = {1.f, 2.f};
+    return r;
+  }
+
+  absl::StatusOr<StepResult> Verify(int32_t last, const Draft& draft, bool) override {
+    ++verifies;
+    cache_after_verify.push_back(prompt_length + produced - 1);
+    StepResult s;
+    s.drafted = static_cast<int32_t>(draft.tokens.size());
+    if (draft.parents.empty()) {
+      while (s.accepted < s.drafted && draft.tokens[s.accepted] == Truth(produced + s.accepted)) {
+        s.committed.push_back(draft.tokens[s.accepted]);
+        ++s.accepted;
+      }
+    } else {
+      // Tree: follow the right child at each depth.
+      int32_t node = -1;
+      while (true) {
+        int32_t next = -1;
+        for (size_t i = 0; i < draft.tokens.size(); ++i) {
+          if (draft.parents[i] == node && draft.tokens[i] == Truth(produced + s.accepted)) {
+            next = static_cast<int32_t>(i);
+            break;
+          }
+        }
+        if (next < 0) break;
+        s.committed.push_back(draft.tokens[next]);
+        ++s.accepted;
+        node = next;
+      }
+    }
+    s.committed.push_back(Truth(produced + s.accepted));
+    produced += static_cast<int64_t>(s.committed.size());
+    s.verify_ms = 1;
+    return s;
+  }
+
+  absl::Status Run(int32_t last, const RunPlan& plan, const StepSink& sink) override {
+    ++runs;
+    if (plan.block_size > 0 && hosted_block == 0) return absl::InternalError("not hosted");
+    int32_t left = plan.max_tokens;
+    while (left > 0) {
+      StepResult s;
+      const int32_t rows = plan.block_size > 0 ? std::min(plan.block_size, left) : 1;
+      s.drafted = rows - 1;
+      s.positions = rows - 1;
+      s.accepted = std::min(s.drafted, hosted_good);
+      for (int32_t i = 0; i <= s.accepted; ++i) s.committed.push_back(Truth(produced + i));
+      produced += static_cast<int64_t>(s.committed.size());
+      left -= static_cast<int32_t>(s.committed.size());
+      if (!sink(std::move(s))) break;
+    }
+    return absl::OkStatus();
+  }
+
+  int32_t HostedBlockSize() const override { return hosted_block; }
+};
+
+// Proposes the target's continuation, wrong from draft position `good` on; chains, trees (the
+// right token and a wrong sibling at each depth) or DFlash blocks. Fails from call `fail_at`.
+class FakeDrafter final : public DrafterSide {
+ public:
+  FakeDrafter(const FakeTarget& target, bool tree, int32_t trained_block, int32_t good)
+      : target_(target), tree_(tree), trained_block_(trained_block), good_(good) {}
+  int fail_at = -1;
+  int calls = 0;
+  bool opened = false;
+  std::vector<DraftShape> shapes;
+
+  absl::Status Open(std::span<const int32_t>) override {
+    opened = true;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<Draft> Propose(int32_t, const DraftShape& shape) override {
+    if (fail_at >= 0 && calls++ >= fail_at) return absl::UnavailableError("drafter went away");
+    shapes.push_back(shape);
+    Draft d;
+    d.proposal = trained_block_ > 0 ? Proposal::kOneHot : Proposal::kSampled;
+    for (int32_t i = 0; i < shape.length; ++i) {
+      const int32_t right = Truth(target_.produced + i);
+      const int32_t token = i < good_ ? right : (right + 1) % 50;
+      if (!tree_) {
+        d.tokens.push_back(token);
+        continue;
+      }
+      if (static_cast<int32_t>(d.tokens.size()) + 2 > shape.tree_budget) break;
+      const int32_t parent = i == 0 ? -1 : static_cast<int32_t>(d.tokens.size()) - 2;
+      d.tokens.push_back(token);
+      d.parents.push_back(parent);
+      d.tokens.push_back((right + 2) % 50);
+      d.parents.push_back(parent);
+    }
+    d.positions =
+        tree_ ? static_cast<int32_t>(d.tokens.size() / 2) : static_cast<int32_t>(d.tokens.size());
+    return d;
+  }
+  absl::Status Accept(const StepResult&) override { return absl::OkStatus(); }
+  int32_t TrainedBlockSize() const override { return trained_block_; }
+  bool WantsFeatures() const override { return trained_block_ > 0; }
+
+ private:
+  const FakeTarget& target_;
+  const bool tree_;
+  const int32_t trained_block_;
+  const int32_t good_;
+};
+
+class FakePolicy final : public BlockPolicy {
+ public:
+  absl::StatusOr<int32_t> block = 7;
+  absl::StatusOr<int32_t> ChooseBlockSize(std::span<const float> logits) override {
+    EXPECT_EQ(logits.size(), 2u);
+    return block;
+  }
+};
+
+std::vector<int32_t> TruthPrefix(int32_t n) {
+  std::vector<int32_t> out;
+  for (int32_t i = 0; i < n; ++i) out.push_back(Truth(i));
+  return out;
+}
+
+const std::vector<int32_t> kPrompt = {1, 2, 3, 4};
+
+DecodeOptions Options(Method m, int32_t n) {
+  DecodeOptions o;
+  o.method = m;
+  o.max_new_tokens = n;
+  return o;
+}
+
+LoopParts Parts(FakeTarget* t, DrafterSide* d = nullptr, BlockPolicy* p = nullptr) {
+  LoopParts parts;
+  parts.target = t;
+  parts.drafter = d;
+  parts.policy = p;
+  parts.max_context = 512;
+  return parts;
+}
+
+TEST(StepLoopTest, ArCommitsTheTargetsTokensInRuns) {
+  FakeTarget t;
+  auto r = RunStepLoop(Parts(&t), kPrompt, Options(Method::kAr, 30));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->tokens, TruthPrefix(30));
+  EXPECT_FALSE(r->stopped);
+  EXPECT_EQ(r->stats.verify_steps, 29);
+  EXPECT_EQ(r->stats.committed_tokens, 29);
+  EXPECT_DOUBLE_EQ(r->stats.tau(), 1.0);
+  EXPECT_EQ(t.runs, 1);  // one run of 29 AR steps after the prefill
+}
+
+TEST(StepLoopTest, ChainAcceptanceAndStatistics) {
+  FakeTarget t;
+  FakeDrafter d(t, /*tree=*/false, 0, /*good=*/2);
+  DecodeOptions o = Options(Method::kDraftChain, 40);
+  o.draft_length = 4;
+  std::vector<StepInfo> steps;
+  LoopParts parts = Parts(&t, &d);
+  parts.on_commit = [&](std::span<const int32_t>, const StepInfo& s) { steps.push_back(s); };
+  auto r = RunStepLoop(parts, kPrompt, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->tokens, TruthPrefix(40));
+  EXPECT_TRUE(d.opened);
+  // Every full step drafts 4 and accepts 2, committing 3.
+  ASSERT_GE(steps.size(), 3u);
+  EXPECT_EQ(steps[0].step, 0);  // the prefill
+  EXPECT_EQ(steps[1].drafted, 4);
+  EXPECT_EQ(steps[1].accepted, 2);
+  ASSERT_EQ(r->stats.drafted_per_position.size(), 4u);
+  EXPECT_EQ(r->stats.accepted_per_position[1], r->stats.drafted_per_position[1]);
+  EXPECT_EQ(r->stats.accepted_per_position[2], 0);
+  EXPECT_EQ(static_cast<int64_t>(steps.size()), r->stats.verify_steps + 1);
+  EXPECT_EQ(r->stats.committed_tokens, 39);
+  EXPECT_GT(r->stats.tau(), 2.5);
+  // No step commits past the length: the last chains are cut to the tokens left.
+  for (const DraftShape& s : d.shapes) EXPECT_GE(s.length, 1);
+  EXPECT_LE(d.shapes.back().length, 4);
+}
+
+TEST(StepLoopTest, AStopTokenEndsTheOutputBeforeIt) {
+  for (Method m : {Method::kAr, Method::kDraftChain}) {
+    FakeTarget t;
+    FakeDrafter d(t, false, 0, 4);
+    DecodeOptions o = Options(m, 40);
+    o.stop_token_ids = {Truth(9)};  // Truth is periodic: 9 is its first occurrence
+    auto r = RunStepLoop(Parts(&t, &d), kPrompt, o);
+    ASSERT_TRUE(r.ok());
+    EXPECT_TRUE(r->stopped);
+    EXPECT_EQ(r->stop_token, Truth(9));
+    EXPECT_EQ(r->tokens, TruthPrefix(9)) << MethodName(m);
+  }
+}
+
+TEST(StepLoopTest, TreesShrinkToTheContextLeft) {
+  FakeTarget t;
+  FakeDrafter d(t, /*tree=*/true, 0, 8);
+  DecodeOptions o = Options(Method::kDyspecTree, 40);
+  o.tree_budget = 16;
+  o.tree_max_depth = 8;
+  LoopParts parts = Parts(&t, &d);
+  parts.max_context = static_cast<int64_t>(kPrompt.size()) + 40;  // the request fills it
+  auto r = RunStepLoop(parts, kPrompt, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->tokens, TruthPrefix(40));
+  // Every verified tree fitted: cache + row 0 + budget <= the context.
+  ASSERT_EQ(d.shapes.size(), t.cache_after_verify.size());
+  for (size_t i = 0; i < d.shapes.size(); ++i) {
+    EXPECT_LE(t.cache_after_verify[i] + 1 + d.shapes[i].tree_budget, parts.max_context) << i;
+  }
+  EXPECT_LT(d.shapes.back().tree_budget, 16);
+}
+
+TEST(StepLoopTest, DflashUsesThePolicyOrFallsBackToTheTrainedBlock) {
+  FakeTarget t;
+  FakeDrafter d(t, false, /*trained_block=*/5, 3);
+  FakePolicy p;
+  auto r = RunStepLoop(Parts(&t, &d, &p), kPrompt, Options(Method::kDflashAdaptive, 30));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->tokens, TruthPrefix(30));
+  EXPECT_EQ(r->stats.block_size, 7);
+  EXPECT_TRUE(r->stats.block_size_from_policy);
+  EXPECT_EQ(d.shapes.front().length, 6);
+
+  FakeTarget t2;
+  FakeDrafter d2(t2, false, 5, 3);
+  p.block = absl::UnavailableError("policy down");
+  r = RunStepLoop(Parts(&t2, &d2, &p), kPrompt, Options(Method::kDflashAdaptive, 30));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->tokens, TruthPrefix(30));
+  EXPECT_TRUE(r->stats.policy_fallback);
+  EXPECT_EQ(r->stats.block_size, 5);
+  EXPECT_NE(r->stats.note.find("policy down"), std::string::npos) << r->stats.note;
+}
+
+TEST(StepLoopTest, ADrafterThatFailsMidRequestLeavesTheRestToAr) {
+  FakeTarget t;
+  FakeDrafter d(t, false, 0, 4);
+  d.fail_at = 3;
+  auto r = RunStepLoop(Parts(&t, &d), kPrompt, Options(Method::kDraftChain, 50));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->tokens, TruthPrefix(50));
+  EXPECT_TRUE(r->stats.drafter_fallback);
+  EXPECT_NE(r->stats.note.find("drafter went away"), std::string::npos);
+  // No drafter at all: the same output, with the reason given.
+  FakeTarget t2;
+  LoopParts parts = Parts(&t2);
+  parts.drafter_unavailable = absl::UnavailableError("no healthy drafter replica");
+  r = RunStepLoop(parts, kPrompt, Options(Method::kDflash, 20));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->tokens, TruthPrefix(20));
+  EXPECT_NE(r->stats.note.find("no healthy drafter replica"), std::string::npos);
+}
+
+TEST(StepLoopTest, TargetDraftedRunsNeedNoDrafterSide) {
+  FakeTarget t;
+  t.hosted_block = 6;
+  t.hosted_good = 2;
+  auto r = RunStepLoop(Parts(&t), kPrompt, Options(Method::kDflash, 33));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->tokens, TruthPrefix(33));
+  EXPECT_TRUE(r->stats.target_drafted);
+  EXPECT_EQ(r->stats.block_size, 6);
+  // Full blocks draft 5 and accept 2; the last blocks are cut to the tokens left.
+  EXPECT_GT(r->stats.drafted_tokens, 0);
+  EXPECT_LE(r->stats.drafted_tokens, 5 * r->stats.verify_steps);
+  EXPECT_LE(r->stats.accepted_tokens, 2 * r->stats.verify_steps);
+  EXPECT_GE(r->stats.tau(), 2.5);
+}
+
+// A hook that runs every other step as an AR run of 3 tokens.
+class AlternatingHook final : public PlanningHook {
+ public:
+  int planned = 0, observed = 0;
+  void PlanStep(const LoopView& view, StepPlan* plan) override {
+    EXPECT_GT(view.tokens_left, 1);
+    plan->speculate = planned++ % 2 == 1;
+    plan->run_tokens = 3;
+  }
+  void Observe(const StepPlan&, StepOrigin, const StepResult&, bool) override { ++observed; }
+};
+
+TEST(StepLoopTest, APlanningHookChoosesArRunsAndSeesEveryStep) {
+  FakeTarget t;
+  FakeDrafter d(t, false, 5, 4);
+  AlternatingHook hook;
+  LoopParts parts = Parts(&t, &d);
+  parts.hook = &hook;
+  auto r = RunStepLoop(parts, kPrompt, Options(Method::kDflash, 40));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->tokens, TruthPrefix(40));
+  EXPECT_GT(r->stats.planned_ar_steps, 0);
+  EXPECT_GT(r->stats.drafted_tokens, 0);
+  // Every planned step is observed; only a last single-token step is not planned.
+  EXPECT_LE(hook.observed, r->stats.verify_steps);
+  EXPECT_GE(hook.observed, r->stats.verify_steps - 1);
+}
+
+TEST(StepLoopTest, CancellationEndsTheRequest) {
+  FakeTarget t;
+  FakeDrafter d(t, false, 0, 4);
+  LoopParts parts = Parts(&t, &d);
+  int polls = 0;
+  parts.cancelled = [&] { return ++polls > 3; };
+  auto r = RunStepLoop(parts, kPrompt, Options(Method::kDraftChain, 100));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kCancelled);
+}
+
+TEST(StepLoopTest, ZeroNewTokensTouchesNothing) {
+  FakeTarget t;
+  auto r = RunStepLoop(Parts(&t), kPrompt, Options(Method::kAr, 0));
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->tokens.empty());
+  EXPECT_EQ(t.prefills, 0);
+}
+
+}  // namespace
+}  // namespace specdec::engine
