@@ -28,7 +28,7 @@ export SPECDEC_LOAD_AWARE=${SPECDEC_LOAD_AWARE:-false}
 bash deploy/local/cluster.sh start
 ROUTER=127.0.0.1:${SPECDEC_PORT_BASE:-50050}
 PROMPT=$'def is_palindrome(text: str) -> bool:\n    """Return True if text reads the same backwards."""\n'
-methods="AR DFLASH_ADAPTIVE DFLASH DRAFT_CHAIN DYSPEC_TREE"
+methods="AR DFLASH_ADAPTIVE DFLASH DRAFT_CHAIN DYSPEC_TREE NGRAM"
 # Warm-up, not timed: a fresh cluster's first request per method pays one-time set-up (streams,
 # allocations, cold caches) that would otherwise count against whichever method runs first.
 for method in $methods; do

@@ -31,8 +31,8 @@
           (specdec_replica_healthy 1) and to have sent each backend the requests that reached it
           (specdec_replica_picks_total; the load-aware router asks the policy only for the
           requests that took a speculative step, those whose summary reports a block size), and
-          the target's batch-size histogram to account for every verify operation (sum =
-          successful verifies = the routers' verify passes).
+          the target's batch-size histogram to account for every verify pass (sum = successful
+          verify and run-step operations = the routers' verify passes).
 """
 import argparse
 import json
@@ -364,12 +364,14 @@ def cmd_check(args):
             fail(f"router {router}: specdec_replica_picks_total {got} != {want}")
         print(f"check: router {router} picks {sorted((k[0], int(v)) for k, v in got.items())}, all backends healthy")
 
-    # Continuous batching: every successful verify is in exactly one batched pass.
+    # Continuous batching: every successful verify pass (a TargetVerify, or a step of a TargetRun)
+    # is in exactly one batched pass.
     deadline = time.time() + 10
     while True:
         batched = prom.query("sum(specdec_target_batch_size_sum)")
         passes = prom.query("sum(specdec_target_batch_size_count)")
-        verifies = prom.query('sum(specdec_target_operations_total{op="verify",code="OK"})')
+        verifies = prom.query(
+            'sum(specdec_target_operations_total{op=~"verify|run",code="OK"})')
         steps = prom.query("sum(specdec_acceptance_length_step_count)")
         vals = [q[0][1] if q else None for q in (batched, passes, verifies, steps)]
         if None not in vals and vals[0] == vals[2] == vals[3] and 0 < vals[1] <= vals[0]:
