@@ -25,8 +25,8 @@ class NgramDrafter final : public DrafterSide {
 
   // The continuation of `tokens`' longest matching suffix (n in [min_n, max_n]) at its latest
   // earlier occurrence, at most `length` tokens; empty when nothing matches.
-  static std::vector<int32_t> Lookup(std::span<const int32_t> tokens, int32_t max_n,
-                                     int32_t min_n, int32_t length);
+  static std::vector<int32_t> Lookup(std::span<const int32_t> tokens, int32_t max_n, int32_t min_n,
+                                     int32_t length);
 
  private:
   const int32_t max_n_, min_n_;

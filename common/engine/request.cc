@@ -28,9 +28,9 @@ absl::StatusOr<Method> ParseMethod(std::string_view name) {
   for (Method m : kAllMethods) {
     if (upper == MethodName(m)) return m;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown method '", std::string(name),
-      "'; expected AR, DRAFT_CHAIN, DYSPEC_TREE, DFLASH, DFLASH_ADAPTIVE or NGRAM"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown method '", std::string(name),
+                   "'; expected AR, DRAFT_CHAIN, DYSPEC_TREE, DFLASH, DFLASH_ADAPTIVE or NGRAM"));
 }
 
 }  // namespace specdec::engine

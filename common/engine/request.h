@@ -16,9 +16,9 @@ enum class Method { kAr, kDraftChain, kDyspecTree, kDflash, kDflashAdaptive, kNg
 
 const char* MethodName(Method m);
 absl::StatusOr<Method> ParseMethod(std::string_view name);  // "AR", "DRAFT_CHAIN", ... (any case)
-inline constexpr Method kAllMethods[] = {Method::kAr,     Method::kDraftChain,
-                                         Method::kDyspecTree, Method::kDflash,
-                                         Method::kDflashAdaptive, Method::kNgram};
+inline constexpr Method kAllMethods[] = {
+    Method::kAr,     Method::kDraftChain,     Method::kDyspecTree,
+    Method::kDflash, Method::kDflashAdaptive, Method::kNgram};
 
 struct DecodeOptions {
   Method method = Method::kAr;

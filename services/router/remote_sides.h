@@ -62,7 +62,7 @@ class RemoteTarget final : public engine::TargetSide {
 // (blocks, fed the features `target` keeps). Not thread-safe.
 class RemoteDrafter final : public engine::DrafterSide {
  public:
-  // `dflash_info`: the DFlash drafter's ModelInfo (DFLASH*), from Backends::DrafterInfo.
+  // `trained_block`: the DFlash drafter's training block size (DFLASH*), from its ModelInfo.
   RemoteDrafter(Backends& backends, size_t replica, Deadline deadline,
                 const engine::DecodeOptions& options, RemoteTarget* target, int32_t trained_block);
 
@@ -99,7 +99,8 @@ class RemotePolicy final : public engine::BlockPolicy {
 
 // The sides of one request: a target replica is picked at prefill; the drafter replica is picked
 // first (DFlash's prefill captures the layers its drafter reads) unless every target replica
-// hosts a drafter; NGRAM drafts in the router (engine::NgramDrafter). `drafter_unavailable` says why there is no drafter when a method needs one.
+// hosts a drafter; NGRAM drafts in the router (engine::NgramDrafter). `drafter_unavailable` says
+// why there is no drafter when a method needs one.
 struct RemoteSides {
   std::unique_ptr<RemoteTarget> target;
   std::unique_ptr<engine::DrafterSide> drafter;  // a drafter service's, or NGRAM's own

@@ -24,7 +24,6 @@
 
 namespace specdec::services::cluster_testing {
 
-
 inline model::ModelConfig Config(int64_t hidden, int64_t layers) {
   model::ModelConfig c;
   c.architecture = model::Architecture::kQwen3;

@@ -27,8 +27,8 @@ TEST_F(ClusterTest, EveryMethodEqualsInProcessArGreedy) {
     ar.max_new_tokens = 30;
     auto want = engine::Decode(em, prompt, ar);
     ASSERT_TRUE(want.ok());
-    for (v1::Method m : {v1::AR, v1::DRAFT_CHAIN, v1::DYSPEC_TREE, v1::DFLASH,
-                         v1::DFLASH_ADAPTIVE, v1::NGRAM}) {
+    for (v1::Method m :
+         {v1::AR, v1::DRAFT_CHAIN, v1::DYSPEC_TREE, v1::DFLASH, v1::DFLASH_ADAPTIVE, v1::NGRAM}) {
       Result r = Generate(Request(prompt, m, 30));
       ASSERT_TRUE(r.status.ok()) << v1::Method_Name(m) << ": " << r.status.error_message();
       EXPECT_EQ(r.tokens, want->tokens) << v1::Method_Name(m) << " prompt " << p;

@@ -186,8 +186,8 @@ TEST_F(RequestContractTest, InvalidUtf8IsRefusedByName) {
   id.set_request_id(bad);
   v1::GenerateRequest stop = Request({1, 2}, v1::AR, 3);
   stop.add_stop(bad);
-  for (auto [req, field] : {std::pair{text, "text"}, std::pair{id, "request_id"},
-                            std::pair{stop, "stop[0]"}}) {
+  for (auto [req, field] :
+       {std::pair{text, "text"}, std::pair{id, "request_id"}, std::pair{stop, "stop[0]"}}) {
     Result r = Generate(req);
     EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << field;
     EXPECT_NE(r.status.error_message().find(field), std::string::npos)
@@ -226,8 +226,9 @@ TEST_F(RequestContractTest, EchoSendsThePromptFirst) {
   ASSERT_TRUE(reader->Read(&first));
   ASSERT_TRUE(first.has_chunk());
   EXPECT_TRUE(first.chunk().prompt());
-  EXPECT_EQ(std::vector<int32_t>(first.chunk().token_ids().begin(), first.chunk().token_ids().end()),
-            (std::vector<int32_t>{5, 6, 7}));
+  EXPECT_EQ(
+      std::vector<int32_t>(first.chunk().token_ids().begin(), first.chunk().token_ids().end()),
+      (std::vector<int32_t>{5, 6, 7}));
   v1::GenerateResponse resp;
   int generated = 0;
   while (reader->Read(&resp)) {
