@@ -22,8 +22,6 @@ std::vector<float> ToVector(const at::Tensor& t) {
   return std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
 }
 
-bool IsDflash(Method m) { return m == Method::kDflash || m == Method::kDflashAdaptive; }
-
 // The target session; with `feed`, every committed row's features go to the DFlash drafter's
 // session as they are computed.
 class LocalTarget final : public TargetSide {

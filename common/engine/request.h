@@ -16,6 +16,8 @@ enum class Method { kAr, kDraftChain, kDyspecTree, kDflash, kDflashAdaptive, kNg
 
 const char* MethodName(Method m);
 absl::StatusOr<Method> ParseMethod(std::string_view name);  // "AR", "DRAFT_CHAIN", ... (any case)
+// DFLASH or DFLASH_ADAPTIVE: the methods that draft with the DFlash block drafter.
+inline bool IsDflash(Method m) { return m == Method::kDflash || m == Method::kDflashAdaptive; }
 inline constexpr Method kAllMethods[] = {
     Method::kAr,     Method::kDraftChain,     Method::kDyspecTree,
     Method::kDflash, Method::kDflashAdaptive, Method::kNgram};

@@ -12,8 +12,6 @@
 namespace specdec::engine {
 namespace {
 
-bool IsDflash(Method m) { return m == Method::kDflash || m == Method::kDflashAdaptive; }
-
 // One request's loop. `last_` is the last committed token: sampled, not yet run through the
 // target (row 0 of the next verify).
 class StepLoop {

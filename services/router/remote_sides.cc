@@ -33,10 +33,6 @@ void AppendRows(const v1::Tensor& src, v1::Tensor* dst) {
   dst->mutable_data()->append(src.data());
 }
 
-bool IsDflash(engine::Method m) {
-  return m == engine::Method::kDflash || m == engine::Method::kDflashAdaptive;
-}
-
 }  // namespace
 
 RemoteTarget::RemoteTarget(Backends& backends, Deadline deadline,
@@ -217,7 +213,7 @@ RemoteDrafter::RemoteDrafter(Backends& backends, size_t replica, Deadline deadli
       deadline_(deadline),
       options_(options),
       target_(target),
-      dflash_(IsDflash(options.method)),
+      dflash_(engine::IsDflash(options.method)),
       trained_block_(trained_block) {}
 
 absl::StatusOr<v1::DrafterResponse> RemoteDrafter::Call(const v1::DrafterRequest& request,
@@ -324,7 +320,7 @@ absl::StatusOr<int32_t> RemotePolicy::ChooseBlockSize(std::span<const float> las
 RemoteSides ConnectSides(Backends& backends, Deadline deadline,
                          const engine::DecodeOptions& options, BlockCostModel* block_model) {
   RemoteSides sides;
-  const bool dflash = IsDflash(options.method);
+  const bool dflash = engine::IsDflash(options.method);
   if (options.method == engine::Method::kNgram) {
     sides.target = std::make_unique<RemoteTarget>(backends, deadline, options,
                                                   std::vector<int64_t>(), false, block_model);
