@@ -2,8 +2,10 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
+#include <vector>
 
 #include "common/model/vec16.h"
 
@@ -90,32 +92,160 @@ bool LinearKernelFits(int64_t in, int64_t out) {
 
 bool LinearKernelNative() { return CpuHasAvx512Bf16(); }
 
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void
-RunLinearPortable(const LinearProblem& p) {
-  for (int64_t r = 0; r < p.rows; ++r) {
-    const uint16_t* x = p.x + r * p.x_stride;
-    for (int64_t o0 = 0; o0 < p.out; o0 += kLanes) {
-      F16 acc[kLanes] = {};
-      for (int64_t c = 0; c < p.in; c += 32) {
-        F16 xo, xe;
-        LoadPairs(x + c, &xo, &xe);
-        for (int n = 0; n < kLanes; ++n) {
-          F16 wo, we;
-          LoadPairs(p.w + (o0 + n) * p.in + c, &wo, &we);
-          // Each product of two bf16 values is exact in float, so a contracted multiply-add
-          // rounds exactly like the product and the sum.
-          acc[n] += xo * wo;
-          acc[n] += xe * we;
-        }
-      }
-      StoreSums(Reduce16(acc), kLanes, p.y + r * p.y_stride + o0, p.y_stride);
+namespace {
+
+// Rows are taken 64 at a time (a panel), widened to floats once.
+constexpr int64_t kPanelRows = 64;
+
+// Rows [r0, r0 + rows) as LoadPairs leaves them: per row, per chunk of 32 elements, the 16 odd
+// elements then the 16 even ones, as floats (bf16 widens exactly).
+void WidenPanel(const LinearProblem& p, int64_t r0, int64_t rows, float* panel) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint16_t* x = p.x + (r0 + r) * p.x_stride;
+    for (int64_t c = 0; c < p.in; c += 32) {
+      F16 odd, even;
+      LoadPairs(x + c, &odd, &even);
+      StoreF16(panel + r * p.in + c, odd);
+      StoreF16(panel + r * p.in + c + kLanes, even);
     }
   }
 }
 
+// A panel's rows [0, rows) (rows r0 + r of the problem) against every output.
+using PanelFn = void (*)(const LinearProblem& p, const float* panel, int64_t r0, int64_t rows);
+
+// Blocks of MB rows of a panel against the 16 outputs from o0, NB outputs at a time (MB * NB = 4
+// independent sums per lane keep the multiply-adds from waiting on each other): each weight
+// chunk is widened once for the MB rows. `Block` is the instruction set's block type, with
+// Run(p, panel, row, r_out, o0); every (row, output) sum is taken in the order of the contract.
+template <template <int, int> class Block>
+__attribute__((always_inline)) inline void RunPanelBlocks(const LinearProblem& p,
+                                                          const float* panel, int64_t r0,
+                                                          int64_t rows) {
+  for (int64_t o0 = 0; o0 < p.out; o0 += kLanes) {
+    int64_t r = 0;
+    for (; r + 4 <= rows; r += 4) Block<4, 1>::Run(p, panel, r, r0 + r, o0);
+    if (r + 2 <= rows) {
+      Block<2, 2>::Run(p, panel, r, r0 + r, o0);
+      r += 2;
+    }
+    if (r < rows) Block<1, 4>::Run(p, panel, r, r0 + r, o0);
+  }
+}
+
+// The block on GCC vectors, for any instruction set.
+template <int MB, int NB>
+struct PortableBlock {
+  static_assert(MB * NB == 4 && kLanes % NB == 0);
+  __attribute__((always_inline)) static void Run(const LinearProblem& p, const float* panel,
+                                                 int64_t row, int64_t r_out, int64_t o0) {
+    F16 acc[MB][kLanes];
+    for (int n0 = 0; n0 < kLanes; n0 += NB) {
+      F16 a[MB][NB] = {};
+      for (int64_t c = 0; c < p.in; c += 32) {
+        for (int n = 0; n < NB; ++n) {
+          F16 wo, we;
+          LoadPairs(p.w + (o0 + n0 + n) * p.in + c, &wo, &we);
+          for (int m = 0; m < MB; ++m) {
+            const float* xr = panel + (row + m) * p.in + c;
+            // Each product of two bf16 values is exact in float, so a contracted multiply-add
+            // rounds exactly like the product and the sum.
+            a[m][n] += LoadF16(xr) * wo;
+            a[m][n] += LoadF16(xr + kLanes) * we;
+          }
+        }
+      }
+      for (int m = 0; m < MB; ++m) {
+        for (int n = 0; n < NB; ++n) acc[m][n0 + n] = a[m][n];
+      }
+    }
+    for (int m = 0; m < MB; ++m) {
+      StoreSums(Reduce16(acc[m]), kLanes, p.y + (r_out + m) * p.y_stride + o0, p.y_stride);
+    }
+  }
+};
+
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void RunPanelPortable(
+    const LinearProblem& p, const float* panel, int64_t r0, int64_t rows) {
+  RunPanelBlocks<PortableBlock>(p, panel, r0, rows);
+}
+
+// The block on AVX2 and FMA registers: a lane sum is two 8-float registers (lanes 0-7, 8-15),
+// the same sums as PortableBlock's in the same order, kept in registers.
+template <int MB, int NB>
+struct Avx2Block {
+  static_assert(MB * NB == 4 && kLanes % NB == 0);
+  __attribute__((target("avx2,fma"))) static void Run(const LinearProblem& p, const float* panel,
+                                                      int64_t row, int64_t r_out, int64_t o0) {
+    F16 acc[MB][kLanes];
+    const __m256i high = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
+    for (int n0 = 0; n0 < kLanes; n0 += NB) {
+      __m256 lo[MB][NB], hi[MB][NB];
+      for (int m = 0; m < MB; ++m) {
+        for (int n = 0; n < NB; ++n) lo[m][n] = hi[m][n] = _mm256_setzero_ps();
+      }
+      for (int64_t c = 0; c < p.in; c += 32) {
+        for (int n = 0; n < NB; ++n) {
+          const uint16_t* w = p.w + (o0 + n0 + n) * p.in + c;
+          const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
+          const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16));
+          const __m256 odd0 = _mm256_castsi256_ps(_mm256_and_si256(w0, high));
+          const __m256 odd1 = _mm256_castsi256_ps(_mm256_and_si256(w1, high));
+          const __m256 even0 = _mm256_castsi256_ps(_mm256_slli_epi32(w0, 16));
+          const __m256 even1 = _mm256_castsi256_ps(_mm256_slli_epi32(w1, 16));
+          for (int m = 0; m < MB; ++m) {
+            const float* xr = panel + (row + m) * p.in + c;
+            lo[m][n] = _mm256_fmadd_ps(_mm256_loadu_ps(xr), odd0, lo[m][n]);
+            hi[m][n] = _mm256_fmadd_ps(_mm256_loadu_ps(xr + 8), odd1, hi[m][n]);
+            lo[m][n] = _mm256_fmadd_ps(_mm256_loadu_ps(xr + 16), even0, lo[m][n]);
+            hi[m][n] = _mm256_fmadd_ps(_mm256_loadu_ps(xr + 24), even1, hi[m][n]);
+          }
+        }
+      }
+      for (int m = 0; m < MB; ++m) {
+        for (int n = 0; n < NB; ++n) {
+          auto* out = reinterpret_cast<float*>(&acc[m][n0 + n]);
+          _mm256_storeu_ps(out, lo[m][n]);
+          _mm256_storeu_ps(out + 8, hi[m][n]);
+        }
+      }
+    }
+    for (int m = 0; m < MB; ++m) {
+      StoreSums(Reduce16(acc[m]), kLanes, p.y + (r_out + m) * p.y_stride + o0, p.y_stride);
+    }
+  }
+};
+
+__attribute__((target("avx2,fma"))) void RunPanelAvx2(const LinearProblem& p, const float* panel,
+                                                      int64_t r0, int64_t rows) {
+  RunPanelBlocks<Avx2Block>(p, panel, r0, rows);
+}
+
+bool CpuHasAvx2Fma() {
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return has;
+}
+
+// The problem's rows a panel at a time: widened, then run by `run`.
+void RunPanels(const LinearProblem& p, PanelFn run) {
+  const int64_t panel_rows = std::min(p.rows, kPanelRows);
+  std::vector<float> panel(static_cast<size_t>(panel_rows * p.in));
+  for (int64_t r0 = 0; r0 < p.rows; r0 += kPanelRows) {
+    const int64_t rows = std::min(kPanelRows, p.rows - r0);
+    WidenPanel(p, r0, rows, panel.data());
+    run(p, panel.data(), r0, rows);
+  }
+}
+
+}  // namespace
+
+void RunLinearPortable(const LinearProblem& p) { RunPanels(p, RunPanelPortable); }
+
 void RunLinear(const LinearProblem& p) {
   if (LinearKernelNative()) {
     RunNative(p);
+  } else if (CpuHasAvx2Fma()) {
+    RunPanels(p, RunPanelAvx2);
   } else {
     RunLinearPortable(p);
   }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <optional>
 #include <string>
 
@@ -28,7 +29,14 @@ int64_t LinearKernelMaxRows() {
   static const int64_t value = [] {
     const char* v = std::getenv("SPECDEC_LINEAR_KERNEL_MAX_ROWS");
     if (v != nullptr) return std::max<int64_t>(0, std::atoll(v));
-    return LinearKernelNative() ? int64_t{32} : int64_t{2};
+    if (LinearKernelNative()) return int64_t{32};
+    // oneDNN, which runs ATen's bf16 products on CPUs with AVX-512 (BW, VL, DQ), wins beyond the
+    // smallest products; without AVX-512, ATen's bf16 product is a plain loop and the kernel
+    // takes every product.
+    const bool onednn_bf16 = __builtin_cpu_supports("avx512bw") &&
+                             __builtin_cpu_supports("avx512vl") &&
+                             __builtin_cpu_supports("avx512dq");
+    return onednn_bf16 ? int64_t{2} : std::numeric_limits<int64_t>::max();
   }();
   return value;
 }

@@ -23,11 +23,13 @@ namespace specdec::model {
 // the rows beside it.
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight);
 
-// The most rows a bf16 product runs on linear_kernel.h: 32 on CPUs with AVX-512 BF16, 2 on
-// others (its portable path beats oneDNN only on the smallest products: timing the pack
-// target's products in a loop on this machine's AVX-512 F, 0.26 ms per 1-row pass against
-// oneDNN's 0.77, but 2.06 against 0.94 for 8 rows), or SPECDEC_LINEAR_KERNEL_MAX_ROWS from the
-// environment (0: never; read once). SPECDEC_ROW_KERNELS=0 turns it off as well.
+// The most rows a bf16 product runs on linear_kernel.h: 32 on CPUs with AVX-512 BF16; 2 on
+// other AVX-512 CPUs, where oneDNN runs ATen's bf16 products (timing the pack target's products
+// in a loop on an AVX-512 F machine, the kernel's row-at-a-time portable path took 0.26 ms per
+// 1-row pass against oneDNN's 0.77, but 2.06 against 0.94 for 8 rows); every product on CPUs
+// without AVX-512, where ATen's bf16 product is a plain loop (docs/results/2026-11-25-avx-kernel.md).
+// SPECDEC_LINEAR_KERNEL_MAX_ROWS in the environment overrides it (0: never; read once), and
+// SPECDEC_ROW_KERNELS=0 turns the kernel off as well.
 int64_t LinearKernelMaxRows();
 
 // The row count a bf16 product of `rows` rows runs on: exact up to 32, then rounded up to a

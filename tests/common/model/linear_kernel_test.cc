@@ -1,14 +1,19 @@
-// The bf16 matrix-product kernel against a double-precision reference, its row independence,
-// output ranges, the two code paths against each other, and ops.h Linear on top of it.
+// The bf16 matrix-product kernel against a double-precision reference and against its documented
+// order of sums, its row independence, output ranges, the two code paths against each other, and
+// ops.h Linear on top of it.
 #include "common/model/linear_kernel.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "common/model/ops.h"
+#include "common/model/vec16.h"
 
 namespace specdec::model {
 namespace {
@@ -33,6 +38,47 @@ at::Tensor KernelProduct(const at::Tensor& x, const at::Tensor& w, bool portable
     RunLinearPortable(p);
   } else {
     RunLinear(p);
+  }
+  return y;
+}
+
+// Values whose float sums depend on their order: +-1024 and +-2^-14 (half a float step of 1024,
+// lost or kept by where it falls), scattered among zeros.
+at::Tensor CancellingBf16(std::vector<int64_t> shape) {
+  const at::Tensor pick = at::randint(0, 6, shape, at::kLong);
+  const at::Tensor sign = at::randint(0, 2, shape, at::kLong) * 2 - 1;
+  const at::Tensor table = at::tensor({0.0, 0.0, 1024.0, std::ldexp(1.0, -14), 1.0, 0.5});
+  return (table.index({pick}) * sign).to(at::kBFloat16).contiguous();
+}
+
+// The contract's order written out one element at a time: per output, 16 lane sums over the
+// odd then the even element of each pair (`even_first`: the other way, a wrong order for the
+// check that the data can tell orders apart), then common/model/vec16.h's reduction tree over
+// the 16 outputs of a group, rounded to bf16.
+at::Tensor OrderedReference(const at::Tensor& x, const at::Tensor& w, bool even_first = false) {
+  const int64_t rows = x.size(0), in = w.size(1), out = w.size(0);
+  at::Tensor y = at::empty({rows, out}, at::kBFloat16);
+  const auto* xp = static_cast<const uint16_t*>(x.data_ptr());
+  const auto* wp = static_cast<const uint16_t*>(w.data_ptr());
+  auto* yp = static_cast<uint16_t*>(y.data_ptr());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t o0 = 0; o0 < out; o0 += kLanes) {
+      F16 lanes[kLanes] = {};
+      for (int64_t n = 0; n < kLanes; ++n) {
+        const uint16_t* xr = xp + r * x.stride(0);
+        const uint16_t* wr = wp + (o0 + n) * in;
+        for (int64_t c = 0; c < in; c += 32) {
+          for (int l = 0; l < kLanes; ++l) {
+            const int64_t first = c + 2 * l + (even_first ? 0 : 1);
+            const int64_t second = c + 2 * l + (even_first ? 1 : 0);
+            lanes[n][l] += Bf16ToFloat(xr[first]) * Bf16ToFloat(wr[first]);
+            lanes[n][l] += Bf16ToFloat(xr[second]) * Bf16ToFloat(wr[second]);
+          }
+        }
+      }
+      const F16 sums = Reduce16(lanes);
+      for (int n = 0; n < kLanes; ++n) yp[r * out + o0 + n] = FloatToBf16(sums[n]);
+    }
   }
   return y;
 }
@@ -77,17 +123,39 @@ TEST(LinearKernelTest, MatchesADoublePrecisionProductOnBothPaths) {
   }
 }
 
+TEST(LinearKernelTest, EveryPathSumsInTheDocumentedOrder) {
+  at::manual_seed(7);
+  // Row counts that take every mix of 4-, 2- and 1-row blocks, and more than one 64-row panel.
+  {
+    const at::Tensor x = CancellingBf16({16, 256}), w = CancellingBf16({48, 256});
+    ASSERT_FALSE(BitwiseEqual(OrderedReference(x, w, /*even_first=*/true), OrderedReference(x, w)))
+        << "the data does not tell summation orders apart";
+  }
+  for (int64_t rows : {1, 2, 3, 5, 6, 7, 67}) {
+    at::Tensor x = CancellingBf16({rows, 256}), w = CancellingBf16({48, 256});
+    const at::Tensor want = OrderedReference(x, w);
+    EXPECT_TRUE(BitwiseEqual(KernelProduct(x, w, /*portable=*/true), want)) << rows << " rows";
+    // RunLinear's path for this CPU (AVX-512 BF16, AVX2 or portable) sums in the same order.
+    EXPECT_TRUE(BitwiseEqual(KernelProduct(x, w, /*portable=*/false), want)) << rows << " rows";
+  }
+}
+
 TEST(LinearKernelTest, ARowsResultDoesNotDependOnTheRowsBesideIt) {
   at::manual_seed(5);
-  at::Tensor x = RandomBf16({32, 256}, 1.0), w = RandomBf16({768, 256}, 0.05);
-  at::Tensor all = KernelProduct(x, w, false);
-  // Every row count takes a different mix of the 8-, 4-, 2- and 1-row blocks.
-  for (int64_t rows = 1; rows <= 32; ++rows) {
-    EXPECT_TRUE(BitwiseEqual(KernelProduct(x.narrow(0, 0, rows), w, false), all.narrow(0, 0, rows)))
-        << rows << " rows";
-  }
-  for (int64_t r = 0; r < 32; r += 5) {
-    EXPECT_TRUE(BitwiseEqual(KernelProduct(x.narrow(0, r, 1), w, false), all.narrow(0, r, 1))) << r;
+  at::Tensor x = RandomBf16({70, 256}, 1.0), w = RandomBf16({768, 256}, 0.05);
+  for (bool portable : {false, true}) {
+    SCOPED_TRACE(portable ? "portable path" : "RunLinear");
+    at::Tensor all = KernelProduct(x, w, portable);
+    // Every row count takes a different mix of the row blocks (and of 64-row panels).
+    for (int64_t rows = 1; rows <= 70; rows += rows < 33 ? 1 : 7) {
+      EXPECT_TRUE(
+          BitwiseEqual(KernelProduct(x.narrow(0, 0, rows), w, portable), all.narrow(0, 0, rows)))
+          << rows << " rows";
+    }
+    for (int64_t r = 0; r < 70; r += 5) {
+      EXPECT_TRUE(BitwiseEqual(KernelProduct(x.narrow(0, r, 1), w, portable), all.narrow(0, r, 1)))
+          << r;
+    }
   }
 }
 
@@ -126,16 +194,20 @@ TEST(LinearKernelTest, TheAvx512PathSumsInThePortableOrder) {
 }
 
 TEST(LinearKernelTest, OpsLinearTakesTheKernelUpToItsRowLimit) {
+  const bool avx512 = __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                      __builtin_cpu_supports("avx512dq");
   const int64_t limit = LinearKernelMaxRows();
-  ASSERT_EQ(limit, LinearKernelNative() ? 32 : 2);
+  ASSERT_EQ(limit, LinearKernelNative() ? 32 : avx512 ? 2 : std::numeric_limits<int64_t>::max());
   at::manual_seed(13);
   at::Tensor w = RandomBf16({512, 256}, 0.05);
-  for (int64_t rows : {int64_t{1}, limit / 2 + 1, limit}) {
+  const int64_t tested = std::min<int64_t>(limit, 100);
+  for (int64_t rows : {int64_t{1}, tested / 2 + 1, tested}) {
     at::Tensor x = RandomBf16({rows, 256}, 1.0);
     EXPECT_TRUE(BitwiseEqual(Linear(x, w), KernelProduct(x, w, false))) << rows;
   }
-  // Beyond the limit (and for widths the kernel does not take) it is ATen's product.
-  at::Tensor x = RandomBf16({limit + 1, 256}, 1.0);
+  // Beyond the limit, where there is one (and for widths the kernel does not take), it is ATen's
+  // product.
+  at::Tensor x = RandomBf16({tested + 1, 256}, 1.0);
   ExpectNearExact(Linear(x, w), x, w);
   at::Tensor odd_w = RandomBf16({40, 256}, 0.05);
   ExpectNearExact(Linear(x.narrow(0, 0, 1), odd_w), x.narrow(0, 0, 1), odd_w);
