@@ -90,7 +90,8 @@ class SessionLoop {
   class Reactor;
   struct StreamState {
     std::mutex mu;
-    Reactor* reactor = nullptr;  // null once the RPC is done
+    Reactor* reactor = nullptr;     // null once the RPC is done
+    std::atomic<bool> gone{false};  // cancelled by the client, or done
   };
   struct Work {
     std::shared_ptr<StreamState> stream;
@@ -155,6 +156,7 @@ class SessionLoop {
       }
     }
     void OnCancel() override {
+      state_->gone = true;
       std::lock_guard<std::mutex> lock(mu_);
       if (!finished_) {
         finished_ = true;
@@ -165,6 +167,7 @@ class SessionLoop {
       {
         std::lock_guard<std::mutex> lock(state_->mu);
         state_->reactor = nullptr;
+        state_->gone = true;
       }
       loop_->Enqueue(Work{nullptr, id_, Req(), Clock::now(), true});
       if (loop_->hooks_.sessions) loop_->hooks_.sessions(-1);
@@ -243,6 +246,9 @@ class SessionLoop {
           coalescer_.Ended(w.owner);
           continue;
         }
+        // An operation of a stream the client cancelled is dropped unrun: nobody reads its answer,
+        // and what the stream holds is freed by its stream_done.
+        if (w.stream->gone) continue;
         bool seen = false;
         for (Work* b : batch) seen = seen || b->owner == w.owner;
         // A stream's next operation depends on its previous one: it goes in the next batch.

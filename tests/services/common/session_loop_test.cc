@@ -1,0 +1,136 @@
+// The Session stream skeleton over a real in-process gRPC server: operations run on the scheduler
+// thread and are answered in order, and an operation whose stream the client cancelled while it
+// waited in the queue is dropped unrun, its stream's state freed by stream_done.
+#include "services/common/session_loop.h"
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "services/common/server.h"
+#include "specdec/v1/target.grpc.pb.h"
+
+namespace specdec::services {
+namespace {
+
+using Loop = SessionLoop<v1::TargetRequest, v1::TargetResponse>;
+using namespace std::chrono_literals;
+
+// Records what the loop ran; the operation on handle "hold" blocks until Release().
+class Recorder {
+ public:
+  Loop::Hooks Hooks() {
+    Loop::Hooks h;
+    h.execute = [this](uint64_t owner, const v1::TargetRequest& r, v1::TargetResponse* resp) {
+      const std::string& handle = r.release().handle();
+      std::unique_lock<std::mutex> lock(mu_);
+      ran_.insert(handle);
+      cv_.notify_all();
+      if (handle == "hold") cv_.wait(lock, [&] { return released_; });
+      resp->mutable_released()->set_id(handle);
+      return absl::OkStatus();
+    };
+    h.stream_done = [this](uint64_t owner) {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++streams_done_;
+      cv_.notify_all();
+    };
+    h.sessions = [this](int delta) {
+      std::lock_guard<std::mutex> lock(mu_);
+      open_streams_ += delta;
+      cv_.notify_all();
+    };
+    return h;
+  }
+  // Waits up to 10 s for `pred` (called with the lock held).
+  template <typename Pred>
+  bool WaitFor(Pred pred) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, 10s, pred);
+  }
+  void Release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    released_ = true;
+    cv_.notify_all();
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::set<std::string> ran_;
+  int streams_done_ = 0, open_streams_ = 0;
+  bool released_ = false;
+};
+
+class TestTarget final : public v1::Target::CallbackService {
+ public:
+  explicit TestTarget(Loop::Hooks hooks) : loop_(std::move(hooks)) {}
+  grpc::ServerBidiReactor<v1::TargetRequest, v1::TargetResponse>* Session(
+      grpc::CallbackServerContext*) override {
+    return loop_.NewReactor();
+  }
+
+ private:
+  Loop loop_;
+};
+
+v1::TargetRequest ReleaseOp(const std::string& handle, uint64_t seq) {
+  v1::TargetRequest r;
+  r.set_seq(seq);
+  r.mutable_release()->set_handle(handle);
+  return r;
+}
+
+TEST(SessionLoopTest, AnOperationOfACancelledStreamIsDroppedUnrun) {
+  Recorder rec;
+  TestTarget service(rec.Hooks());
+  auto started = StartServer("127.0.0.1:0", {&service}, {"specdec.v1.Target"});
+  ASSERT_TRUE(started.ok()) << started.status();
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", started->port),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = v1::Target::NewStub(channel);
+
+  // Stream A's operation occupies the scheduler thread.
+  grpc::ClientContext ctx_a;
+  auto a = stub->Session(&ctx_a);
+  ASSERT_TRUE(a->Write(ReleaseOp("hold", 1)));
+  ASSERT_TRUE(rec.WaitFor([&] { return rec.ran_.count("hold") == 1; }));
+
+  // Stream B's operation waits in the queue behind it; then B's client cancels.
+  grpc::ClientContext ctx_b;
+  auto b = stub->Session(&ctx_b);
+  ASSERT_TRUE(b->Write(ReleaseOp("queued", 1)));
+  ASSERT_TRUE(rec.WaitFor([&] { return rec.open_streams_ == 2; }));
+  std::this_thread::sleep_for(300ms);  // for the server to read it (loopback: well under 1 ms)
+  ctx_b.TryCancel();
+  EXPECT_EQ(b->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  ASSERT_TRUE(rec.WaitFor([&] { return rec.open_streams_ == 1; }));  // B's RPC is done
+
+  rec.Release();
+  v1::TargetResponse resp;
+  ASSERT_TRUE(a->Read(&resp));
+  EXPECT_EQ(resp.seq(), 1u);
+  EXPECT_EQ(resp.released().id(), "hold");
+  ASSERT_TRUE(rec.WaitFor([&] { return rec.streams_done_ == 1; }));  // B's state freed
+  {
+    std::lock_guard<std::mutex> lock(rec.mu_);
+    EXPECT_EQ(rec.ran_.count("queued"), 0u) << "the cancelled stream's operation ran";
+  }
+
+  // A is still served.
+  ASSERT_TRUE(a->Write(ReleaseOp("next", 2)));
+  ASSERT_TRUE(a->Read(&resp));
+  EXPECT_EQ(resp.seq(), 2u);
+  EXPECT_EQ(resp.released().id(), "next");
+  a->WritesDone();
+  EXPECT_TRUE(a->Finish().ok());
+  started->server->Shutdown();
+}
+
+}  // namespace
+}  // namespace specdec::services
