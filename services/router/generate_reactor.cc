@@ -22,7 +22,7 @@ void GenerateReactor::OnWriteDone(bool ok) {
   box_->queue.pop_front();
   box_->writing = false;
   if (!ok) {
-    box_->cancelled = true;
+    box_->cancel.Cancel();
     if (!box_->finished) {
       box_->finished = true;
       Finish(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
@@ -32,13 +32,13 @@ void GenerateReactor::OnWriteDone(bool ok) {
   Pump();
 }
 
-void GenerateReactor::OnCancel() { box_->cancelled = true; }
+void GenerateReactor::OnCancel() { box_->cancel.Cancel(); }
 
 void GenerateReactor::OnDone() {
   {
     std::lock_guard<std::mutex> lock(box_->mu);
     box_->reactor = nullptr;
-    box_->cancelled = true;
+    box_->cancel.Cancel();
   }
   delete this;
 }

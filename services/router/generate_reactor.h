@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 
+#include "services/router/cancel_signal.h"
 #include "specdec/v1/router.grpc.pb.h"
 
 namespace specdec::services {
@@ -23,7 +24,7 @@ struct Outbox {
   std::deque<v1::GenerateResponse> queue;
   bool writing = false, finish_requested = false, finished = false;
   grpc::Status status;
-  std::atomic<bool> cancelled{false};
+  CancelSignal cancel;                 // the client cancelled or went away
   GenerateReactor* reactor = nullptr;  // null once the RPC is done
 };
 

@@ -33,13 +33,20 @@ void AppendRows(const v1::Tensor& src, v1::Tensor* dst) {
   dst->mutable_data()->append(src.data());
 }
 
+// A backend call the request's own cancellation ended is no backend failure.
+bool ClientCancelled(const CallScope& scope) {
+  return scope.cancel != nullptr && scope.cancel->cancelled();
+}
+
+absl::Status CancelledByClient() { return absl::CancelledError("cancelled by the client"); }
+
 }  // namespace
 
-RemoteTarget::RemoteTarget(Backends& backends, Deadline deadline,
+RemoteTarget::RemoteTarget(Backends& backends, CallScope scope,
                            const engine::DecodeOptions& options, std::vector<int64_t> capture,
                            bool try_hosted, BlockCostModel* block_model)
     : backends_(backends),
-      deadline_(deadline),
+      scope_(scope),
       options_(options),
       capture_(std::move(capture)),
       try_hosted_(try_hosted),
@@ -73,7 +80,7 @@ absl::StatusOr<engine::PrefillResult> RemoteTarget::Prefill(std::span<const int3
     }
     tried.push_back(*replica_);
     hosted_ = try_hosted_ && backends_.hosted_dflash(*replica_).has_value();
-    auto opened = TargetClient::Open(backends_.target_stub(*replica_), deadline_);
+    auto opened = TargetClient::Open(backends_.target_stub(*replica_), scope_);
     if (opened.ok()) {
       client_ = *std::move(opened);
       got = client_->Call(PrefillRequest(prompt, want_logits), "target prefill");
@@ -81,9 +88,10 @@ absl::StatusOr<engine::PrefillResult> RemoteTarget::Prefill(std::span<const int3
       got = opened.status();
     }
     if (got.ok()) break;
+    if (ClientCancelled(scope_)) return CancelledByClient();
     if (got.status().code() != absl::StatusCode::kUnavailable) return got.status();
     backends_.targets().MarkUnhealthy(*replica_);
-    if (std::chrono::system_clock::now() >= deadline_) {
+    if (std::chrono::system_clock::now() >= scope_.deadline) {
       return absl::DeadlineExceededError("the deadline passed while looking for a target replica");
     }
   }
@@ -109,6 +117,7 @@ v1::Tensor RemoteTarget::TakeFeatures() {
 }
 
 absl::Status RemoteTarget::Failed(const absl::Status& status) {
+  if (ClientCancelled(scope_)) return CancelledByClient();
   Backends::NoteFailure(backends_.targets(), *replica_, status);
   return status;
 }
@@ -205,12 +214,12 @@ absl::Status RemoteTarget::Run(int32_t last, const engine::RunPlan& plan,
   }
 }
 
-RemoteDrafter::RemoteDrafter(Backends& backends, size_t replica, Deadline deadline,
+RemoteDrafter::RemoteDrafter(Backends& backends, size_t replica, CallScope scope,
                              const engine::DecodeOptions& options, RemoteTarget* target,
                              int32_t trained_block)
     : backends_(backends),
       replica_(replica),
-      deadline_(deadline),
+      scope_(scope),
       options_(options),
       target_(target),
       dflash_(engine::IsDflash(options.method)),
@@ -219,12 +228,14 @@ RemoteDrafter::RemoteDrafter(Backends& backends, size_t replica, Deadline deadli
 absl::StatusOr<v1::DrafterResponse> RemoteDrafter::Call(const v1::DrafterRequest& request,
                                                         const char* what) {
   absl::StatusOr<v1::DrafterResponse> got = client_->Call(request, what);
-  if (!got.ok()) Backends::NoteFailure(*backends_.drafters(), replica_, got.status());
+  if (got.ok()) return got;
+  if (ClientCancelled(scope_)) return CancelledByClient();
+  Backends::NoteFailure(*backends_.drafters(), replica_, got.status());
   return got;
 }
 
 absl::Status RemoteDrafter::Open(std::span<const int32_t> prompt) {
-  auto opened = DrafterClient::Open(backends_.drafter_stub(replica_), deadline_);
+  auto opened = DrafterClient::Open(backends_.drafter_stub(replica_), scope_);
   if (!opened.ok()) {
     Backends::NoteFailure(*backends_.drafters(), replica_, opened.status());
     return opened.status();
@@ -317,13 +328,13 @@ absl::StatusOr<int32_t> RemotePolicy::ChooseBlockSize(std::span<const float> las
   return why;
 }
 
-RemoteSides ConnectSides(Backends& backends, Deadline deadline,
-                         const engine::DecodeOptions& options, BlockCostModel* block_model) {
+RemoteSides ConnectSides(Backends& backends, CallScope scope, const engine::DecodeOptions& options,
+                         BlockCostModel* block_model) {
   RemoteSides sides;
   const bool dflash = engine::IsDflash(options.method);
   if (options.method == engine::Method::kNgram) {
-    sides.target = std::make_unique<RemoteTarget>(backends, deadline, options,
-                                                  std::vector<int64_t>(), false, block_model);
+    sides.target = std::make_unique<RemoteTarget>(backends, scope, options, std::vector<int64_t>(),
+                                                  false, block_model);
     sides.drafter = std::make_unique<engine::NgramDrafter>();
     return sides;
   }
@@ -340,7 +351,7 @@ RemoteSides ConnectSides(Backends& backends, Deadline deadline,
   }
   v1::ModelInfo info;
   if (dflash && replica) {
-    absl::StatusOr<v1::ModelInfo> got = backends.DrafterInfo(*replica, deadline);
+    absl::StatusOr<v1::ModelInfo> got = backends.DrafterInfo(*replica, scope.deadline);
     if (got.ok()) {
       info = *std::move(got);
     } else {
@@ -350,14 +361,14 @@ RemoteSides ConnectSides(Backends& backends, Deadline deadline,
     }
   }
   std::vector<int64_t> capture(info.target_layer_ids().begin(), info.target_layer_ids().end());
-  sides.target = std::make_unique<RemoteTarget>(backends, deadline, options, std::move(capture),
+  sides.target = std::make_unique<RemoteTarget>(backends, scope, options, std::move(capture),
                                                 try_hosted, block_model);
   if (replica) {
-    sides.drafter = std::make_unique<RemoteDrafter>(backends, *replica, deadline, options,
+    sides.drafter = std::make_unique<RemoteDrafter>(backends, *replica, scope, options,
                                                     sides.target.get(), info.block_size());
   }
   if (options.method == engine::Method::kDflashAdaptive && backends.policies()) {
-    sides.policy = std::make_unique<RemotePolicy>(backends, deadline);
+    sides.policy = std::make_unique<RemotePolicy>(backends, scope.deadline);
   }
   return sides;
 }

@@ -25,7 +25,7 @@ class RemoteTarget final : public engine::TargetSide {
  public:
   // `capture`: the layers a DFlash drafter service reads; `try_hosted`: draft on the target when
   // the replica hosts a DFlash drafter. `block_model` (optional) learns from every run's steps.
-  RemoteTarget(Backends& backends, Deadline deadline, const engine::DecodeOptions& options,
+  RemoteTarget(Backends& backends, CallScope scope, const engine::DecodeOptions& options,
                std::vector<int64_t> capture, bool try_hosted, BlockCostModel* block_model);
 
   absl::StatusOr<engine::PrefillResult> Prefill(std::span<const int32_t> prompt,
@@ -46,7 +46,7 @@ class RemoteTarget final : public engine::TargetSide {
   absl::Status Failed(const absl::Status& status);
 
   Backends& backends_;
-  const Deadline deadline_;
+  const CallScope scope_;
   const engine::DecodeOptions& options_;
   const std::vector<int64_t> capture_;
   const bool try_hosted_;
@@ -63,7 +63,7 @@ class RemoteTarget final : public engine::TargetSide {
 class RemoteDrafter final : public engine::DrafterSide {
  public:
   // `trained_block`: the DFlash drafter's training block size (DFLASH*), from its ModelInfo.
-  RemoteDrafter(Backends& backends, size_t replica, Deadline deadline,
+  RemoteDrafter(Backends& backends, size_t replica, CallScope scope,
                 const engine::DecodeOptions& options, RemoteTarget* target, int32_t trained_block);
 
   absl::Status Open(std::span<const int32_t> prompt) override;
@@ -77,7 +77,7 @@ class RemoteDrafter final : public engine::DrafterSide {
 
   Backends& backends_;
   const size_t replica_;
-  const Deadline deadline_;
+  const CallScope scope_;
   const engine::DecodeOptions& options_;
   RemoteTarget* target_;
   const bool dflash_;
@@ -107,8 +107,8 @@ struct RemoteSides {
   std::unique_ptr<RemotePolicy> policy;
   absl::Status drafter_unavailable = absl::UnavailableError("no drafter service is configured");
 };
-RemoteSides ConnectSides(Backends& backends, Deadline deadline,
-                         const engine::DecodeOptions& options, BlockCostModel* block_model);
+RemoteSides ConnectSides(Backends& backends, CallScope scope, const engine::DecodeOptions& options,
+                         BlockCostModel* block_model);
 
 }  // namespace specdec::services
 

@@ -130,7 +130,7 @@ absl::Status RouterServer::Impl::Admitted(const v1::GenerateRequest& request, De
   metrics->queued.Increment();
   double waited = 0;
   absl::Status s = admission->Admit(
-      deadline, [&box] { return box.cancelled.load(); }, &waited);
+      deadline, [&box] { return box.cancel.cancelled(); }, &waited);
   metrics->queued.Decrement();
   metrics->queue_wait.Observe(waited);
   if (!s.ok()) return s;
@@ -203,7 +203,7 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& request, Deadl
   const bool load_aware_on = options.method == engine::Method::kDflashAdaptive &&
                              this->options.load_aware && options.block_size == 0 &&
                              (backends->drafters() || backends->TargetDrafting());
-  RemoteSides sides = ConnectSides(*backends, deadline, options, &block_model);
+  RemoteSides sides = ConnectSides(*backends, {deadline, &box.cancel}, options, &block_model);
   LoadAwareHook hook(*load_aware, block_model, *metrics, this->options.load_aware_block);
   engine::LoopParts parts;
   parts.target = sides.target.get();
@@ -212,7 +212,7 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& request, Deadl
   parts.hook = load_aware_on ? &hook : nullptr;
   parts.max_context = backends->target_info().max_context();
   parts.drafter_unavailable = sides.drafter_unavailable;
-  parts.cancelled = [&box] { return box.cancelled.load(); };
+  parts.cancelled = [&box] { return box.cancel.cancelled(); };
   parts.tokenizer = tokenizer.get();
   parts.decode_text = request.return_text();
   parts.on_commit = Streamer(request, options, box);

@@ -10,25 +10,38 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "services/router/cancel_signal.h"
 #include "specdec/v1/drafter.grpc.pb.h"
 #include "specdec/v1/target.grpc.pb.h"
 
 namespace specdec::services {
 
-// One open Session stream. Not thread-safe: one request worker uses it. Destroying it cancels
-// the stream, which releases every handle the stream owns on the server.
+// What bounds a request's backend calls: its deadline, and its cancellation (optional), which
+// cancels every stream the request has open.
+struct CallScope {
+  std::chrono::system_clock::time_point deadline;
+  CancelSignal* cancel = nullptr;
+};
+
+// One open Session stream. Not thread-safe: one request worker uses it. Destroying it, or the
+// scope's cancellation, cancels the stream, which releases every handle the stream owns on the
+// server (a call blocked on it returns CANCELLED).
 template <typename Stub, typename Req, typename Resp>
 class SessionClient {
  public:
-  static absl::StatusOr<std::unique_ptr<SessionClient>> Open(
-      Stub* stub, std::chrono::system_clock::time_point deadline) {
+  static absl::StatusOr<std::unique_ptr<SessionClient>> Open(Stub* stub, const CallScope& scope) {
     auto c = std::unique_ptr<SessionClient>(new SessionClient());
-    c->ctx_.set_deadline(deadline);
+    c->ctx_.set_deadline(scope.deadline);
     c->stream_ = stub->Session(&c->ctx_);
     if (!c->stream_) return absl::UnavailableError("cannot open a Session stream");
+    if (scope.cancel != nullptr) {
+      c->cancel_ = scope.cancel;
+      c->cancel_id_ = scope.cancel->Add([ctx = &c->ctx_] { ctx->TryCancel(); });
+    }
     return c;
   }
   ~SessionClient() {
+    if (cancel_ != nullptr) cancel_->Remove(cancel_id_);
     ctx_.TryCancel();
     if (stream_) stream_->Finish();
   }
@@ -72,6 +85,8 @@ class SessionClient {
                         std::string(what) + ": " + s.error_message());
   }
   grpc::ClientContext ctx_;
+  CancelSignal* cancel_ = nullptr;
+  uint64_t cancel_id_ = 0;
   std::unique_ptr<grpc::ClientReaderWriter<Req, Resp>> stream_;
   uint64_t seq_ = 0;
 };
