@@ -2,7 +2,7 @@
 # Integration test of the load tester (loadtest/specdec_loadtest): starts a local cluster on the
 # embedded pack (target, AR draft, DFlash drafter, BlockPilot policy) on a free port base, runs a
 # tiny closed-loop sweep (concurrency 1,2; AR and DFLASH_ADAPTIVE; 32 tokens) and a tiny Poisson
-# run with client cancels, checks their results.json (tests/loadtest/check_results.py), checks
+# run with client cancels (its rate and window scaled to the speed the sweep measured), checks their results.json (tests/loadtest/check_results.py), checks
 # that --check-handles fails on an endpoint that does not answer, and always stops the cluster.
 #
 #   tests/loadtest/run_integration.sh
@@ -99,9 +99,25 @@ echo "== closed-loop sweep"
   || { echo "run_integration: the sweep exited $?" >&2; fail=1; }
 "$PYTHON" tests/loadtest/check_results.py sweep "$OUT/sweep" "$N" || fail=1
 
-echo "== open-loop Poisson run with client cancels"
+# The open-loop load follows this machine's speed, as the sweep measured it: at most 3 requests/s
+# and half the rate 2 concurrent DFLASH_ADAPTIVE requests sustained, for a window of at least
+# 4 s, 8 of their median end-to-end latencies and 6 arrivals (at most 60 s), so that requests
+# complete and some are cancelled on a fast machine and on a slow one alike.
+read -r RATE WINDOW < <("$PYTHON" - "$OUT/sweep/results.json" <<'PY'
+import json, sys
+cells = json.load(open(sys.argv[1]))["cells"]
+def cell(level):
+    return next((c for c in cells if c["method"] == "DFLASH_ADAPTIVE" and c["level"] == level), None)
+c1, c2 = cell(1) or cell(1.0), cell(2) or cell(2.0)
+req_s = (c2 or {}).get("requests_per_s") or 0.5
+e2e_s = ((c1 or {}).get("e2e_ms") or {}).get("p50") or 1000.0
+rate = max(0.1, min(3.0, 0.5 * req_s))
+print(f"{rate:.2f} {min(60.0, max(4.0, 8 * e2e_s / 1000.0, 6 / rate)):.1f}")
+PY
+) || { RATE=3; WINDOW=4; }
+echo "== open-loop Poisson run with client cancels (${RATE}/s for ${WINDOW} s)"
 # shellcheck disable=SC2086
-"${LT[@]}" --prompts $prompts --rate 3 --methods DFLASH_ADAPTIVE --duration 4 --warmup 0.5 \
+"${LT[@]}" --prompts $prompts --rate "$RATE" --methods DFLASH_ADAPTIVE --duration "$WINDOW" --warmup 0.5 \
   --cancel-fraction 0.3 --seed 1 --cooldown 0.2 --out "$OUT/poisson" \
   --watch-pid "$SPECDEC_RUN_DIR" --watch-interval 0.5 --check-handles "$HANDLES" \
   || { echo "run_integration: the Poisson run exited $?" >&2; fail=1; }
