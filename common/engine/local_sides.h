@@ -5,6 +5,7 @@
 
 #include <memory>
 
+#include "common/engine/block_cost_model.h"
 #include "common/engine/request.h"
 #include "common/engine/step_loop.h"
 
@@ -29,6 +30,9 @@ struct EngineModels {
   const model::DFlashDrafter* dflash = nullptr;     // DFLASH, DFLASH_ADAPTIVE
   const model::BlockPilot* policy = nullptr;        // DFLASH_ADAPTIVE
   const tokenizer::Tokenizer* tokenizer = nullptr;  // stop strings, decoded text
+  // DFLASH_ADAPTIVE's cost-aware block choice (cost_aware_hook.h): the model its requests share;
+  // null: the process keeps one per target model.
+  BlockCostModel* block_model = nullptr;
 };
 
 // FAILED_PRECONDITION when `method` needs a model `models` lacks (or a draft model whose

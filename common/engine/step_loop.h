@@ -37,7 +37,13 @@ struct StepResult {
   double draft_ms = 0;             // drafting time of the step (hosted drafting: the target's)
   double wall_ms = -1;             // the whole step's wall time; < 0: unknown
   int32_t batch_size = 1;          // sequences in the target pass that served the step
-  std::string draft_error;         // a hosted drafter failed on this step (it ran as AR)
+  // The passes behind the step, where the side knows them (a target's report; else 0): the
+  // rows and compute time of the target's forward pass (all its sequences'), and the rows of the
+  // drafter pass that drafted the step.
+  int32_t pass_rows = 0;
+  double pass_ms = 0;
+  int32_t draft_rows = 0;
+  std::string draft_error;  // a hosted drafter failed on this step (it ran as AR)
 };
 
 // A drafter's proposal after the last committed token.

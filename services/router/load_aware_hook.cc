@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <string>
 
+#include "common/engine/cost_aware_hook.h"
+
 namespace specdec::services {
 
 LoadAwareSpeculation::Step LoadAwareHook::Next() {
@@ -40,6 +42,7 @@ int32_t LoadAwareHook::ChooseBlock(const engine::LoopView& view, int32_t block) 
 
 void LoadAwareHook::Observe(const engine::StepPlan& plan, engine::StepOrigin origin,
                             const engine::StepResult& step, bool first) {
+  engine::ObserveStepIn(block_model_, step, origin, first);
   metrics_.load_aware_steps.Add({{"arm", LoadAwareSpeculation::ArmName(planned_.arm)}}).Increment();
   if (origin == engine::StepOrigin::kDrafted) {
     load_aware_.Observe(planned_, last_epoch_ == planned_.epoch);

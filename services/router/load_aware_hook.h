@@ -1,13 +1,14 @@
 // Load awareness as the step loop's planning hook: each step of a DFLASH_ADAPTIVE request runs
 // the arm LoadAwareSpeculation chose for the current load (an AR run, or speculation), target-
-// drafted runs take the block BlockCostModel predicts fastest, and every step is reported back.
+// drafted runs take the block BlockCostModel predicts fastest, and every step is reported back
+// (to the learner, and to the cost model).
 #ifndef SPECDEC_SERVICES_ROUTER_LOAD_AWARE_HOOK_H_
 #define SPECDEC_SERVICES_ROUTER_LOAD_AWARE_HOOK_H_
 
 #include <cstdint>
 
+#include "common/engine/block_cost_model.h"
 #include "common/engine/step_loop.h"
-#include "services/router/block_cost_model.h"
 #include "services/router/load_aware.h"
 #include "services/router/router_metrics.h"
 
@@ -23,7 +24,7 @@ inline constexpr int32_t kLoadAwareMaxRunTokens = 512;
 class LoadAwareHook final : public engine::PlanningHook {
  public:
   // `adapt_block`: target-drafted runs use BlockCostModel's block (at most the request's).
-  LoadAwareHook(LoadAwareSpeculation& load_aware, const BlockCostModel& block_model,
+  LoadAwareHook(LoadAwareSpeculation& load_aware, engine::BlockCostModel& block_model,
                 RouterMetrics& metrics, bool adapt_block)
       : load_aware_(load_aware),
         block_model_(block_model),
@@ -40,7 +41,7 @@ class LoadAwareHook final : public engine::PlanningHook {
   LoadAwareSpeculation::Step Next();
 
   LoadAwareSpeculation& load_aware_;
-  const BlockCostModel& block_model_;
+  engine::BlockCostModel& block_model_;
   RouterMetrics& metrics_;
   const bool adapt_block_;
   LoadAwareSpeculation::Step planned_;  // the arm of the step or run being taken

@@ -44,13 +44,12 @@ absl::Status CancelledByClient() { return absl::CancelledError("cancelled by the
 
 RemoteTarget::RemoteTarget(Backends& backends, CallScope scope,
                            const engine::DecodeOptions& options, std::vector<int64_t> capture,
-                           bool try_hosted, BlockCostModel* block_model)
+                           bool try_hosted)
     : backends_(backends),
       scope_(scope),
       options_(options),
       capture_(std::move(capture)),
-      try_hosted_(try_hosted),
-      block_model_(block_model) {}
+      try_hosted_(try_hosted) {}
 
 v1::TargetRequest RemoteTarget::PrefillRequest(std::span<const int32_t> prompt,
                                                bool want_logits) const {
@@ -135,6 +134,9 @@ engine::StepResult RemoteTarget::FromResult(const v1::TargetVerifyResult& v, dou
   step.accepted = v.num_accepted();
   step.verify_ms = ms;
   step.batch_size = std::max(1, v.batch_size());
+  step.pass_rows = v.pass_rows();
+  step.pass_ms = v.compute_ms();
+  step.draft_rows = v.draft_pass_rows();
   AppendRows(v.features(), &features_);
   return step;
 }
@@ -184,7 +186,6 @@ absl::Status RemoteTarget::Run(int32_t last, const engine::RunPlan& plan,
   run->set_max_ms(static_cast<float>(plan.max_ms));
   run->set_return_features(plan.features);
   auto t0 = SteadyClock::now();
-  bool first = true;  // the first step's time includes the round trip
   if (absl::Status s = client_->Send(r, what); !s.ok()) return Failed(s);
   while (true) {
     absl::StatusOr<v1::TargetResponse> got = client_->Next(what);
@@ -198,16 +199,6 @@ absl::Status RemoteTarget::Run(int32_t last, const engine::RunPlan& plan,
     step.draft_ms = v.draft_ms();
     step.wall_ms = ms;
     step.draft_error = v.draft_error();
-    if (block_model_) {
-      block_model_->ObserveStep({.sessions = v.batch_size(),
-                                 .pass_rows = v.pass_rows(),
-                                 .pass_ms = v.compute_ms(),
-                                 .draft_rows = v.draft_pass_rows(),
-                                 .draft_ms = v.draft_ms(),
-                                 .wall_ms = first ? -1.0 : ms});
-      if (rows >= 2) block_model_->ObserveAcceptance(rows - 1, v.num_accepted());
-    }
-    first = false;
     const bool more = sink(std::move(step));
     t0 = SteadyClock::now();
     if (!more || v.run_left() == 0) return absl::OkStatus();
@@ -328,13 +319,13 @@ absl::StatusOr<int32_t> RemotePolicy::ChooseBlockSize(std::span<const float> las
   return why;
 }
 
-RemoteSides ConnectSides(Backends& backends, CallScope scope, const engine::DecodeOptions& options,
-                         BlockCostModel* block_model) {
+RemoteSides ConnectSides(Backends& backends, CallScope scope,
+                         const engine::DecodeOptions& options) {
   RemoteSides sides;
   const bool dflash = engine::IsDflash(options.method);
   if (options.method == engine::Method::kNgram) {
-    sides.target = std::make_unique<RemoteTarget>(backends, scope, options, std::vector<int64_t>(),
-                                                  false, block_model);
+    sides.target =
+        std::make_unique<RemoteTarget>(backends, scope, options, std::vector<int64_t>(), false);
     sides.drafter = std::make_unique<engine::NgramDrafter>();
     return sides;
   }
@@ -361,8 +352,8 @@ RemoteSides ConnectSides(Backends& backends, CallScope scope, const engine::Deco
     }
   }
   std::vector<int64_t> capture(info.target_layer_ids().begin(), info.target_layer_ids().end());
-  sides.target = std::make_unique<RemoteTarget>(backends, scope, options, std::move(capture),
-                                                try_hosted, block_model);
+  sides.target =
+      std::make_unique<RemoteTarget>(backends, scope, options, std::move(capture), try_hosted);
   if (replica) {
     sides.drafter = std::make_unique<RemoteDrafter>(backends, *replica, scope, options,
                                                     sides.target.get(), info.block_size());

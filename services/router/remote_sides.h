@@ -11,7 +11,6 @@
 #include "common/engine/request.h"
 #include "common/engine/step_loop.h"
 #include "services/router/backends.h"
-#include "services/router/block_cost_model.h"
 #include "services/router/stream_clients.h"
 
 namespace specdec::services {
@@ -24,9 +23,9 @@ using Deadline = std::chrono::system_clock::time_point;
 class RemoteTarget final : public engine::TargetSide {
  public:
   // `capture`: the layers a DFlash drafter service reads; `try_hosted`: draft on the target when
-  // the replica hosts a DFlash drafter. `block_model` (optional) learns from every run's steps.
+  // the replica hosts a DFlash drafter.
   RemoteTarget(Backends& backends, CallScope scope, const engine::DecodeOptions& options,
-               std::vector<int64_t> capture, bool try_hosted, BlockCostModel* block_model);
+               std::vector<int64_t> capture, bool try_hosted);
 
   absl::StatusOr<engine::PrefillResult> Prefill(std::span<const int32_t> prompt,
                                                 bool want_logits) override;
@@ -50,7 +49,6 @@ class RemoteTarget final : public engine::TargetSide {
   const engine::DecodeOptions& options_;
   const std::vector<int64_t> capture_;
   const bool try_hosted_;
-  BlockCostModel* block_model_;
   std::optional<size_t> replica_;
   bool hosted_ = false;
   std::unique_ptr<TargetClient> client_;
@@ -107,8 +105,7 @@ struct RemoteSides {
   std::unique_ptr<RemotePolicy> policy;
   absl::Status drafter_unavailable = absl::UnavailableError("no drafter service is configured");
 };
-RemoteSides ConnectSides(Backends& backends, CallScope scope, const engine::DecodeOptions& options,
-                         BlockCostModel* block_model);
+RemoteSides ConnectSides(Backends& backends, CallScope scope, const engine::DecodeOptions& options);
 
 }  // namespace specdec::services
 

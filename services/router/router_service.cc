@@ -10,6 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/engine/block_cost_model.h"
+#include "common/engine/cost_aware_hook.h"
 #include "common/engine/step_loop.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/util/clock.h"
@@ -19,7 +21,6 @@
 #include "services/common/server.h"
 #include "services/router/admission.h"
 #include "services/router/backends.h"
-#include "services/router/block_cost_model.h"
 #include "services/router/generate_reactor.h"
 #include "services/router/load_aware.h"
 #include "services/router/load_aware_hook.h"
@@ -44,8 +45,8 @@ struct RouterServer::Impl {
   std::atomic<double> ar_step_ms{0};                 // running mean of single-token target steps
   std::atomic<int64_t> in_flight{0};                 // requests being served
   std::unique_ptr<LoadAwareSpeculation> load_aware;  // set in Start
-  BlockCostModel block_model;                        // fed by every server-side run's steps
-  std::unique_ptr<AdmissionQueue> admission;         // set in Start
+  engine::BlockCostModel block_model;         // fed by the steps of every DFLASH_ADAPTIVE request
+  std::unique_ptr<AdmissionQueue> admission;  // set in Start
 
   const std::string instance = absl::StrFormat("%08x", std::random_device()());
   std::atomic<uint64_t> next_request{0};
@@ -203,13 +204,20 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& request, Deadl
   const bool load_aware_on = options.method == engine::Method::kDflashAdaptive &&
                              this->options.load_aware && options.block_size == 0 &&
                              (backends->drafters() || backends->TargetDrafting());
-  RemoteSides sides = ConnectSides(*backends, {deadline, &box.cancel}, options, &block_model);
+  RemoteSides sides = ConnectSides(*backends, {deadline, &box.cancel}, options);
   LoadAwareHook hook(*load_aware, block_model, *metrics, this->options.load_aware_block);
+  // Otherwise an adaptive request's blocks follow the predicted throughput at this load.
+  engine::CostAwareHook cost_aware(block_model,
+                                   {.sessions = static_cast<int>(std::max<int64_t>(1, load))});
+  const bool cost_aware_on = !load_aware_on && options.method == engine::Method::kDflashAdaptive &&
+                             options.block_size == 0;
   engine::LoopParts parts;
   parts.target = sides.target.get();
   parts.drafter = sides.drafter.get();
   parts.policy = sides.policy.get();
-  parts.hook = load_aware_on ? &hook : nullptr;
+  parts.hook = load_aware_on   ? static_cast<engine::PlanningHook*>(&hook)
+               : cost_aware_on ? &cost_aware
+                               : nullptr;
   parts.max_context = backends->target_info().max_context();
   parts.drafter_unavailable = sides.drafter_unavailable;
   parts.cancelled = [&box] { return box.cancel.cancelled(); };

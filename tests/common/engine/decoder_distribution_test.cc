@@ -118,7 +118,9 @@ class DistributionTest : public ::testing::Test {
     return p;
   }
 
-  void CheckMethod(Method m, float temperature, float top_p) {
+  // `block_size` 0: DFLASH_ADAPTIVE's cost-aware blocks (AR runs and every block size in turn
+  // while the process's cost model explores).
+  void CheckMethod(Method m, float temperature, float top_p, int32_t block_size = 4) {
     const std::vector<int32_t> prompt = {1, 5, 2, 6};
     sampling::SamplingParams sp{temperature, 0, top_p, 0};
     EngineModels em{target_, draft_, dflash_};
@@ -130,7 +132,7 @@ class DistributionTest : public ::testing::Test {
       o.sampling.seed = seed;
       o.draft_length = 3;
       o.tree_budget = 6;
-      o.block_size = 4;
+      o.block_size = block_size;
       auto r = Decode(em, prompt, o);
       EXPECT_TRUE(r.ok()) << r.status();
       return r.ok() ? r->tokens : std::vector<int32_t>();
@@ -154,6 +156,9 @@ TEST_F(DistributionTest, TreeT1) { CheckMethod(Method::kDyspecTree, 1.0f, 1.0f);
 TEST_F(DistributionTest, TreeT07TopP09) { CheckMethod(Method::kDyspecTree, 0.7f, 0.9f); }
 TEST_F(DistributionTest, DflashT1) { CheckMethod(Method::kDflash, 1.0f, 1.0f); }
 TEST_F(DistributionTest, DflashT07TopP09) { CheckMethod(Method::kDflash, 0.7f, 0.9f); }
+TEST_F(DistributionTest, DflashAdaptiveCostAwareT1) {
+  CheckMethod(Method::kDflashAdaptive, 1.0f, 1.0f, 0);
+}
 TEST_F(DistributionTest, NgramT1) { CheckMethod(Method::kNgram, 1.0f, 1.0f); }
 TEST_F(DistributionTest, NgramT07TopP09) { CheckMethod(Method::kNgram, 0.7f, 0.9f); }
 

@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <set>
 
 #include "common/engine/target_session.h"
 #include "common/io/gguf_to_hf.h"
@@ -271,6 +272,29 @@ TEST_F(DecoderGreedyTest, AdaptiveUsesPolicyOrFallsBack) {
   EXPECT_TRUE(r->stats.policy_fallback);
   EXPECT_EQ(r->stats.block_size, 6);
   EXPECT_NE(r->stats.note.find("training block size"), std::string::npos);
+}
+
+TEST_F(DecoderGreedyTest, CostAwareAdaptiveMixesArRunsAndBlocksAndEqualsAr) {
+  // A fresh cost model explores: AR runs and blocks of 2, 3, 4, 6 and the request's, in turn.
+  BlockCostModel cost_model;
+  EngineModels em{models_->target.get(), nullptr, models_->dflash.get(), nullptr};
+  em.block_model = &cost_model;
+  const auto prompt = Prompts(1, 96)[0];
+  DecodeOptions ar;
+  ar.max_new_tokens = 60;
+  auto base = Decode(em, prompt, ar);
+  ASSERT_TRUE(base.ok()) << base.status();
+  DecodeOptions o = ar;
+  o.method = Method::kDflashAdaptive;
+  std::set<int32_t> blocks;
+  auto r = Decode(em, prompt, o, [&](std::span<const int32_t>, const StepInfo& step) {
+    if (step.step > 0) blocks.insert(step.block_size);
+  });
+  ASSERT_TRUE(r.ok()) << r.status();
+  ExpectSameAsAr(*models_->target, prompt, base->tokens, r->tokens, "cost-aware DFLASH_ADAPTIVE");
+  EXPECT_TRUE(blocks.count(0)) << "no AR step";  // AR steps carry no block
+  EXPECT_GE(blocks.size(), 4u);
+  EXPECT_GT(cost_model.SpeculativeSteps(), 0);
 }
 
 TEST_F(DecoderGreedyTest, BadRequestsAreRejected) {

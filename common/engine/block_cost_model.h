@@ -1,27 +1,32 @@
-// The block size of a load-aware speculative step: the one that maximizes every request's
-// decode rate at the current load, modelled from the acceptance and pass costs the router
-// measures.
-#ifndef SPECDEC_SERVICES_ROUTER_BLOCK_COST_MODEL_H_
-#define SPECDEC_SERVICES_ROUTER_BLOCK_COST_MODEL_H_
+// The cost model behind block choice: the acceptance per draft position and the costs of the
+// target's and the drafter's passes as measured on this machine, and the block that maximizes a
+// request's decode rate at a given load (the router's load awareness; CostAwareHook for
+// DFLASH_ADAPTIVE everywhere).
+#ifndef SPECDEC_COMMON_ENGINE_BLOCK_COST_MODEL_H_
+#define SPECDEC_COMMON_ENGINE_BLOCK_COST_MODEL_H_
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <mutex>
+#include <utility>
 
-namespace specdec::services {
+namespace specdec::engine {
 
-// A lone request decodes fastest with the block BlockPilot picks (about the drafter's training
-// block), but under load every request's block adds rows to the target's shared forward pass
-// and to the hosted drafter's: 16 requests verifying 16 rows each make a 256-row pass, several
-// times the cost of their AR pass, while most of a block's tail is rejected anyway. A smaller
+// Where a verify costs about one step (a GPU, a lone request) a lone request decodes fastest
+// with about the drafter's training block, but every block's rows cost something: on a CPU a
+// 17-row verify of the pack costs several 1-row steps, and under load every request's block adds
+// rows to the target's shared forward pass and to the hosted drafter's (16 requests verifying 16
+// rows each make a 256-row pass), while most of a block's tail is rejected anyway. A smaller
 // block gives up a little acceptance for a much cheaper pass.
 //
 // The model: a step of n requests with block b commits tau(b) tokens per request, where
 // tau(b) = 1 + sum over i < b of P(draft position i accepted), measured per position from the
-// hosted drafter's steps; and it costs V(n b) + D(n b) + O milliseconds, where V and D are
-// straight lines through the measured (rows, ms) of the target's forward passes and of the
-// hosted drafter's batched passes (as the target reports them per step), and O is the measured
-// rest of a step's wall time at the router (the scheduler, the stream). Until the drafter's
+// drafted steps; and it costs V(n b) + D(n b) + O milliseconds, where V and D are the measured
+// (rows, ms) of the target's forward passes and of the drafter's passes (as the sides report
+// them per step): decayed means per row count, interpolated between measured counts, and beyond
+// them straight lines fitted through all of them; O is the measured rest of a step's wall time
+// (at the router: the scheduler, the stream). Until the drafter's
 // passes have been seen at different sizes (a lone request drafts one size), D is taken to
 // grow with rows as V does, scaled through its measured mean. Each request's rate is
 // tau(b) / cost; BestBlock returns its argmax. Whether speculation beats AR at all at this load
@@ -57,6 +62,9 @@ class BlockCostModel {
 
   // Expected tokens a step with block `block` commits (1 for block <= 1).
   double Tau(int block) const;
+  // The measured share of steps that drafted position `position` (0-based) and had it accepted,
+  // with the (decayed) number of such steps in `weight`; 0 and 0 before any.
+  double AcceptedShare(int position, double* weight) const;
   // Expected milliseconds of a step in which `sessions` requests each verify `block` rows
   // (block 1: an AR step); 0 while the model has no pass measured.
   double StepMs(int sessions, int block) const;
@@ -64,6 +72,8 @@ class BlockCostModel {
   // max_block until min_steps speculative steps have been observed.
   int BestBlock(int sessions, int max_block) const;
   int64_t SpeculativeSteps() const;
+  // Numbers the block decisions taken on this model: 0, 1, 2, ... (for exploration schedules).
+  int64_t NextDecision();
 
  private:
   // A weighted least-squares line y = a + c x over decayed observations.
@@ -76,17 +86,27 @@ class BlockCostModel {
     // through the mean, or else the line through the origin and the mean.
     double At(double xi, const Line* shape = nullptr) const;
   };
+  // Decayed mean costs per row count: a pass's cost is not a straight line in its rows (on a
+  // CPU, a few rows cost little more than one), so a cost between two measured row counts is
+  // interpolated between them; beyond them the line answers.
+  struct Curve {
+    std::map<int, std::pair<double, double>> points;  // rows -> (weight, weighted ms)
+    void Add(double decay, double weight, int rows, double ms);
+    double At(int rows, const Line& line, const Line* shape = nullptr) const;
+  };
   double TauLocked(int block) const;
   double StepMsLocked(int sessions, int block) const;
 
   Options options_;
   mutable std::mutex mu_;
   Line verify_, draft_;
+  Curve verify_curve_, draft_curve_;
   double overhead_ = 0, overhead_w_ = 0;  // decayed mean of wall - pass - draft ms
   std::array<double, kMaxPositions> drafted_{}, accepted_{};  // decayed counts per position
   int64_t spec_steps_ = 0;
+  int64_t decisions_ = 0;
 };
 
-}  // namespace specdec::services
+}  // namespace specdec::engine
 
-#endif  // SPECDEC_SERVICES_ROUTER_BLOCK_COST_MODEL_H_
+#endif  // SPECDEC_COMMON_ENGINE_BLOCK_COST_MODEL_H_

@@ -1,10 +1,10 @@
 // BlockCostModel: per-position acceptance, straight-line pass costs from the target's reports,
 // and the block that maximizes tau / step cost at a load.
-#include "services/router/block_cost_model.h"
+#include "common/engine/block_cost_model.h"
 
 #include <gtest/gtest.h>
 
-namespace specdec::services {
+namespace specdec::engine {
 namespace {
 
 using StepCost = BlockCostModel::StepCost;
@@ -128,4 +128,4 @@ TEST(BlockCostModel, FollowsAChangedMachine) {
 }
 
 }  // namespace
-}  // namespace specdec::services
+}  // namespace specdec::engine

@@ -1,9 +1,9 @@
-#include "services/router/block_cost_model.h"
+#include "common/engine/block_cost_model.h"
 
 #include <algorithm>
 #include <cmath>
 
-namespace specdec::services {
+namespace specdec::engine {
 
 BlockCostModel::BlockCostModel(Options options) : options_(options) {}
 
@@ -36,6 +36,37 @@ double BlockCostModel::Line::At(double xi, const Line* shape) const {
   return xy / xx * xi;  // through the origin
 }
 
+void BlockCostModel::Curve::Add(double decay, double weight, int rows, double ms) {
+  for (auto& [r, p] : points) {
+    p.first *= decay;
+    p.second *= decay;
+  }
+  auto& p = points[rows];
+  p.first += weight;
+  p.second += weight * ms;
+}
+
+double BlockCostModel::Curve::At(int rows, const Line& line, const Line* shape) const {
+  constexpr double kMinWeight = 0.5;  // about one pass of weight left after decay
+  std::pair<int, double> lo, hi;
+  bool have_lo = false, have_hi = false;
+  for (const auto& [r, p] : points) {
+    if (p.first < kMinWeight) continue;
+    const double ms = p.second / p.first;
+    if (r == rows) return ms;
+    if (r < rows) {
+      lo = {r, ms};
+      have_lo = true;
+    } else if (!have_hi) {
+      hi = {r, ms};
+      have_hi = true;
+    }
+  }
+  if (!have_lo || !have_hi) return line.At(rows, shape);
+  const double t = static_cast<double>(rows - lo.first) / (hi.first - lo.first);
+  return lo.second + t * (hi.second - lo.second);
+}
+
 void BlockCostModel::ObserveStep(const StepCost& step) {
   if (step.pass_rows <= 0 || step.pass_ms <= 0) return;
   // Every sequence of a pass reports it: together they weigh one pass.
@@ -43,8 +74,12 @@ void BlockCostModel::ObserveStep(const StepCost& step) {
   const double decay = std::pow(options_.decay, weight);
   std::lock_guard<std::mutex> lock(mu_);
   verify_.Add(decay, weight, step.pass_rows, step.pass_ms);
+  verify_curve_.Add(decay, weight, step.pass_rows, step.pass_ms);
   const bool drafted = step.draft_rows > 0 && step.draft_ms > 0;
-  if (drafted) draft_.Add(decay, weight, step.draft_rows, step.draft_ms);
+  if (drafted) {
+    draft_.Add(decay, weight, step.draft_rows, step.draft_ms);
+    draft_curve_.Add(decay, weight, step.draft_rows, step.draft_ms);
+  }
   if (step.wall_ms >= 0) {
     const double rest = std::max(0.0, step.wall_ms - step.pass_ms - (drafted ? step.draft_ms : 0));
     overhead_w_ = overhead_w_ * decay + weight;
@@ -77,10 +112,17 @@ double BlockCostModel::TauLocked(int block) const {
 double BlockCostModel::StepMsLocked(int sessions, int block) const {
   const double n = std::max(1, sessions);
   const double rows = n * std::max(1, block);
-  double ms = verify_.At(rows);
-  if (block >= 2) ms += draft_.At(rows, &verify_);
+  double ms = verify_curve_.At(static_cast<int>(rows), verify_);
+  if (block >= 2) ms += draft_curve_.At(static_cast<int>(rows), draft_, &verify_);
   if (overhead_w_ > 0) ms += overhead_ / overhead_w_;
   return ms;
+}
+
+double BlockCostModel::AcceptedShare(int position, double* weight) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const bool known = position >= 0 && position < kMaxPositions && drafted_[position] > 1e-9;
+  *weight = known ? drafted_[position] : 0;
+  return known ? accepted_[position] / drafted_[position] : 0;
 }
 
 double BlockCostModel::Tau(int block) const {
@@ -113,9 +155,14 @@ int BlockCostModel::BestBlock(int sessions, int max_block) const {
   return best;
 }
 
+int64_t BlockCostModel::NextDecision() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return decisions_++;
+}
+
 int64_t BlockCostModel::SpeculativeSteps() const {
   std::lock_guard<std::mutex> lock(mu_);
   return spec_steps_;
 }
 
-}  // namespace specdec::services
+}  // namespace specdec::engine

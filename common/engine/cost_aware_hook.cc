@@ -1,0 +1,106 @@
+#include "common/engine/cost_aware_hook.h"
+
+#include <algorithm>
+
+namespace specdec::engine {
+
+BlockCostModel::StepCost StepCostOf(const StepResult& step, StepOrigin origin, bool first) {
+  const bool drafted = step.drafted > 0;
+  BlockCostModel::StepCost c;
+  c.sessions = std::max(1, step.batch_size);
+  c.pass_rows = step.pass_rows > 0 ? step.pass_rows : step.drafted + 1;
+  c.pass_ms = step.pass_ms > 0 ? step.pass_ms : step.verify_ms;
+  c.draft_rows = !drafted ? 0 : step.draft_rows > 0 ? step.draft_rows : step.drafted + 1;
+  c.draft_ms = drafted ? step.draft_ms : 0;
+  c.wall_ms = first && origin != StepOrigin::kDrafted ? -1.0 : step.wall_ms;
+  return c;
+}
+
+void ObserveStepIn(BlockCostModel& model, const StepResult& step, StepOrigin origin, bool first) {
+  model.ObserveStep(StepCostOf(step, origin, first));
+  if (step.drafted > 0) model.ObserveAcceptance(step.drafted, step.accepted);
+}
+
+CostAwareHook::CostAwareHook(BlockCostModel& model, Options options)
+    : model_(model), options_(options) {}
+
+double CostAwareHook::RequestTau(int32_t block) const {
+  double tau = 1;
+  for (int i = 0; i + 1 < block && i < BlockCostModel::kMaxPositions; ++i) {
+    double machine_weight = 0;
+    const double machine = model_.AcceptedShare(i, &machine_weight);
+    const double prior = machine_weight > 0 ? options_.prior_steps : 0;
+    const double steps = drafted_[i] + prior;
+    if (steps > 0) tau += (accepted_[i] + prior * machine) / steps;
+  }
+  return tau;
+}
+
+double CostAwareHook::PredictedRate(int32_t block) const {
+  const double ms = model_.StepMs(options_.sessions, std::max(1, block));
+  return ms > 0 ? RequestTau(block) / ms : 0;
+}
+
+int32_t CostAwareHook::BestBlock(int32_t cap) const {
+  int32_t best = cap;
+  double best_rate = PredictedRate(cap);
+  if (best_rate <= 0) return cap;
+  for (int32_t b = cap - 1; b >= 1; --b) {
+    const double rate = PredictedRate(b);
+    if (rate > best_rate) {
+      best_rate = rate;
+      best = b;
+    }
+  }
+  return best;
+}
+
+std::vector<int32_t> CostAwareHook::ExploredBlocks(int32_t cap) {
+  std::vector<int32_t> blocks = {1};
+  for (int32_t b : {2, 3, 4, 6, 8, 12}) {
+    if (b < cap) blocks.push_back(b);
+  }
+  blocks.push_back(cap);
+  return blocks;
+}
+
+int32_t CostAwareHook::Decide(int32_t cap) {
+  const int64_t n = model_.NextDecision();
+  const bool warming = n < options_.warmup;
+  if (warming || n % std::max<int64_t>(1, options_.explore_every) == 0) {
+    const std::vector<int32_t> blocks = ExploredBlocks(cap);
+    const int64_t turn = warming ? n : n / options_.explore_every;
+    return blocks[static_cast<size_t>(turn % static_cast<int64_t>(blocks.size()))];
+  }
+  return BestBlock(cap);
+}
+
+void CostAwareHook::PlanStep(const LoopView& view, StepPlan* plan) {
+  if (view.hosted) plan->run_tokens = std::min(plan->run_tokens, options_.hosted_run_tokens);
+  // Before the request's first speculative step its block is not known yet: that step decides in
+  // ChooseBlock.
+  decided_ = view.block_size >= 2 ? Decide(view.block_size) : 0;
+  if (view.block_size >= 2 && decided_ < 2) {
+    plan->speculate = false;
+    plan->run_tokens = std::min(plan->run_tokens, options_.ar_run_tokens);
+  }
+}
+
+int32_t CostAwareHook::ChooseBlock(const LoopView& view, int32_t block) {
+  // A speculative step that PlanStep did not decide (the request's first) decides here, among
+  // the blocks only.
+  const int32_t b = decided_ >= 2 ? decided_ : std::max(2, Decide(block));
+  decided_ = 0;
+  return std::min(b, block);
+}
+
+void CostAwareHook::Observe(const StepPlan& plan, StepOrigin origin, const StepResult& step,
+                            bool first) {
+  ObserveStepIn(model_, step, origin, first);
+  for (int i = 0; i < step.drafted && i < BlockCostModel::kMaxPositions; ++i) {
+    drafted_[i] += 1;
+    if (i < step.accepted) accepted_[i] += 1;
+  }
+}
+
+}  // namespace specdec::engine

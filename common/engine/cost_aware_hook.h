@@ -1,0 +1,70 @@
+// DFLASH_ADAPTIVE's block choice by predicted throughput, the same in process and in the router
+// (docs/design.md §2.8). Before each step it takes the candidate with the most committed tokens
+// per millisecond:
+//   AR: 1 / StepMs(1)        a block of b rows, 2 <= b <= cap: tau(b) / StepMs(b),
+// with StepMs the pass costs measured on this machine at this load (a BlockCostModel shared by
+// every request) and tau(b) = 1 + the acceptance of draft positions 0 .. b-2 as this request has
+// shown it so far, the machine's acceptance counting as `prior_steps` steps of it. `cap` is the
+// request's block: BlockPilot's pick, or the drafter's training block size. So that costs and
+// acceptance stay measured at every candidate, the shared model's first `warmup` decisions and
+// one in `explore_every` after them take the candidates in turn. Every choice is lossless: the
+// block only changes how much is drafted, never what is committed.
+#ifndef SPECDEC_COMMON_ENGINE_COST_AWARE_HOOK_H_
+#define SPECDEC_COMMON_ENGINE_COST_AWARE_HOOK_H_
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "common/engine/block_cost_model.h"
+#include "common/engine/step_loop.h"
+
+namespace specdec::engine {
+
+// A step as BlockCostModel measures it: the passes the side reported (StepResult's pass fields),
+// else the step's own rows and times; a run's first step has no wall time (it includes the
+// run's round trip).
+BlockCostModel::StepCost StepCostOf(const StepResult& step, StepOrigin origin, bool first);
+// Feeds one step into `model`: its costs and, when it drafted, its acceptance.
+void ObserveStepIn(BlockCostModel& model, const StepResult& step, StepOrigin origin, bool first);
+
+class CostAwareHook final : public PlanningHook {
+ public:
+  struct Options {
+    int sessions = 1;                // requests sharing the target's passes
+    double prior_steps = 8;          // weight of the machine's acceptance, in steps
+    int64_t warmup = 16;             // the shared model's first decisions explore
+    int64_t explore_every = 32;      // then one decision in this many explores
+    int32_t ar_run_tokens = 4;       // an AR run's tokens before the next decision
+    int32_t hosted_run_tokens = 16;  // a target-drafted run's tokens before the next decision
+  };
+  explicit CostAwareHook(BlockCostModel& model) : CostAwareHook(model, Options{}) {}
+  CostAwareHook(BlockCostModel& model, Options options);
+
+  void PlanStep(const LoopView& view, StepPlan* plan) override;
+  int32_t ChooseBlock(const LoopView& view, int32_t block) override;
+  void Observe(const StepPlan& plan, StepOrigin origin, const StepResult& step,
+               bool first) override;
+
+  // Predicted committed tokens per millisecond of this request's next step with a block of
+  // `block` rows (1: AR); 0 while the model has no pass measured.
+  double PredictedRate(int32_t block) const;
+  // The candidate with the highest PredictedRate among AR and blocks 2..cap (from the largest
+  // down, a smaller one only when strictly faster); cap while nothing is measured.
+  int32_t BestBlock(int32_t cap) const;
+
+ private:
+  // The candidates the exploration schedule takes in turn.
+  static std::vector<int32_t> ExploredBlocks(int32_t cap);
+  int32_t Decide(int32_t cap);
+  double RequestTau(int32_t block) const;
+
+  BlockCostModel& model_;
+  const Options options_;
+  std::array<double, BlockCostModel::kMaxPositions> drafted_{}, accepted_{};  // this request's
+  int32_t decided_ = 0;  // the block PlanStep chose for the next speculative step (0: none)
+};
+
+}  // namespace specdec::engine
+
+#endif  // SPECDEC_COMMON_ENGINE_COST_AWARE_HOOK_H_

@@ -1,0 +1,142 @@
+// CostAwareHook: step costs as the model measures them, the exploration schedule, and the choice
+// of AR or a block by predicted committed tokens per millisecond, per request.
+#include "common/engine/cost_aware_hook.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace specdec::engine {
+namespace {
+
+// A drafted step of `drafted` tokens of which `accepted` were accepted, with its times.
+StepResult Drafted(int drafted, int accepted, double verify_ms, double draft_ms) {
+  StepResult s;
+  s.drafted = drafted;
+  s.accepted = accepted;
+  s.positions = drafted;
+  s.verify_ms = verify_ms;
+  s.draft_ms = draft_ms;
+  s.wall_ms = verify_ms + draft_ms;
+  return s;
+}
+
+// Steps on a machine whose target pass costs verify(rows) and drafter pass draft(rows), at
+// blocks 1 (AR), 2, 4, 8 and 16, accepting position i with probability accept[i] (as the share
+// of steps accepting exactly the first i positions, which every block then sees alike).
+template <typename Verify, typename Draft>
+void Measure(BlockCostModel& m, Verify verify, Draft draft,
+             const std::vector<int>& accepted_cycle) {
+  for (int round = 0; round < 8; ++round) {
+    StepResult ar;
+    ar.verify_ms = verify(1);
+    ar.wall_ms = ar.verify_ms;
+    ObserveStepIn(m, ar, StepOrigin::kArRun, /*first=*/false);
+    for (int b : {2, 4, 8, 16}) {
+      for (int a : accepted_cycle) {
+        ObserveStepIn(m, Drafted(b - 1, std::min(a, b - 1), verify(b), draft(b)),
+                      StepOrigin::kDrafted, true);
+      }
+    }
+  }
+}
+
+TEST(CostAwareHookTest, StepCostsComeFromThePassesOrElseFromTheStep) {
+  StepResult s = Drafted(3, 1, 4.0, 2.0);
+  BlockCostModel::StepCost c = StepCostOf(s, StepOrigin::kDrafted, true);
+  EXPECT_EQ(c.pass_rows, 4);
+  EXPECT_DOUBLE_EQ(c.pass_ms, 4.0);
+  EXPECT_EQ(c.draft_rows, 4);
+  EXPECT_DOUBLE_EQ(c.draft_ms, 2.0);
+  EXPECT_DOUBLE_EQ(c.wall_ms, 6.0);
+  // A target's report of a batched pass wins; a run's first step has no wall time.
+  s.pass_rows = 40;
+  s.pass_ms = 9.0;
+  s.draft_rows = 64;
+  s.batch_size = 10;
+  c = StepCostOf(s, StepOrigin::kTargetDraftedRun, true);
+  EXPECT_EQ(c.sessions, 10);
+  EXPECT_EQ(c.pass_rows, 40);
+  EXPECT_DOUBLE_EQ(c.pass_ms, 9.0);
+  EXPECT_EQ(c.draft_rows, 64);
+  EXPECT_LT(c.wall_ms, 0);
+  // An AR step drafts nothing.
+  StepResult ar;
+  ar.verify_ms = 1.5;
+  c = StepCostOf(ar, StepOrigin::kArRun, false);
+  EXPECT_EQ(c.pass_rows, 1);
+  EXPECT_EQ(c.draft_rows, 0);
+  EXPECT_DOUBLE_EQ(c.draft_ms, 0);
+}
+
+TEST(CostAwareHookTest, TheFirstDecisionsTakeEveryCandidateInTurn) {
+  BlockCostModel m;
+  CostAwareHook hook(m, {.warmup = 16, .explore_every = 1000});
+  std::vector<int32_t> taken;
+  for (int i = 0; i < 16; ++i) {
+    StepPlan plan;
+    plan.run_tokens = 100;
+    hook.PlanStep(LoopView{Method::kDflashAdaptive, 100, 16, false}, &plan);
+    taken.push_back(plan.speculate ? hook.ChooseBlock(LoopView{}, 16) : 1);
+  }
+  const std::vector<int32_t> cycle = {1, 2, 3, 4, 6, 8, 12, 16};
+  for (size_t i = 0; i < taken.size(); ++i) EXPECT_EQ(taken[i], cycle[i % cycle.size()]) << i;
+}
+
+TEST(CostAwareHookTest, ExpensiveRowsAndFallingAcceptancePickASmallBlock) {
+  // A CPU: each row costs as much as the rest of a pass. Position 0 is accepted 2/3 of the
+  // time, position 1 1/3, later ones never: AR makes 1 token in 2 ms, b = 2 1.67 in 3.1 ms,
+  // b = 3 2 in 4.1 ms, ...
+  BlockCostModel m;
+  Measure(
+      m, [](int rows) { return 1.0 + rows; }, [](int rows) { return 0.1; }, {0, 1, 2});
+  CostAwareHook hook(m);
+  EXPECT_EQ(hook.BestBlock(16), 2);
+  EXPECT_GT(hook.PredictedRate(2), hook.PredictedRate(16));
+  EXPECT_GT(hook.PredictedRate(2), hook.PredictedRate(1));
+}
+
+TEST(CostAwareHookTest, CheapRowsAndHighAcceptanceKeepTheWholeBlock) {
+  // A GPU: a 16-row pass costs about a 1-row one, and every drafted position is accepted.
+  BlockCostModel m;
+  Measure(
+      m, [](int rows) { return 10.0 + 0.01 * rows; }, [](int rows) { return 1.0; }, {15});
+  CostAwareHook hook(m);
+  EXPECT_EQ(hook.BestBlock(16), 16);
+}
+
+TEST(CostAwareHookTest, NothingAcceptedPlansAnArRun) {
+  BlockCostModel m;
+  Measure(
+      m, [](int rows) { return 1.0 + 0.5 * rows; }, [](int rows) { return 1.0; }, {0});
+  CostAwareHook hook(m, {.warmup = 0, .explore_every = 1000});
+  EXPECT_EQ(hook.BestBlock(16), 1);
+  StepPlan plan;
+  plan.run_tokens = 100;
+  m.NextDecision();  // past the exploring decision 0
+  hook.PlanStep(LoopView{Method::kDflashAdaptive, 100, 16, false}, &plan);
+  EXPECT_FALSE(plan.speculate);
+  EXPECT_EQ(plan.run_tokens, 4);
+}
+
+TEST(CostAwareHookTest, ARequestsOwnAcceptanceOutweighsTheMachinesWithSteps) {
+  // The machine's requests accept nothing, but this one accepts every drafted token: after a
+  // few steps of its own it speculates with large blocks where others run AR. (A model per
+  // request here: the machine's share follows every request's steps.)
+  auto verify = [](int rows) { return 1.0 + 0.1 * rows; };
+  auto draft = [](int rows) { return 0.2; };
+  BlockCostModel m, same_machine;
+  Measure(m, verify, draft, {0});
+  Measure(same_machine, verify, draft, {0});
+  CostAwareHook repetitive(m, {.warmup = 0, .explore_every = 1000});
+  EXPECT_EQ(repetitive.BestBlock(16), 1);
+  for (int i = 0; i < 40; ++i) {
+    repetitive.Observe(StepPlan{}, StepOrigin::kDrafted, Drafted(15, 15, 2.5, 0.2), true);
+  }
+  EXPECT_GT(repetitive.BestBlock(16), 8);
+  CostAwareHook other(same_machine, {.warmup = 0, .explore_every = 1000});
+  EXPECT_EQ(other.BestBlock(16), 1);
+}
+
+}  // namespace
+}  // namespace specdec::engine
