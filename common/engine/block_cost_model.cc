@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace specdec::engine {
 
@@ -53,7 +54,7 @@ double BlockCostModel::Curve::At(int rows, const Line& line, const Line* shape) 
   for (const auto& [r, p] : points) {
     if (p.first < kMinWeight) continue;
     const double ms = p.second / p.first;
-    if (r == rows) return ms;
+    if (r == rows) return std::min(ms, UpperBound(rows));
     if (r < rows) {
       lo = {r, ms};
       have_lo = true;
@@ -62,9 +63,19 @@ double BlockCostModel::Curve::At(int rows, const Line& line, const Line* shape) 
       have_hi = true;
     }
   }
-  if (!have_lo || !have_hi) return line.At(rows, shape);
+  if (!have_lo || !have_hi) return std::min(line.At(rows, shape), UpperBound(rows));
   const double t = static_cast<double>(rows - lo.first) / (hi.first - lo.first);
-  return lo.second + t * (hi.second - lo.second);
+  return std::min(lo.second + t * (hi.second - lo.second), UpperBound(rows));
+}
+
+double BlockCostModel::Curve::UpperBound(int rows) const {
+  constexpr double kMinWeight = 0.5;
+  double bound = std::numeric_limits<double>::infinity();
+  for (auto it = points.lower_bound(rows); it != points.end(); ++it) {
+    if (it->second.first >= kMinWeight)
+      bound = std::min(bound, it->second.second / it->second.first);
+  }
+  return bound;
 }
 
 void BlockCostModel::ObserveStep(const StepCost& step) {
@@ -82,8 +93,9 @@ void BlockCostModel::ObserveStep(const StepCost& step) {
   }
   if (step.wall_ms >= 0) {
     const double rest = std::max(0.0, step.wall_ms - step.pass_ms - (drafted ? step.draft_ms : 0));
-    overhead_w_ = overhead_w_ * decay + weight;
-    overhead_ = overhead_ * decay + weight * rest;
+    Mean& overhead = drafted ? spec_overhead_ : ar_overhead_;
+    overhead.w = overhead.w * decay + weight;
+    overhead.sum = overhead.sum * decay + weight * rest;
   }
 }
 
@@ -114,7 +126,14 @@ double BlockCostModel::StepMsLocked(int sessions, int block) const {
   const double rows = n * std::max(1, block);
   double ms = verify_curve_.At(static_cast<int>(rows), verify_);
   if (block >= 2) ms += draft_curve_.At(static_cast<int>(rows), draft_, &verify_);
-  if (overhead_w_ > 0) ms += overhead_ / overhead_w_;
+  // The rest of a step's time, as measured for steps of its kind (else of the other kind).
+  const Mean& own = block >= 2 ? spec_overhead_ : ar_overhead_;
+  const Mean& other = block >= 2 ? ar_overhead_ : spec_overhead_;
+  if (own.w > 0) {
+    ms += own.sum / own.w;
+  } else if (other.w > 0) {
+    ms += other.sum / other.w;
+  }
   return ms;
 }
 

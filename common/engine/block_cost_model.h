@@ -25,7 +25,8 @@ namespace specdec::engine {
 // drafted steps; and it costs V(n b) + D(n b) + O milliseconds, where V and D are the measured
 // (rows, ms) of the target's forward passes and of the drafter's passes (as the sides report
 // them per step): decayed means per row count, interpolated between measured counts, and beyond
-// them straight lines fitted through all of them; O is the measured rest of a step's wall time
+// them straight lines fitted through all of them, and never more than a larger pass's mean; O is
+// the measured rest of a step's wall time, for AR and for drafted steps apart
 // (at the router: the scheduler, the stream). Until the drafter's
 // passes have been seen at different sizes (a lone request drafts one size), D is taken to
 // grow with rows as V does, scaled through its measured mean. Each request's rate is
@@ -93,6 +94,12 @@ class BlockCostModel {
     std::map<int, std::pair<double, double>> points;  // rows -> (weight, weighted ms)
     void Add(double decay, double weight, int rows, double ms);
     double At(int rows, const Line& line, const Line* shape = nullptr) const;
+    // The least mean cost measured at `rows` rows or more: a pass never costs more than a larger
+    // one, so a stale or noisy mean is capped by the larger passes' (the answer of At).
+    double UpperBound(int rows) const;
+  };
+  struct Mean {
+    double w = 0, sum = 0;
   };
   double TauLocked(int block) const;
   double StepMsLocked(int sessions, int block) const;
@@ -101,7 +108,8 @@ class BlockCostModel {
   mutable std::mutex mu_;
   Line verify_, draft_;
   Curve verify_curve_, draft_curve_;
-  double overhead_ = 0, overhead_w_ = 0;  // decayed mean of wall - pass - draft ms
+  // Decayed means of wall - pass - draft ms, of AR steps and of drafted steps.
+  Mean ar_overhead_, spec_overhead_;
   std::array<double, kMaxPositions> drafted_{}, accepted_{};  // decayed counts per position
   int64_t spec_steps_ = 0;
   int64_t decisions_ = 0;

@@ -65,6 +65,10 @@ std::vector<int32_t> CostAwareHook::ExploredBlocks(int32_t cap) {
 }
 
 int32_t CostAwareHook::Decide(int32_t cap) {
+  for (size_t i = 0; i < drafted_.size(); ++i) {
+    drafted_[i] *= options_.request_decay;
+    accepted_[i] *= options_.request_decay;
+  }
   const int64_t n = model_.NextDecision();
   const bool warming = n < options_.warmup;
   if (warming || n % std::max<int64_t>(1, options_.explore_every) == 0) {
@@ -72,7 +76,14 @@ int32_t CostAwareHook::Decide(int32_t cap) {
     const int64_t turn = warming ? n : n / options_.explore_every;
     return blocks[static_cast<size_t>(turn % static_cast<int64_t>(blocks.size()))];
   }
-  return BestBlock(cap);
+  const int32_t best = BestBlock(cap);
+  if (best >= 2 || ++since_drafted_ < options_.probe_every) return best;
+  // The probe: the best block, AR aside.
+  int32_t probe = cap;
+  for (int32_t b = cap - 1; b >= 2; --b) {
+    if (PredictedRate(b) > PredictedRate(probe)) probe = b;
+  }
+  return probe;
 }
 
 void CostAwareHook::PlanStep(const LoopView& view, StepPlan* plan) {
@@ -96,7 +107,15 @@ int32_t CostAwareHook::ChooseBlock(const LoopView& view, int32_t block) {
 
 void CostAwareHook::Observe(const StepPlan& plan, StepOrigin origin, const StepResult& step,
                             bool first) {
-  ObserveStepIn(model_, step, origin, first);
+  const SteadyClock::time_point now = SteadyClock::now();
+  BlockCostModel::StepCost cost = StepCostOf(step, origin, first);
+  cost.wall_ms = last_step_end_
+                     ? std::chrono::duration<double, std::milli>(now - *last_step_end_).count()
+                     : -1.0;
+  last_step_end_ = now;
+  model_.ObserveStep(cost);
+  if (step.drafted > 0) model_.ObserveAcceptance(step.drafted, step.accepted);
+  if (step.drafted > 0) since_drafted_ = 0;
   for (int i = 0; i < step.drafted && i < BlockCostModel::kMaxPositions; ++i) {
     drafted_[i] += 1;
     if (i < step.accepted) accepted_[i] += 1;

@@ -4,20 +4,23 @@
 //   AR: 1 / StepMs(1)        a block of b rows, 2 <= b <= cap: tau(b) / StepMs(b),
 // with StepMs the pass costs measured on this machine at this load (a BlockCostModel shared by
 // every request) and tau(b) = 1 + the acceptance of draft positions 0 .. b-2 as this request has
-// shown it so far, the machine's acceptance counting as `prior_steps` steps of it. `cap` is the
+// shown it lately, the machine's acceptance counting as `prior_steps` steps of it. `cap` is the
 // request's block: BlockPilot's pick, or the drafter's training block size. So that costs and
 // acceptance stay measured at every candidate, the shared model's first `warmup` decisions and
-// one in `explore_every` after them take the candidates in turn. Every choice is lossless: the
+// one in `explore_every` after them take the candidates in turn, and a request on AR drafts its
+// best block once every `probe_every` decisions. Every choice is lossless: the
 // block only changes how much is drafted, never what is committed.
 #ifndef SPECDEC_COMMON_ENGINE_COST_AWARE_HOOK_H_
 #define SPECDEC_COMMON_ENGINE_COST_AWARE_HOOK_H_
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "common/engine/block_cost_model.h"
 #include "common/engine/step_loop.h"
+#include "common/util/clock.h"
 
 namespace specdec::engine {
 
@@ -31,8 +34,15 @@ void ObserveStepIn(BlockCostModel& model, const StepResult& step, StepOrigin ori
 class CostAwareHook final : public PlanningHook {
  public:
   struct Options {
-    int sessions = 1;                // requests sharing the target's passes
-    double prior_steps = 8;          // weight of the machine's acceptance, in steps
+    int sessions = 1;        // requests sharing the target's passes
+    double prior_steps = 4;  // weight of the machine's acceptance, in steps
+    // Weight this request's observed acceptance keeps per decision: recent steps count most, and
+    // a request that stopped drafting drifts back to the machine's acceptance (so that a bad
+    // patch does not keep it on AR for the rest of the request).
+    double request_decay = 0.95;
+    // A request that has not drafted for this many decisions drafts its best block once, so that
+    // its own acceptance stays measured.
+    int probe_every = 8;
     int64_t warmup = 16;             // the shared model's first decisions explore
     int64_t explore_every = 32;      // then one decision in this many explores
     int32_t ar_run_tokens = 4;       // an AR run's tokens before the next decision
@@ -61,8 +71,12 @@ class CostAwareHook final : public PlanningHook {
 
   BlockCostModel& model_;
   const Options options_;
+  // When the previous step was observed: a step's wall time is the time since, everything the
+  // request did for it included (drafting, verifying, committing, the drafter's update).
+  std::optional<SteadyClock::time_point> last_step_end_;
   std::array<double, BlockCostModel::kMaxPositions> drafted_{}, accepted_{};  // this request's
-  int32_t decided_ = 0;  // the block PlanStep chose for the next speculative step (0: none)
+  int32_t decided_ = 0;    // the block PlanStep chose for the next speculative step (0: none)
+  int since_drafted_ = 0;  // decisions since this request last drafted
 };
 
 }  // namespace specdec::engine

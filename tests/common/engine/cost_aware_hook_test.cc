@@ -119,6 +119,26 @@ TEST(CostAwareHookTest, NothingAcceptedPlansAnArRun) {
   EXPECT_EQ(plan.run_tokens, 4);
 }
 
+TEST(CostAwareHookTest, ARequestOnArProbesItsBestBlockEveryFewDecisions) {
+  BlockCostModel m;
+  Measure(
+      m, [](int rows) { return 1.0 + 0.5 * rows; }, [](int rows) { return 1.0; }, {0});
+  CostAwareHook hook(m, {.probe_every = 8, .warmup = 0, .explore_every = 1000});
+  m.NextDecision();  // past the exploring decision 0
+  std::vector<int> probes;
+  for (int d = 1; d <= 24; ++d) {
+    StepPlan plan;
+    plan.run_tokens = 100;
+    hook.PlanStep(LoopView{Method::kDflashAdaptive, 100, 16, false}, &plan);
+    if (!plan.speculate) continue;
+    probes.push_back(d);
+    const int32_t b = hook.ChooseBlock(LoopView{}, 16);
+    EXPECT_GE(b, 2);
+    hook.Observe(plan, StepOrigin::kDrafted, Drafted(b - 1, 0, 2.0, 1.0), true);
+  }
+  EXPECT_EQ(probes, (std::vector<int>{8, 16, 24}));
+}
+
 TEST(CostAwareHookTest, ARequestsOwnAcceptanceOutweighsTheMachinesWithSteps) {
   // The machine's requests accept nothing, but this one accepts every drafted token: after a
   // few steps of its own it speculates with large blocks where others run AR. (A model per
