@@ -11,6 +11,7 @@
 
 #include "common/engine/draft_session.h"
 #include "common/model/dflash_drafter.h"
+#include "common/model/ops.h"
 #include "common/model/transformer.h"
 #include "common/util/status_matchers.h"
 
@@ -101,6 +102,51 @@ TEST(VerifyBatch, EqualsEachSessionVerifiedAlone) {
     SPECDEC_ASSERT_OK_AND_ASSIGN(int32_t a, alone[i]->Step(next));
     SPECDEC_ASSERT_OK_AND_ASSIGN(int32_t b, batched[i]->Step(next));
     EXPECT_EQ(a, b) << i;
+  }
+}
+
+TEST(VerifyBatch, Bf16RowsAreBitForBitThoseOfEachSessionAlone) {
+  // Batch invariance: in bf16, with every product on the linear kernel, a session's logits and
+  // features do not depend on the sessions batched with it.
+  const auto cs = Cases();
+  int64_t rows = 0;
+  for (const Case& c : cs) rows += static_cast<int64_t>(c.tokens.size()) + 1;
+  if (model::LinearKernelMaxRows() < rows) {
+    GTEST_SKIP() << "on this CPU bf16 products of more than " << model::LinearKernelMaxRows()
+                 << " rows run on oneDNN, whose result for a row depends on the row count";
+  }
+  model::ModelConfig c;
+  c.architecture = model::Architecture::kQwen3;
+  c.qk_norm = true;
+  c.vocab_size = 64;  // every product's widths fit the kernel
+  c.hidden_size = 64;
+  c.intermediate_size = 128;
+  c.num_hidden_layers = 3;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 16;
+  c.max_position_embeddings = 128;
+  c.tie_word_embeddings = true;
+  model::LoadOptions bf16;
+  bf16.dtype = at::kBFloat16;
+  auto target =
+      *model::Transformer::FromTensors(c, model::Transformer::RandomWeights(c, 7, 0.3), bf16);
+  auto alone = Prefilled(*target, cs);
+  auto batched = Prefilled(*target, cs);
+  std::vector<TargetSession*> ptrs;
+  std::vector<VerifyRequest> reqs;
+  for (size_t i = 0; i < cs.size(); ++i) {
+    ptrs.push_back(batched[i].get());
+    reqs.push_back(Req(cs[i]));
+  }
+  auto results = TargetSession::VerifyBatch(ptrs, reqs);
+  ASSERT_EQ(results.size(), cs.size());
+  for (size_t i = 0; i < cs.size(); ++i) {
+    SPECDEC_ASSERT_OK_AND_ASSIGN(VerifyOutcome want, alone[i]->Verify(Req(cs[i])));
+    ASSERT_TRUE(results[i].ok()) << i << ": " << results[i].status();
+    EXPECT_EQ(results[i]->committed, want.committed) << i;
+    ASSERT_TRUE(results[i]->features.defined()) << i;
+    EXPECT_TRUE(at::equal(results[i]->features, want.features)) << i;
   }
 }
 
