@@ -71,7 +71,8 @@ int32_t CostAwareHook::Decide(int32_t cap) {
   }
   const int64_t n = model_.NextDecision();
   const bool warming = n < options_.warmup;
-  if (warming || n % std::max<int64_t>(1, options_.explore_every) == 0) {
+  exploring_ = warming || n % std::max<int64_t>(1, options_.explore_every) == 0;
+  if (exploring_) {
     const std::vector<int32_t> blocks = ExploredBlocks(cap);
     const int64_t turn = warming ? n : n / options_.explore_every;
     return blocks[static_cast<size_t>(turn % static_cast<int64_t>(blocks.size()))];
@@ -87,13 +88,21 @@ int32_t CostAwareHook::Decide(int32_t cap) {
 }
 
 void CostAwareHook::PlanStep(const LoopView& view, StepPlan* plan) {
-  if (view.hosted) plan->run_tokens = std::min(plan->run_tokens, options_.hosted_run_tokens);
   // Before the request's first speculative step its block is not known yet: that step decides in
   // ChooseBlock.
+  exploring_ = false;
   decided_ = view.block_size >= 2 ? Decide(view.block_size) : 0;
+  // A target-drafted run lasts until the next decision; one that explores, about one step.
+  if (view.hosted) {
+    plan->run_tokens =
+        std::min(plan->run_tokens, exploring_ ? std::max(2, decided_) : options_.hosted_run_tokens);
+  }
   if (view.block_size >= 2 && decided_ < 2) {
     plan->speculate = false;
-    plan->run_tokens = std::min(plan->run_tokens, options_.ar_run_tokens);
+    // As long as a target-drafted run where runs cost a round trip each (the router's hosted
+    // drafting), so that the two are compared at the same share of round trips.
+    plan->run_tokens = std::min(plan->run_tokens,
+                                view.hosted ? options_.hosted_run_tokens : options_.ar_run_tokens);
   }
 }
 

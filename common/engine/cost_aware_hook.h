@@ -45,7 +45,7 @@ class CostAwareHook final : public PlanningHook {
     int probe_every = 8;
     int64_t warmup = 16;             // the shared model's first decisions explore
     int64_t explore_every = 32;      // then one decision in this many explores
-    int32_t ar_run_tokens = 4;       // an AR run's tokens before the next decision
+    int32_t ar_run_tokens = 4;       // an AR run's tokens before the next decision (not hosted)
     int32_t hosted_run_tokens = 16;  // a target-drafted run's tokens before the next decision
   };
   explicit CostAwareHook(BlockCostModel& model) : CostAwareHook(model, Options{}) {}
@@ -75,8 +75,9 @@ class CostAwareHook final : public PlanningHook {
   // request did for it included (drafting, verifying, committing, the drafter's update).
   std::optional<SteadyClock::time_point> last_step_end_;
   std::array<double, BlockCostModel::kMaxPositions> drafted_{}, accepted_{};  // this request's
-  int32_t decided_ = 0;    // the block PlanStep chose for the next speculative step (0: none)
-  int since_drafted_ = 0;  // decisions since this request last drafted
+  int32_t decided_ = 0;     // the block PlanStep chose for the next speculative step (0: none)
+  int since_drafted_ = 0;   // decisions since this request last drafted
+  bool exploring_ = false;  // the last decision explored
 };
 
 }  // namespace specdec::engine
