@@ -1,6 +1,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,6 +41,16 @@ struct GenerateArgs {
   int draft_length = 0;
   std::vector<std::string> stop;  // stop strings
 };
+
+// "[specdec] steps by block: AR x3, 4 x20" on stderr (AR: steps that drafted nothing).
+void PrintStepsByBlock(const std::map<int32_t, int64_t>& steps_by_block) {
+  std::string blocks;
+  for (const auto& [b, count] : steps_by_block) {
+    absl::StrAppend(&blocks, blocks.empty() ? "" : ", ", b == 0 ? "AR" : absl::StrCat(b), " x",
+                    count);
+  }
+  std::fprintf(stderr, "[specdec] steps by block: %s\n", blocks.c_str());
+}
 
 // Generation through the router's Generate API with the C++ SDK.
 int RunRouterGenerate(const GenerateArgs& a) {
@@ -85,9 +96,11 @@ int RunRouterGenerate(const GenerateArgs& a) {
   const auto t0 = std::chrono::steady_clock::now();
   size_t n = 0;
   std::vector<int32_t> ids;
+  std::map<int32_t, int64_t> steps_by_block;  // 0: AR steps (nothing drafted)
   auto summary = client->GenerateStream(
       req,
       [&](const v1::TokenChunk& c) {
+        if (c.has_step()) ++steps_by_block[c.step().drafted() > 0 ? c.step().block_size() : 0];
         n += c.token_ids_size();
         ids.insert(ids.end(), c.token_ids().begin(), c.token_ids().end());
         std::fwrite(c.text().data(), 1, c.text().size(), stdout);
@@ -106,6 +119,9 @@ int RunRouterGenerate(const GenerateArgs& a) {
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const auto& st = summary->stats();
+  if (st.method() == v1::DFLASH || st.method() == v1::DFLASH_ADAPTIVE) {
+    PrintStepsByBlock(steps_by_block);
+  }
   std::fprintf(stderr,
                "[specdec] %s via %s: %zu tokens in %.3f s (%.1f tokens/s), tau %.2f, %lld target "
                "steps, block size %d%s%s\n",

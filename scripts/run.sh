@@ -44,6 +44,13 @@ ar=$(sed -n 's/.*(\([0-9.]*\) tokens\/s).*/\1/p' "$BUILD_DIR/cluster/AR.stats")
 for method in ${methods#AR }; do
   sp=$(sed -n 's/.*(\([0-9.]*\) tokens\/s).*/\1/p' "$BUILD_DIR/cluster/$method.stats")
   tau=$(sed -n 's/.*tau \([0-9.]*\),.*/\1/p' "$BUILD_DIR/cluster/$method.stats")
-  awk -v a="$ar" -v s="$sp" -v t="$tau" -v m="$method" \
-    'BEGIN { printf "== %s: tau %.2f, measured speedup vs AR %.2fx (same prompt, same run)\n", m, t, s / a }'
+  awk -v a="$ar" -v s="$sp" -v t="$tau" -v m="$method" 'BEGIN {
+    printf "== %s: tau %.2f, measured speedup vs AR %.2fx (same prompt, same run)\n", m, t, s / a
+    # A step of the method commits tau tokens and costs tau / speedup AR steps (its draft, its
+    # larger verify pass, its round trips): speculation pays where that cost stays below tau.
+    if (s < a) printf "   %s does not pay here: a step commits %.2f tokens but costs %.2f AR steps\n", m, t, t * a / s
+  }'
 done
+echo "== Speculation pays where a verify of many rows costs about one step (a GPU, a larger model);"
+echo "   on a small CPU model a block's rows cost nearly as much as steps. DFLASH_ADAPTIVE measures"
+echo "   that on this machine and picks AR or a small block; its first request mostly explores."
