@@ -142,6 +142,14 @@ class HandleTable {
     return entries_.size();
   }
   const std::string& replica() const { return options_.replica; }
+  // The idle timeout of a lease, and when a lease renewed now ends (system clock, Unix ms): what
+  // a KvHandle reports as lease_ms and lease_expires_unix_ms.
+  std::chrono::milliseconds lease() const { return options_.lease; }
+  int64_t LeaseExpiresUnixMs() const {
+    const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::system_clock::now().time_since_epoch());
+    return (now + options_.lease).count();
+  }
 
  private:
   struct Entry {

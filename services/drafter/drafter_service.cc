@@ -273,6 +273,8 @@ class DrafterCore {
     ASSIGN_OR_RETURN(std::string id, table_.Create(std::move(entry), bytes, owner));
     resp->mutable_opened()->set_id(id);
     resp->mutable_opened()->set_replica(table_.replica());
+    resp->mutable_opened()->set_lease_ms(table_.lease().count());
+    resp->mutable_opened()->set_lease_expires_unix_ms(table_.LeaseExpiresUnixMs());
     return absl::OkStatus();
   }
 

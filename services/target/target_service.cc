@@ -139,6 +139,8 @@ class TargetCore {
   void FillHandle(const std::string& id, const TargetEntry& e, v1::KvHandle* h) {
     h->set_id(id);
     h->set_replica(table_.replica());
+    h->set_lease_ms(table_.lease().count());
+    h->set_lease_expires_unix_ms(table_.LeaseExpiresUnixMs());
     h->set_length(e.target->length());
     h->set_cache_bytes(e.target->kv_bytes());
   }

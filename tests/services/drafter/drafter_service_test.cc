@@ -96,6 +96,8 @@ class DrafterServiceTest : public ::testing::Test {
     r.mutable_open()->mutable_sampling()->set_seed(5);
     auto resp = Call(r);
     EXPECT_TRUE(resp.has_opened()) << resp.error().message();
+    EXPECT_GT(resp.opened().lease_ms(), 0);
+    EXPECT_GT(resp.opened().lease_expires_unix_ms(), 1700000000000);  // a Unix time in ms, 2023+
     return resp.opened().id();
   }
 

@@ -182,6 +182,13 @@ TEST_F(TargetServiceTest, PrefillAndVerifyEqualTheInProcessSession) {
   EXPECT_EQ(r.prefill().handle().length(), 5);
   const std::string h = r.prefill().handle().id();
   EXPECT_EQ(h.rfind("t0/", 0), 0u);
+  // The lease as the handle reports it: its idle timeout, and when it ends unless renewed.
+  EXPECT_EQ(r.prefill().handle().lease_ms(), 60000);
+  const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+  EXPECT_GT(r.prefill().handle().lease_expires_unix_ms(), now_ms + 50000);
+  EXPECT_LE(r.prefill().handle().lease_expires_unix_ms(), now_ms + 60000);
 
   // Three greedy verify steps with arbitrary drafts.
   int32_t last = lp->first_token;
