@@ -76,18 +76,24 @@ std::vector<std::unique_ptr<TargetSession>> Prefilled(const model::Transformer& 
   return out;
 }
 
+// Each case's request on its session, all in one batched pass.
+std::vector<absl::StatusOr<VerifyOutcome>> VerifyAllInOnePass(
+    const std::vector<std::unique_ptr<TargetSession>>& sessions, const std::vector<Case>& cs) {
+  std::vector<TargetSession*> ptrs;
+  std::vector<VerifyRequest> reqs;
+  for (size_t i = 0; i < cs.size(); ++i) {
+    ptrs.push_back(sessions[i].get());
+    reqs.push_back(Req(cs[i]));
+  }
+  return TargetSession::VerifyBatch(ptrs, reqs);
+}
+
 TEST(VerifyBatch, EqualsEachSessionVerifiedAlone) {
   auto target = Target();
   const auto cs = Cases();
   auto alone = Prefilled(*target, cs);
   auto batched = Prefilled(*target, cs);
-  std::vector<TargetSession*> ptrs;
-  std::vector<VerifyRequest> reqs;
-  for (size_t i = 0; i < cs.size(); ++i) {
-    ptrs.push_back(batched[i].get());
-    reqs.push_back(Req(cs[i]));
-  }
-  auto results = TargetSession::VerifyBatch(ptrs, reqs);
+  auto results = VerifyAllInOnePass(batched, cs);
   ASSERT_EQ(results.size(), cs.size());
   for (size_t i = 0; i < cs.size(); ++i) {
     SPECDEC_ASSERT_OK_AND_ASSIGN(VerifyOutcome want, alone[i]->Verify(Req(cs[i])));
@@ -133,13 +139,7 @@ TEST(VerifyBatch, Bf16RowsAreBitForBitThoseOfEachSessionAlone) {
       *model::Transformer::FromTensors(c, model::Transformer::RandomWeights(c, 7, 0.3), bf16);
   auto alone = Prefilled(*target, cs);
   auto batched = Prefilled(*target, cs);
-  std::vector<TargetSession*> ptrs;
-  std::vector<VerifyRequest> reqs;
-  for (size_t i = 0; i < cs.size(); ++i) {
-    ptrs.push_back(batched[i].get());
-    reqs.push_back(Req(cs[i]));
-  }
-  auto results = TargetSession::VerifyBatch(ptrs, reqs);
+  auto results = VerifyAllInOnePass(batched, cs);
   ASSERT_EQ(results.size(), cs.size());
   for (size_t i = 0; i < cs.size(); ++i) {
     SPECDEC_ASSERT_OK_AND_ASSIGN(VerifyOutcome want, alone[i]->Verify(Req(cs[i])));
