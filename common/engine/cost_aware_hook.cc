@@ -123,8 +123,10 @@ void CostAwareHook::Observe(const StepPlan& plan, StepOrigin origin, const StepR
                      : -1.0;
   last_step_end_ = now;
   model_.ObserveStep(cost);
-  if (step.drafted > 0) model_.ObserveAcceptance(step.drafted, step.accepted);
-  if (step.drafted > 0) since_drafted_ = 0;
+  if (step.drafted > 0) {
+    model_.ObserveAcceptance(step.drafted, step.accepted);
+    since_drafted_ = 0;
+  }
   for (int i = 0; i < step.drafted && i < BlockCostModel::kMaxPositions; ++i) {
     drafted_[i] += 1;
     if (i < step.accepted) accepted_[i] += 1;
