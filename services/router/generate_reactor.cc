@@ -3,7 +3,7 @@
 namespace specdec::services {
 
 GenerateReactor::GenerateReactor(std::shared_ptr<Outbox> box) : box_(std::move(box)) {
-  box_->reactor = this;
+  box_->reader = this;
 }
 
 void GenerateReactor::Pump() {
@@ -37,25 +37,10 @@ void GenerateReactor::OnCancel() { box_->cancel.Cancel(); }
 void GenerateReactor::OnDone() {
   {
     std::lock_guard<std::mutex> lock(box_->mu);
-    box_->reactor = nullptr;
+    box_->reader = nullptr;
     box_->cancel.Cancel();
   }
   delete this;
-}
-
-void Push(Outbox& box, v1::GenerateResponse response) {
-  std::lock_guard<std::mutex> lock(box.mu);
-  if (box.reactor == nullptr || box.finished) return;
-  box.queue.push_back(std::move(response));
-  box.reactor->Pump();
-}
-
-void FinishBox(Outbox& box, grpc::Status status) {
-  std::lock_guard<std::mutex> lock(box.mu);
-  if (box.reactor == nullptr || box.finished) return;
-  box.finish_requested = true;
-  box.status = std::move(status);
-  box.reactor->Pump();
 }
 
 }  // namespace specdec::services

@@ -59,6 +59,18 @@ int main(int argc, char** argv) {
   app.add_option("--health-interval-ms", o.health_interval_ms, "replica health probe period")
       ->envname("SPECDEC_HEALTH_INTERVAL_MS");
   app.add_option("--drain-ms", o.drain_ms, "graceful shutdown budget")->envname("SPECDEC_DRAIN_MS");
+  app.add_option("--http-address", o.http_address,
+                 "OpenAI-compatible HTTP API listen address (empty: off)")
+      ->envname("SPECDEC_ROUTER_HTTP_ADDRESS");
+  app.add_option("--http-threads", o.http_threads, "HTTP connections served at once")
+      ->envname("SPECDEC_ROUTER_HTTP_THREADS");
+  app.add_option("--http-request-timeout-ms", o.http_request_timeout_ms,
+                 "an HTTP request's deadline (a client's X-Request-Timeout-Ms may shorten it)")
+      ->envname("SPECDEC_ROUTER_HTTP_REQUEST_TIMEOUT_MS");
+  app.add_option("--chat-template", o.chat_template_path,
+                 "Jinja chat template file for /v1/chat/completions (default: the tokenizer's "
+                 "tokenizer_config.json chat_template)")
+      ->envname("SPECDEC_CHAT_TEMPLATE");
   std::string log_level = "info";
   app.add_option("--log-level", log_level,
                  "info: a line per request and per backend failure; warning: failures only; "

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <fstream>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -10,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/chat/chat_template.h"
 #include "common/engine/block_cost_model.h"
 #include "common/engine/cost_aware_hook.h"
 #include "common/engine/step_loop.h"
@@ -22,6 +24,7 @@
 #include "services/router/admission.h"
 #include "services/router/backends.h"
 #include "services/router/generate_reactor.h"
+#include "services/router/http_front.h"
 #include "services/router/load_aware.h"
 #include "services/router/load_aware_hook.h"
 #include "services/router/remote_sides.h"
@@ -47,6 +50,8 @@ struct RouterServer::Impl {
   std::unique_ptr<LoadAwareSpeculation> load_aware;  // set in Start
   engine::BlockCostModel block_model;         // fed by the steps of every DFLASH_ADAPTIVE request
   std::unique_ptr<AdmissionQueue> admission;  // set in Start
+  std::unique_ptr<chat::ChatTemplate> chat_template;  // null: chat requests get 400
+  std::unique_ptr<HttpFront> http;                    // null when --http-address is empty
 
   const std::string instance = absl::StrFormat("%08x", std::random_device()());
   std::atomic<uint64_t> next_request{0};
@@ -74,6 +79,7 @@ struct RouterServer::Impl {
                                   const engine::DecodeOptions& options, Outbox& box);
   v1::GenerateResponse Summary(const RequestRecord& record, bool load_aware_on,
                                int64_t in_flight_at_start);
+  absl::Status StartHttp();
 };
 
 namespace {
@@ -304,6 +310,61 @@ v1::GenerateResponse RouterServer::Impl::Summary(const RequestRecord& record, bo
   return r;
 }
 
+namespace {
+
+// --chat-template's file (BOS and EOS spelled as the tokenizer's), else tokenizer_config.json's
+// chat_template; null when neither exists.
+absl::StatusOr<std::unique_ptr<chat::ChatTemplate>> LoadChatTemplate(
+    const RouterServerOptions& options, const tokenizer::Tokenizer* tokenizer) {
+  if (options.chat_template_path.empty()) {
+    if (options.tokenizer_dir.empty()) return nullptr;
+    absl::StatusOr<chat::ChatTemplate> t =
+        chat::ChatTemplate::FromTokenizerConfig(options.tokenizer_dir + "/tokenizer_config.json");
+    if (absl::IsNotFound(t.status())) return nullptr;
+    if (!t.ok()) return t.status();
+    return std::make_unique<chat::ChatTemplate>(*std::move(t));
+  }
+  std::ifstream in(options.chat_template_path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(
+        absl::StrCat("--chat-template: cannot read ", options.chat_template_path));
+  }
+  std::string source((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto piece = [tokenizer](std::optional<int32_t> id) {
+    return tokenizer && id ? std::string(tokenizer->IdToPiece(*id)) : std::string();
+  };
+  absl::StatusOr<chat::ChatTemplate> t = chat::ChatTemplate::FromString(
+      std::move(source), piece(tokenizer ? tokenizer->bos_id() : std::nullopt),
+      piece(tokenizer ? tokenizer->eos_id() : std::nullopt));
+  if (!t.ok())
+    return absl::InvalidArgumentError(absl::StrCat("--chat-template: ", t.status().message()));
+  return std::make_unique<chat::ChatTemplate>(*std::move(t));
+}
+
+}  // namespace
+
+absl::Status RouterServer::Impl::StartHttp() {
+  ASSIGN_OR_RETURN(chat_template, LoadChatTemplate(options, tokenizer.get()));
+  if (options.http_address.empty()) return absl::OkStatus();
+  HttpFrontOptions ho;
+  ho.address = options.http_address;
+  ho.threads = options.http_threads;
+  ho.request_timeout_ms = options.http_request_timeout_ms;
+  ho.default_max_tokens = options.default_max_new_tokens;
+  ho.drain_ms = options.drain_ms;
+  HttpBackend hb;
+  hb.spawn = [this](std::shared_ptr<Outbox> box, v1::GenerateRequest request, Deadline deadline) {
+    Spawn(std::move(box), std::move(request), deadline);
+  };
+  hb.healthy = [this] { return backends->targets().healthy_count() > 0; };
+  hb.model_names = [this] { return Defaults().model_names; };
+  hb.max_context = backends->target_info().max_context();
+  hb.tokenizer = tokenizer.get();
+  hb.chat_template = chat_template.get();
+  ASSIGN_OR_RETURN(http, HttpFront::Start(ho, std::move(hb), metrics_server.registry()));
+  return absl::OkStatus();
+}
+
 RouterServer::RouterServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 RouterServer::~RouterServer() { Shutdown(); }
 
@@ -329,6 +390,7 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
   if (!options.metrics_address.empty()) {
     RETURN_IF_ERROR(impl->metrics_server.Listen(options.metrics_address));
   }
+  RETURN_IF_ERROR(impl->StartHttp());
   ASSIGN_OR_RETURN(impl->server, StartServer(options.address, {impl->service.get()},
                                              {v1::Router::service_full_name()}));
   return std::unique_ptr<RouterServer>(new RouterServer(std::move(impl)));
@@ -336,11 +398,17 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
 
 int RouterServer::port() const { return impl_->server.port; }
 int RouterServer::metrics_port() const { return impl_->metrics_server.port(); }
+int RouterServer::http_port() const { return impl_->http ? impl_->http->port() : 0; }
 prometheus::Registry& RouterServer::registry() { return impl_->metrics_server.registry(); }
 
 void RouterServer::Shutdown() {
   if (!impl_ || !impl_->server.server) return;
+  // Both fronts drain at once; the HTTP front's requests run on the same workers.
+  std::thread http_drain([this] {
+    if (impl_->http) impl_->http->Shutdown();
+  });
   DrainAndShutdown(impl_->server.server.get(), impl_->options.drain_ms);
+  http_drain.join();
   impl_->server.server->Wait();
   std::unique_lock<std::mutex> lock(impl_->workers_mu);
   impl_->workers_cv.wait(lock, [&] { return impl_->workers == 0; });

@@ -50,6 +50,14 @@ struct RouterServerOptions {
   int default_max_new_tokens = 128;
   int connect_timeout_ms = 5000;  // waiting for the target at startup
   int drain_ms = 2000;
+  // The OpenAI-compatible HTTP front (http_front.h): its address (empty = off; port 0 picks a
+  // free one), connections served at once, and a request's deadline.
+  std::string http_address = "127.0.0.1:8000";
+  int http_threads = 128;
+  int http_request_timeout_ms = 600000;
+  // A Jinja chat template file for /v1/chat/completions, replacing tokenizer_config.json's
+  // chat_template (in tokenizer_dir). Without either, chat requests get 400.
+  std::string chat_template_path;
 };
 
 // A running router. Start/Shutdown from one thread; the service is thread-safe.
@@ -59,6 +67,7 @@ class RouterServer {
   ~RouterServer();
   int port() const;
   int metrics_port() const;
+  int http_port() const;  // 0 when the HTTP front is off
   prometheus::Registry& registry();
   void Shutdown();
 

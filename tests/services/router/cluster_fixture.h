@@ -136,6 +136,7 @@ class ClusterTest : public ::testing::Test {
     ro.drafter_address = drafter_ ? Addr(drafter_->port()) : "127.0.0.1:1";
     ro.policy_address = policy_ ? Addr(policy_->port()) : "127.0.0.1:1";
     ro.tokenizer_dir = tokenizer_dir_;
+    ro.http_address = "127.0.0.1:0";
     auto r = RouterServer::Start(ro);
     ASSERT_TRUE(r.ok()) << r.status();
     router_ = *std::move(r);

@@ -550,6 +550,7 @@ TEST_F(ClusterTest, TargetReplicasShareRequestsAndADeadOneIsSkipped) {
   RouterServerOptions ro;
   ro.address = "127.0.0.1:0";
   ro.metrics_address = "";
+  ro.http_address = "127.0.0.1:0";
   ro.target_address = a + "," + b;
   ro.drafter_address = Addr(drafter_->port());
   ro.policy_address = Addr(policy_->port());
