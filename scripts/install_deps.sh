@@ -9,11 +9,17 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev libgoogle-perftools-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libcli11-dev libpcre2-dev
+  nlohmann-json3-dev libcli11-dev libpcre2-dev libcpp-httplib-dev
   python3 python3-grpcio python3-grpc-tools python3-protobuf gnuplot-nox
   prometheus golang-go golang-github-masterminds-sprig-dev golang-gopkg-yaml.v2-dev
   golang-gopkg-yaml.v3-dev python3-yaml
 )
+
+# Node.js and npm run the OpenAI-client integration test (tests/openai); a machine that already
+# has them (from any source) keeps its own.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  PACKAGES+=(nodejs npm)
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

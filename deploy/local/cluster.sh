@@ -12,6 +12,9 @@
 # ports, same offsets; default 9090 shifted by SPECDEC_PORT_BASE - 50050), SPECDEC_DTYPE (compute dtype of target and drafter: auto, f32, bf16;
 # default auto = the checkpoint's), SPECDEC_THREADS (compute threads of target and drafter; default
 # half the cores: co-located services that each spin all cores stall each other's OpenMP regions).
+# SPECDEC_HTTP_PORT: the router's OpenAI-compatible HTTP API (default 8000 with the default port
+# base, else the port base + 4). CHAT_TEMPLATE: a Jinja chat template file for
+# /v1/chat/completions (default: the target's tokenizer_config.json chat_template, if any).
 # TARGET_DRAFTING (default 1): with DFLASH_MODEL, the target hosts the DFlash drafter too and
 # DFLASH* requests draft there in server-side speculative runs (no round trip per step); 0 = they
 # draft on the drafter service.
@@ -24,6 +27,7 @@ MBASE=${SPECDEC_METRICS_BASE:-$((9090 + BASE - 50050))}
 THREADS=${SPECDEC_THREADS:-$(($(nproc) / 2 > 0 ? $(nproc) / 2 : 1))}
 ROUTER=127.0.0.1:$BASE TARGET=127.0.0.1:$((BASE + 1)) DRAFTER=127.0.0.1:$((BASE + 2))
 POLICY=127.0.0.1:$((BASE + 3))
+HTTP_PORT=${SPECDEC_HTTP_PORT:-$([ "$BASE" = 50050 ] && echo 8000 || echo $((BASE + 4)))}
 
 wait_port() {  # host:port timeout_s
   local host=${1%:*} port=${1##*:} deadline=$((SECONDS + $2))
@@ -67,7 +71,9 @@ case "${1:-start}" in
     launch target "$TARGET" "$BUILD_DIR/services/target/specdec-target" --model "$TARGET_MODEL" \
       --address "$TARGET" --metrics-address "127.0.0.1:$((MBASE + 1))" \
       --dtype "${SPECDEC_DTYPE:-auto}" --threads "$THREADS" "${target_args[@]}"
-    router_args=(--target "$TARGET" --tokenizer "$TARGET_MODEL")
+    router_args=(--target "$TARGET" --tokenizer "$TARGET_MODEL"
+                 --http-address "127.0.0.1:$HTTP_PORT")
+    [ -n "${CHAT_TEMPLATE:-}" ] && router_args+=(--chat-template "$CHAT_TEMPLATE")
     if [ -n "${DRAFT_LM:-}${DFLASH_MODEL:-}" ]; then
       drafter_args=(--address "$DRAFTER" --metrics-address "127.0.0.1:$((MBASE + 2))"
                     --target "$TARGET_MODEL" --dtype "${SPECDEC_DTYPE:-auto}"
@@ -84,7 +90,8 @@ case "${1:-start}" in
     fi
     launch router "$ROUTER" "$BUILD_DIR/services/router/specdec-router" --address "$ROUTER" \
       --metrics-address "127.0.0.1:$MBASE" "${router_args[@]}"
-    echo "cluster: router $ROUTER (metrics http://127.0.0.1:$MBASE/metrics)"
+    echo "cluster: router $ROUTER (metrics http://127.0.0.1:$MBASE/metrics," \
+         "OpenAI API http://127.0.0.1:$HTTP_PORT/v1)"
     echo "cluster: target $TARGET (metrics :$((MBASE + 1)))${DRAFT_LM:+, drafter $DRAFTER (metrics :$((MBASE + 2)))}${POLICY_MODEL:+, policy $POLICY (metrics :$((MBASE + 3)))}"
     echo "cluster: logs and pids in $RUN"
     ;;
