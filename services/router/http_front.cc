@@ -349,6 +349,8 @@ absl::StatusOr<std::unique_ptr<HttpFront>> HttpFront::Start(const HttpFrontOptio
   }
   Impl* raw = impl.get();
   impl->listener = std::thread([raw] { raw->server.listen_after_bind(); });
+  // stop() is a no-op until the loop runs: a Shutdown right after Start must not miss it.
+  while (!impl->server.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   return std::unique_ptr<HttpFront>(new HttpFront(std::move(impl)));
 }
 
