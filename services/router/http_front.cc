@@ -68,6 +68,7 @@ struct SseState {
   ResponseHeader header;
   bool include_usage = false;
   bool sent_first = false;
+  bool done = false;  // [DONE] was written: the response is complete whatever the client does
   std::optional<v1::GenerateResponse> pending;           // popped before the headers were committed
   std::optional<std::vector<int32_t>> prompt_token_ids;  // return_token_ids: in the first chunk
   std::function<void(int code)> on_end;                  // metrics, once
@@ -263,7 +264,10 @@ void HttpFront::Impl::StartStream(std::unique_ptr<HttpStream> stream, const Open
         }
         if (auto* r = std::get_if<v1::GenerateResponse>(&item)) {
           if (!WriteEvent(*state, *r, sink)) return false;
-          if (r->has_summary()) sink.done();
+          if (r->has_summary()) {
+            state->done = true;
+            sink.done();
+          }
           return true;
         }
         // The worker finished without a summary: an error after the stream began.
@@ -271,12 +275,13 @@ void HttpFront::Impl::StartStream(std::unique_ptr<HttpStream> stream, const Open
         std::string out = status.ok() ? "" : SseEvent(ErrorJson(status));
         out += SseEvent("[DONE]");
         if (!sink.write(out.data(), out.size())) return false;
+        state->done = true;
         sink.done();
         return true;
       },
       [state](bool success) {
-        state->stream->Detach();  // cancels the worker unless it finished
-        state->on_end(success ? 200 : 499);
+        if (!state->done) state->stream->Detach();  // cancels the worker unless it finished
+        state->on_end(success || state->done ? 200 : 499);
       });
 }
 
