@@ -1,5 +1,6 @@
 """Command line of the specdec load tester: parses the options, runs every (load level, method)
-cell against the router, prints the table and writes results.json and the plots."""
+cell against the router (over gRPC, or over its HTTP front with --http), prints the table and
+writes results.json and the plots."""
 
 from __future__ import annotations
 
@@ -37,6 +38,12 @@ metrics (details in loadtest/README.md):
   req/s     requests completed inside the window / window length
   tau       mean of the requests' Summary tau (committed tokens per verify step)
 
+transport:
+  --router sends every request over the gRPC Generate RPC (the Python SDK); --http URL sends it
+  as a streamed POST URL/v1/completions to the router's OpenAI-compatible HTTP front (standard
+  library only), with the same options, prompts and timestamps, tokens counted from each chunk's
+  specdec.token_ids. With both, --router only answers GetInfo (method check, recorded info).
+
 exit status: 0 ok; 1 a check failed (--check-handles, --max-rss-growth, --fail-on-error) or the
 run was interrupted; 2 bad usage, router not reachable, or a method it does not serve.
 
@@ -46,6 +53,8 @@ examples:
   %(prog)s --router 127.0.0.1:50050 --concurrency 8 --methods DFLASH_ADAPTIVE --duration 1800 \\
       --cancel-fraction 0.05 --ignore-eos --watch-pid $SPECDEC_RUN_DIR \\
       --check-handles 127.0.0.1:9091,127.0.0.1:9092 --out /tmp/soak
+  %(prog)s --http http://127.0.0.1:8000 --concurrency 1,4,16 --methods AR,DFLASH_ADAPTIVE \\
+      --prompts humaneval --max-new-tokens 64 --ignore-eos --out /tmp/sweep-http
 """
 
 
@@ -74,13 +83,24 @@ def _methods(value: str) -> List[str]:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="specdec_loadtest",
-        description="Load generator for the specdec router's streaming Generate RPC: "
+        description="Load generator for the specdec router's streaming Generate RPC (or its "
+                    "OpenAI-compatible HTTP front): "
                     "closed-loop concurrency sweeps and open-loop Poisson arrivals, several "
                     "decoding methods side by side, latency percentiles, JSON and PNG reports.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_argument_group("target and load")
     g.add_argument("--router", metavar="HOST:PORT",
-                   help="the router's address (required unless --from-json)")
+                   help="the router's gRPC address (required unless --http or --from-json); "
+                        "with --http it only answers GetInfo (method check, recorded info)")
+    g.add_argument("--http", metavar="URL",
+                   help="send the requests to the router's OpenAI-compatible HTTP front at URL "
+                        "(e.g. http://127.0.0.1:8000, or the OpenAI base URL .../v1), each a "
+                        "streamed POST /v1/completions, instead of the gRPC Generate RPC")
+    g.add_argument("--model", default="", metavar="NAME",
+                   help="--http: the requests' model (default: the first of GET /v1/models)")
+    g.add_argument("--api-key", default="", metavar="KEY",
+                   help="--http: sent as 'Authorization: Bearer KEY' (not written to "
+                        "results.json)")
     g.add_argument("--methods", type=_methods, default=_methods(DEFAULT_METHODS),
                    metavar="M,M,...",
                    help=f"decoding methods to compare (default {DEFAULT_METHODS}); any of AR, "
@@ -116,7 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--timeout", type=float, default=300.0, metavar="S",
                    help="per-request deadline in seconds (default 300)")
     g.add_argument("--wait-ready", type=float, default=30.0, metavar="S",
-                   help="wait up to S seconds for the router to answer GetInfo (default 30)")
+                   help="wait up to S seconds for the router to answer GetInfo (--http: "
+                        "GET /health with 200) (default 30)")
 
     g = p.add_argument_group("prompts and generation")
     g.add_argument("--prompts", default="humaneval", metavar="NAME|FILE",
@@ -168,8 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="/metrics endpoints (host:port or URLs) scraped before and after each "
                         "cell; the delta of the selected series is stored per cell")
     g.add_argument("--metrics-select", default=prom.DEFAULT_SELECT, metavar="REGEX",
-                   help="metric names to store (full match; default: request, spec-decode, "
-                        "operation and fallback counters, latency sums/counts, kv/session gauges)")
+                   help="metric names to store (full match; default: request (gRPC and HTTP), "
+                        "spec-decode, operation and fallback counters, latency sums/counts, "
+                        "kv/session gauges)")
     g.add_argument("--check-handles", type=prom.split_list, default=[], metavar="URL,...",
                    help="after the run, every listed /metrics endpoint must report "
                         "specdec_kv_handles == 0 within --check-grace seconds, else exit 1")
@@ -193,8 +215,10 @@ def build_parser() -> argparse.ArgumentParser:
 def _check_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
     if a.from_json:
         return
-    if not a.router:
-        p.error("--router is required")
+    if not a.router and not a.http:
+        p.error("--router or --http is required")
+    if (a.model or a.api_key) and not a.http:
+        p.error("--model and --api-key go with --http")
     if a.repeat < 1:
         p.error("--repeat must be >= 1")
     if a.versus and a.versus not in a.methods:
@@ -250,6 +274,40 @@ def _connect(address: str, timeout: float, wait_s: float):
             time.sleep(0.5)
 
 
+def _connect_http(url: str, model: str, api_key: str, timeout: float, wait_s: float):
+    """An HttpClient whose router answered GET /health with 200, and the ids of its
+    GET /v1/models. Without ``model`` the client sends the first of them."""
+    from .http_client import HttpClient, HttpError
+    try:
+        client = HttpClient(url, model=model, api_key=api_key, timeout=timeout)
+    except ValueError as e:
+        raise RuntimeError(str(e)) from None
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            status, body = client.get("/health", timeout=5.0)
+            if status == 200:
+                break
+            why = f"HTTP {status} {body[:200].decode('utf-8', 'replace')}"
+        except OSError as e:
+            why = f"{type(e).__name__}: {e}"
+        if time.monotonic() >= deadline:
+            raise RuntimeError(f"{client.url}/health did not answer 200: {why}")
+        time.sleep(0.5)
+    try:
+        models = client.models()
+    except (OSError, HttpError) as e:
+        raise RuntimeError(f"{client.url}/v1/models: {e}") from None
+    if not model:
+        if not models:
+            raise RuntimeError(f"{client.url}/v1/models lists no model")
+        client.model = models[0]
+    elif model not in models:
+        raise RuntimeError(f"the router does not serve model {model!r} "
+                           f"(it serves {', '.join(models) or 'none'})")
+    return client, models
+
+
 def _info_dict(info) -> Dict[str, object]:
     from google.protobuf import json_format
     return json_format.MessageToDict(info.raw, preserving_proto_field_name=True)
@@ -301,12 +359,27 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ValueError as e:
         print(f"specdec_loadtest: {e}", file=sys.stderr)
         return 2
+    info = None
     try:
-        client, info = _connect(a.router, a.timeout, a.wait_ready)
+        if a.http:
+            client, models = _connect_http(a.http, a.model, a.api_key, a.timeout, a.wait_ready)
+            transport: Dict[str, object] = {"kind": "http", "url": client.url,
+                                            "model": client.model, "models": models}
+            target = f"POST {client.url}/v1/completions (model {client.model})"
+            if a.router:
+                grpc_client, info = _connect(a.router, a.timeout, a.wait_ready)
+                grpc_client.close()
+        else:
+            client, info = _connect(a.router, a.timeout, a.wait_ready)
+            transport = {"kind": "grpc", "address": a.router}
+            target = a.router
     except RuntimeError as e:
         print(f"specdec_loadtest: {e}", file=sys.stderr)
         return 2
-    missing = [m for m in a.methods if m != "DEFAULT" and m not in info.methods]
+    # Over HTTP alone the served methods are unknown: requests for one the router does not
+    # serve fail, and are counted as errors.
+    missing = ([m for m in a.methods if m != "DEFAULT" and m not in info.methods]
+               if info is not None else [])
     if missing:
         print(f"specdec_loadtest: the router does not serve {', '.join(missing)} "
               f"(it serves {', '.join(info.methods)})", file=sys.stderr)
@@ -334,7 +407,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     load_start = _loadavg()
     cells: List[Dict[str, object]] = []
     failures: List[str] = []
-    _log(a.quiet, f"specdec_loadtest: {len(plan)} cells against {a.router} "
+    _log(a.quiet, f"specdec_loadtest: {len(plan)} cells against {target} "
                   f"({len(prompt_list)} prompts, {_tokens_desc(a)} new tokens)")
     try:
         for i, (mode, level, method) in enumerate(plan, 1):
@@ -380,6 +453,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if n:
             failures.append(f"{n} requests ended with unexpected errors")
 
+    print(f"transport: {transport['kind']} {target}")
     print(report.format_table(cells, a.table))
     summary = report.summarize_rounds(cells, a.versus) if a.repeat > 1 else None
     if summary:
@@ -410,8 +484,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 print(f"specdec_loadtest: plots: {err}", file=sys.stderr)
         doc = report.results_document(
             config=dict(vars(a), prompts_file=prompts.resolve(a.prompts),
-                        prompt_count=len(prompt_list)),
-            router={"address": a.router, "info": _info_dict(info)},
+                        prompt_count=len(prompt_list), api_key="***" if a.api_key else ""),
+            router={"address": a.router, "info": _info_dict(info) if info is not None else None},
+            transport=transport,
             cells=cells,
             host={"cpus": os.cpu_count(), "platform": platform.platform(),
                   "python": platform.python_version(), "loadavg_1m_at_start": load_start},

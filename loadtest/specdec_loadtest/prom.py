@@ -18,9 +18,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 DEFAULT_SELECT = (
     r"specdec_(requests_total|fallbacks_total|block_size_chosen_total"
     r"|spec_decode_num_(drafts|draft_tokens|accepted_tokens)_total"
-    r"|(target|drafter)_operations_total|policy_requests_total"
+    r"|(target|drafter)_operations_total|policy_requests_total|http_requests_total"
     r"|(target_compute|drafter_compute|target_queue|stage_latency|request_latency"
-    r"|time_to_first_token|inter_token_latency|policy_latency)_seconds_(sum|count)"
+    r"|time_to_first_token|inter_token_latency|policy_latency|http_request_duration)"
+    r"_seconds_(sum|count)"
     r"|kv_handles|kv_cache_bytes|active_sessions|active_requests)"
 )
 KV_HANDLES = "specdec_kv_handles"

@@ -46,18 +46,22 @@ def cell_dict(run, *, max_new_tokens: int, ignore_eos: bool, timeline_bucket_s: 
 
 def results_document(*, config: Dict[str, object], router: Dict[str, object],
                      cells: List[Dict[str, object]], host: Dict[str, object],
+                     transport: Optional[Dict[str, object]] = None,
                      started_at: str, finished_at: str,
                      memory: Optional[Dict[str, object]] = None,
                      check_handles: Optional[Dict[str, object]] = None,
                      plots: Sequence[str] = (), failures: Sequence[str] = (),
                      summary: Optional[List[Dict[str, object]]] = None) -> Dict[str, object]:
-    """The whole results.json document (``summary``: summarize_rounds of repeated cells)."""
+    """The whole results.json document (``summary``: summarize_rounds of repeated cells;
+    ``transport``: how the requests were sent, {"kind": "grpc", "address"} or {"kind": "http",
+    "url", "model", "models"}; documents without it are from gRPC runs)."""
     doc = {
         "schema": SCHEMA,
         "started_at": started_at,
         "finished_at": finished_at,
         "config": config,
         "router": router,
+        "transport": transport,
         "host": host,
         "cells": cells,
         "memory": memory,

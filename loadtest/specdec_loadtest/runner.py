@@ -1,8 +1,12 @@
 """Drives the router with load: closed-loop concurrency and open-loop Poisson arrivals.
 
-Each request runs on its own thread (gRPC Python releases the GIL while it waits for the next
-message). The stream loop only timestamps chunks with ``time.perf_counter`` and appends to
-lists; all statistics are computed after the cell (:mod:`specdec_loadtest.stats`).
+Each request runs on its own thread (gRPC Python, and ``http.client`` for the HTTP transport,
+release the GIL while they wait for the next message). The stream loop only timestamps chunks
+with ``time.perf_counter`` and appends to lists; all statistics are computed after the cell
+(:mod:`specdec_loadtest.stats`). The transport is the client's: the SDK's ``specdec.Client``
+(gRPC ``Generate``) or :class:`specdec_loadtest.http_client.HttpClient` (streamed
+``POST /v1/completions``); both yield chunks of token ids and end with a summary, so the records
+and their statistics are the same.
 
 Closed loop at concurrency c: c workers each keep one request in flight, issuing the next as soon
 as the previous ends. Requests issued during the warm-up, and after the measurement window has
@@ -110,7 +114,8 @@ class _Active:
 
 
 class Runner:
-    """Runs cells against one router ``client`` (a ``specdec.Client``)."""
+    """Runs cells against one router ``client``: a ``specdec.Client``, or a client that names
+    its options and error classes (``options_cls``, ``error_cls``: the HTTP transport's)."""
 
     def __init__(self, client, prompts: Sequence[str], cfg: LoadConfig,
                  on_window_open: Optional[Callable[[], None]] = None):
@@ -121,9 +126,13 @@ class Runner:
         self.cfg = cfg
         self._on_window_open = on_window_open
         self._window_opened = False
-        from specdec import GenerateOptions, SpecdecError  # grpc only where requests are made
-        self._options_cls = GenerateOptions
-        self._error_cls = SpecdecError
+        if hasattr(client, "options_cls"):
+            self._options_cls = client.options_cls
+            self._error_cls = client.error_cls
+        else:
+            from specdec import GenerateOptions, SpecdecError  # grpc only where requests are made
+            self._options_cls = GenerateOptions
+            self._error_cls = SpecdecError
 
     def _window_open(self) -> None:
         if not self._window_opened:

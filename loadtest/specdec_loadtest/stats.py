@@ -53,17 +53,18 @@ class RequestRecord:
     status: str = RUNNING
     error_code: str = ""
     error_message: str = ""
-    # From the router's Summary (completed requests only).
+    # From the router's Summary (completed requests only). None: the transport does not report
+    # it (the HTTP front has no accepted tokens or fallbacks).
     tau: Optional[float] = None
     verify_steps: int = 0
     drafted_tokens: int = 0
-    accepted_tokens: int = 0
+    accepted_tokens: Optional[int] = 0
     committed_tokens: int = 0
     completion_tokens: int = 0
     block_size: int = 0
     finish_reason: str = ""
-    drafter_fallback: bool = False
-    policy_fallback: bool = False
+    drafter_fallback: Optional[bool] = False
+    policy_fallback: Optional[bool] = False
     method_run: str = ""
     # Target batch sizes reported in the chunks' StepStats (0 = not reported).
     batch_size_sum: int = 0
@@ -200,6 +201,16 @@ def timeline(records: Iterable[RequestRecord], w0: float, w1: float,
     return out
 
 
+def _known_sum(values: Iterable[Optional[int]]) -> Optional[int]:
+    """The sum of ``values`` (bools count 1), or None when any of them is None (not reported)."""
+    total = 0
+    for v in values:
+        if v is None:
+            return None
+        total += int(v)
+    return total
+
+
 def aggregate_cell(records: Sequence[RequestRecord], w0: float, w1: float, *,
                    max_new_tokens: int, ignore_eos: bool,
                    timeline_bucket_s: float = 0.0) -> Dict[str, object]:
@@ -237,7 +248,7 @@ def aggregate_cell(records: Sequence[RequestRecord], w0: float, w1: float, *,
     verify_steps = sum(r.verify_steps for r in completed)
     committed = sum(r.committed_tokens for r in completed)
     drafted = sum(r.drafted_tokens for r in completed)
-    accepted = sum(r.accepted_tokens for r in completed)
+    accepted = _known_sum(r.accepted_tokens for r in completed)
     blocks: Dict[str, int] = {}
     for r in completed:
         if r.block_size > 0:
@@ -271,7 +282,7 @@ def aggregate_cell(records: Sequence[RequestRecord], w0: float, w1: float, *,
         "block_sizes": blocks,
         "drafted_tokens": drafted,
         "accepted_tokens": accepted,
-        "acceptance_rate": accepted / drafted if drafted else None,
+        "acceptance_rate": accepted / drafted if drafted and accepted is not None else None,
         "completion_tokens": {
             "min": min(ctoks) if ctoks else None,
             "max": max(ctoks) if ctoks else None,
@@ -283,8 +294,8 @@ def aggregate_cell(records: Sequence[RequestRecord], w0: float, w1: float, *,
                               if ignore_eos else 0),
         # Completed requests whose streamed token count differs from the Summary's.
         "stream_mismatches": sum(1 for r in completed if r.streamed_tokens != r.completion_tokens),
-        "fallbacks": {"drafter": sum(1 for r in completed if r.drafter_fallback),
-                      "policy": sum(1 for r in completed if r.policy_fallback)},
+        "fallbacks": {"drafter": _known_sum(r.drafter_fallback for r in completed),
+                      "policy": _known_sum(r.policy_fallback for r in completed)},
         "methods_run": sorted({r.method_run for r in completed if r.method_run}),
         "batch_size_mean": bs_sum / bs_steps if bs_steps else None,
     }

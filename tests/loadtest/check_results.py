@@ -1,6 +1,7 @@
 """Checks the results.json of the load tester's integration runs (see run_integration.sh).
 
     check_results.py sweep DIR N      closed-loop sweep of AR and DFLASH_ADAPTIVE, N new tokens
+    check_results.py http DIR N       the same methods at concurrency 2 over --http, with cancels
     check_results.py poisson DIR N    open-loop run with client cancels
 
 Exit status 0 when every check passes, 1 otherwise (each failed check is printed).
@@ -28,7 +29,7 @@ def check(kind: str, out_dir: str, max_new_tokens: int) -> list:
     if not doc["router"].get("info", {}).get("methods"):
         bad.append("router GetInfo missing from results.json")
     cells = doc["cells"]
-    want_mode = "closed" if kind == "sweep" else "open"
+    want_mode = "closed" if kind in ("sweep", "http") else "open"
     if not cells:
         bad.append("no cells")
     for c in cells:
@@ -74,6 +75,31 @@ def check(kind: str, out_dir: str, max_new_tokens: int) -> list:
             if "metrics" not in c or not any(
                     "counters" in v for v in c["metrics"].values()):
                 bad.append(f"{c['method']} {c['level']}: no /metrics delta")
+    if kind == "http":
+        transport = doc.get("transport") or {}
+        if transport.get("kind") != "http":
+            bad.append(f"transport {transport}, expected http")
+        levels = sorted((c["method"], c["level"]) for c in cells)
+        want = [("AR", 2.0), ("DFLASH_ADAPTIVE", 2.0)]
+        if levels != want:
+            bad.append(f"cells {levels}, expected {want}")
+        for c in cells:
+            name = f"http {c['method']}"
+            if c["cancelled"] != 2 or c["completed"] != 2:
+                bad.append(f"{name}: {c['completed']} completed, {c['cancelled']} cancelled, "
+                           "expected 2 and 2 (seed 3)")
+            # The router counts the cell's HTTP requests: the measured ones, and any filler
+            # request cancelled at the end of the cell.
+            counters = {}
+            for v in (c.get("metrics") or {}).values():
+                counters.update(v.get("counters") or {})
+            http = {k: v for k, v in counters.items()
+                    if k.startswith("specdec_http_requests_total{")
+                    and 'endpoint="/v1/completions"' in k}
+            ok = sum(v for k, v in http.items() if 'code="200"' in k)
+            if ok < c["completed"] or sum(http.values()) < c["requests"]:
+                bad.append(f"{name}: specdec_http_requests_total deltas {http}, expected at "
+                           f"least {c['completed']} with code 200 of {c['requests']}")
     if kind == "poisson":
         mem = doc.get("memory") or {}
         if len(mem) < 3 or any(m["baseline_mib"] is None or not m["alive"] for m in mem.values()):

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Integration test of the load tester (loadtest/specdec_loadtest): starts a local cluster on the
 # embedded pack (target, AR draft, DFlash drafter, BlockPilot policy) on a free port base, runs a
-# tiny closed-loop sweep (concurrency 1,2; AR and DFLASH_ADAPTIVE; 32 tokens) and a tiny Poisson
+# tiny closed-loop sweep (concurrency 1,2; AR and DFLASH_ADAPTIVE; 32 tokens), the same methods at
+# concurrency 2 over the router's HTTP front (--http) with client cancels, and a tiny Poisson
 # run with client cancels (its rate and window scaled to the speed the sweep measured), checks their results.json (tests/loadtest/check_results.py), checks
 # that --check-handles fails on an endpoint that does not answer, and always stops the cluster.
 #
@@ -9,7 +10,8 @@
 #
 # Environment: BUILD_DIR (default <repo>/build), SPECDEC_PACK (default models/specdec-pycode),
 # SPECDEC_PORT_BASE (default: first free of 21650, 21660, ...; /metrics from SPECDEC_METRICS_BASE,
-# default the port base - 10000; both below the kernel's ephemeral ports), PYTHON (default /usr/bin/python3
+# default the port base - 10000; the HTTP front on SPECDEC_HTTP_PORT, default the port base + 4;
+# all below the kernel's ephemeral ports), PYTHON (default /usr/bin/python3
 # if it imports grpc, else python3).
 # Exit status: 0 pass, 1 failure, 77 skipped (no grpc python, no binaries).
 set -uo pipefail
@@ -47,6 +49,7 @@ if [ -z "${SPECDEC_PORT_BASE:-}" ]; then
     for off in 0 1 2 3; do
       port_free $((base + off)) && port_free $((mbase + off)) || ok=0
     done
+    port_free $((base + 4)) || ok=0
     if [ "$ok" = 1 ]; then SPECDEC_PORT_BASE=$base; break; fi
   done
   : "${SPECDEC_PORT_BASE:?run_integration: no free port base in 21650..21950}"
@@ -54,6 +57,7 @@ fi
 export SPECDEC_PORT_BASE
 MBASE=${SPECDEC_METRICS_BASE:-$((SPECDEC_PORT_BASE - 10000))}
 export SPECDEC_METRICS_BASE=$MBASE
+export SPECDEC_HTTP_PORT=${SPECDEC_HTTP_PORT:-$((SPECDEC_PORT_BASE + 4))}
 SPECDEC_RUN_DIR="$(mktemp -d "${TMPDIR:-/tmp}/specdec-loadtest.XXXXXX")"
 export SPECDEC_RUN_DIR
 OUT="$SPECDEC_RUN_DIR/out"
@@ -98,6 +102,18 @@ echo "== closed-loop sweep"
   --metrics-url "127.0.0.1:$MBASE,127.0.0.1:$((MBASE + 1))" --check-handles "$HANDLES" \
   || { echo "run_integration: the sweep exited $?" >&2; fail=1; }
 "$PYTHON" tests/loadtest/check_results.py sweep "$OUT/sweep" "$N" || fail=1
+
+echo "== closed loop over the HTTP front (--http) with client cancels"
+# --router only answers GetInfo here. Seed 3 cancels the 1st and 3rd of the 4 measured requests
+# of each cell (no warm-up: the measured ones are the first 4); closing their connections must
+# release their KV handles like a gRPC cancel (--check-handles).
+# shellcheck disable=SC2086
+"${LT[@]}" --http "http://127.0.0.1:$SPECDEC_HTTP_PORT" --prompts $prompts --concurrency 2 \
+  --methods AR,DFLASH_ADAPTIVE --requests 4 --duration 0 --warmup 0 --cooldown 0.2 \
+  --cancel-fraction 0.5 --seed 3 --out "$OUT/http" --metrics-url "127.0.0.1:$MBASE" \
+  --check-handles "$HANDLES" \
+  || { echo "run_integration: the HTTP run exited $?" >&2; fail=1; }
+"$PYTHON" tests/loadtest/check_results.py http "$OUT/http" "$N" || fail=1
 
 # The open-loop load follows this machine's speed, as the sweep measured it: at most 3 requests/s
 # and half the rate 2 concurrent DFLASH_ADAPTIVE requests sustained, for a window of at least

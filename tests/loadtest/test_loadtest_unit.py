@@ -3,8 +3,9 @@
 Percentiles, the ITL / TPOT / throughput definitions, cell aggregation, seeded Poisson arrivals
 and cancels, prompt loading, /metrics parsing and the kv-handle check (against a local HTTP
 server), results.json assembly and validation, the table, gnuplot script generation (and a real
-PNG when gnuplot is installed), RSS sampling, and the closed/open-loop runner over a fake client
-(when the Python SDK imports).
+PNG when gnuplot is installed), RSS sampling, the closed/open-loop runner over a fake client
+(when the Python SDK imports), and the HTTP transport (--http: event-stream parsing, request
+bodies, error mapping, cancels, the runner and the command line) against a fake HTTP front.
 
     /usr/bin/python3 -m unittest -v tests/loadtest/test_loadtest_unit.py
 """
@@ -13,6 +14,7 @@ import gzip
 import http.server
 import json
 import os
+import socket
 import sys
 import tempfile
 import threading
@@ -24,7 +26,8 @@ from types import SimpleNamespace
 _REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(_REPO, "loadtest"))
 
-from specdec_loadtest import plots, prom, prompts, report, schedule, stats  # noqa: E402
+from specdec_loadtest import (  # noqa: E402
+    http_client, plots, prom, prompts, report, schedule, stats)
 from specdec_loadtest.cli import build_parser  # noqa: E402
 from specdec_loadtest.procwatch import (  # noqa: E402
     RssWatcher, baseline_and_last, parse_pids, read_rss_kib)
@@ -306,6 +309,15 @@ class PromTest(unittest.TestCase):
                          {"before": 3.0, "after": 0.0})
         self.assertEqual(prom.normalize_url("127.0.0.1:9091"), "http://127.0.0.1:9091/metrics")
         self.assertEqual(prom.normalize_url("http://h:1/x"), "http://h:1/x")
+
+    def test_default_select_keeps_the_http_counters(self):
+        samples = {'specdec_http_requests_total{code="200",endpoint="/v1/completions"}': 3.0,
+                   'specdec_http_request_duration_seconds_sum{endpoint="/v1/completions"}': 1.5,
+                   'specdec_http_request_duration_seconds_count{endpoint="/v1/completions"}': 3.0,
+                   'specdec_http_request_duration_seconds_bucket{endpoint="/v1/completions",'
+                   'le="0.1"}': 1.0}
+        self.assertEqual(sorted(prom.select(samples, prom.DEFAULT_SELECT)), sorted(
+            k for k in samples if "_bucket" not in k))
 
     def test_check_handles_against_a_server(self):
         server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _MetricsHandler)
@@ -737,6 +749,488 @@ class RunnerTest(unittest.TestCase):
         self.assertGreater(cell["dropped"], 0)
         self.assertEqual(client.max_in_flight, 2)
         self.assertEqual(cell["requests"] + cell["dropped"], cell["measured_arrivals"])
+
+
+class _FakeRouterHttp(http.server.ThreadingHTTPServer):
+    """The router's OpenAI-compatible front as the load tester uses it: /health, /v1/models and
+    streamed /v1/completions; every `fail_every`-th completion is answered 429, the others
+    stream max_tokens tokens, `per_chunk` per chunk, `gap` seconds apart (chunked transfer
+    encoding, or Connection: close without it when not `chunked`), a finish chunk, the usage
+    chunk (its specdec.token_ids repeat every token) and [DONE]. `error_after`: an error event
+    instead of the token after that many. `cut_after`: the connection is closed after that many
+    tokens, without [DONE]. `end_delay` (chunked): the end of the body follows [DONE] that much
+    later, unless the client has closed the connection by then (counted in `early_closes`, as
+    the router counts such a stream 499)."""
+
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self, gap=0.0, per_chunk=1, chunked=True, fail_every=0, health=200,
+                 error_after=None, cut_after=None, end_delay=0.0):
+        super().__init__(("127.0.0.1", 0), _FakeRouterHandler)
+        self.gap, self.per_chunk, self.chunked = gap, per_chunk, chunked
+        self.fail_every, self.health = fail_every, health
+        self.error_after, self.cut_after, self.end_delay = error_after, cut_after, end_delay
+        self.lock = threading.Lock()
+        self.bodies = []
+        self.headers_seen = []
+        self.disconnects = 0  # streams whose client went away while they were written
+        self.early_closes = 0  # clients that closed between [DONE] and the end of the body
+        self.handled = 0  # streams whose handler has returned
+        threading.Thread(target=self.serve_forever, args=(0.05,), daemon=True).start()
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def stop(self):
+        self.shutdown()
+        self.server_close()
+
+    def handle_error(self, request, client_address):
+        if not isinstance(sys.exc_info()[1], ConnectionError):  # clients close at will
+            super().handle_error(request, client_address)
+
+
+class _FakeRouterHandler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def _json(self, status, obj, headers=()):
+        body = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in headers:
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):  # noqa: N802 (http.server API)
+        if self.path == "/health":
+            ok = self.server.health == 200
+            self._json(self.server.health, {"status": "ok" if ok else "unavailable"})
+        elif self.path == "/v1/models":
+            self._json(200, {"object": "list", "data": [
+                {"id": "target", "object": "model", "created": 0, "owned_by": "specdec"}]})
+        else:
+            self._json(404, {"error": {"message": "no such path", "type": "not_found_error",
+                                       "param": None, "code": None}})
+
+    def _send(self, data):
+        if self.server.chunked:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        else:
+            self.wfile.write(data)
+
+    def _event(self, obj):
+        self._send(b"data: " + json.dumps(obj).encode() + b"\n\n")
+
+    def do_POST(self):  # noqa: N802 (http.server API)
+        srv = self.server
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        with srv.lock:
+            srv.bodies.append(body)
+            srv.headers_seen.append(dict(self.headers))
+            k = len(srv.bodies)
+        if srv.fail_every and k % srv.fail_every == 0:
+            self._json(429, {"error": {"message": "caches full", "type": "rate_limit_error",
+                                       "param": None, "code": None}}, [("Retry-After", "1")])
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        if srv.chunked:
+            self.send_header("Transfer-Encoding", "chunked")
+        else:
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        self.end_headers()
+        head = {"id": f"cmpl-{k}", "object": "text_completion", "created": 0, "model": "target"}
+        n = body["max_tokens"]
+        tokens = list(range(100, 100 + n))
+        try:
+            self._send(b": keep-alive comment\n\n")
+            for i in range(0, n, srv.per_chunk):
+                if i:
+                    time.sleep(srv.gap)
+                if srv.error_after is not None and i >= srv.error_after:
+                    self._event({"error": {"message": "target lost", "type": "server_error",
+                                           "param": None, "code": "UNAVAILABLE"}})
+                    self._send(b"")
+                    return
+                if srv.cut_after is not None and i >= srv.cut_after:
+                    self.close_connection = True
+                    return
+                ids = tokens[i:i + srv.per_chunk]
+                self._event(dict(head, choices=[{"index": 0, "text": " ".join(map(str, ids)),
+                                                 "finish_reason": None, "logprobs": None}],
+                                 specdec={"token_ids": ids}))
+            self._event(dict(head, choices=[{"index": 0, "text": "", "finish_reason": "length",
+                                             "logprobs": None}], specdec={"token_ids": []}))
+            if (body.get("stream_options") or {}).get("include_usage"):
+                self._event(dict(head, choices=[], usage={
+                    "prompt_tokens": 5, "completion_tokens": n, "total_tokens": 5 + n},
+                    specdec={"request_id": f"r{k}", "method": body["speculative"]["method"],
+                             "tau": 2.0, "block_size": 16, "estimated_speedup": 1.5,
+                             "ttft_ms": 1.0, "decode_ms": 2.0, "draft_tokens": 12,
+                             "target_passes": 5, "token_ids": tokens}))
+            self._send(b"data: [DONE]\n\n")
+            if srv.chunked and srv.end_delay:
+                time.sleep(srv.end_delay)
+                try:
+                    gone = self.connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+                except BlockingIOError:
+                    gone = False
+                if gone:
+                    with srv.lock:
+                        srv.early_closes += 1
+                    return
+            self._send(b"")
+        except (BrokenPipeError, ConnectionResetError):
+            with srv.lock:
+                srv.disconnects += 1
+        finally:
+            with srv.lock:
+                srv.handled += 1
+
+
+class HttpTransportTest(unittest.TestCase):
+    def server(self, **kw):
+        srv = _FakeRouterHttp(**kw)
+        self.addCleanup(srv.stop)
+        return srv
+
+    def test_sse_parser(self):
+        p = http_client.SseParser()
+        events = [p.feed(line) for line in (
+            b": comment\n", b"\n", b"event: message\r\n", b"data: {\"a\": 1}\r\n", b"\r\n",
+            b"data:x\n", b"data: y\n", b"id: 7\n", b"\n", b"data: [DONE]\n", b"\n")]
+        self.assertEqual([e for e in events if e is not None], ['{"a": 1}', "x\ny", "[DONE]"])
+        self.assertEqual(events[:5], [None, None, None, None, '{"a": 1}'])
+        # A blank line without data dispatches nothing; an empty data line is an empty event.
+        self.assertIsNone(p.feed("\n"))
+        self.assertIsNone(p.feed("data:\n"))
+        self.assertEqual(p.feed("\n"), "")
+
+    def test_request_body(self):
+        opts = http_client.HttpOptions(method="dflash", max_new_tokens=64, temperature=0.7,
+                                       top_k=20, top_p=0.9, seed=123, ignore_eos=True,
+                                       block_size=8, draft_length=0, request_id="x")
+        self.assertEqual(http_client.request_body("def f():", opts, "target"), {
+            "model": "target", "prompt": "def f():", "stream": True,
+            "stream_options": {"include_usage": True}, "temperature": 0.7, "top_p": 0.9,
+            "top_k": 20, "seed": 123, "ignore_eos": True, "max_tokens": 64,
+            "speculative": {"method": "DFLASH", "block_size": 8}})
+        ar = http_client.request_body([1, 403, 407], http_client.HttpOptions(
+            method="AR", max_new_tokens=4, draft_length=3), "m")
+        self.assertEqual(ar["prompt"], [1, 403, 407])
+        self.assertEqual(ar["speculative"], {"method": "AR", "draft_length": 3})
+        self.assertEqual((ar["temperature"], ar["top_k"], ar["top_p"], ar["seed"],
+                          ar["ignore_eos"]), (0.0, 0, 1.0, 0, False))
+        default = http_client.request_body("p", http_client.HttpOptions(
+            method="DEFAULT", max_new_tokens=0), "m")
+        self.assertNotIn("speculative", default)
+        self.assertNotIn("max_tokens", default)
+        for bad in ("", []):
+            with self.assertRaises(ValueError):
+                http_client.request_body(bad, http_client.HttpOptions(), "m")
+
+    def test_error_mapping(self):
+        body = json.dumps({"error": {"message": "caches full", "type": "rate_limit_error",
+                                     "param": None, "code": None}}).encode()
+        e = http_client.error_from_response(429, body, "2")
+        self.assertEqual((e.code_name, e.message, e.status, e.retry_after),
+                         ("RESOURCE_EXHAUSTED", "HTTP 429: caches full (Retry-After: 2)", 429, "2"))
+        cases = [(400, None, "INVALID_ARGUMENT"), (401, None, "UNAUTHENTICATED"),
+                 (403, None, "PERMISSION_DENIED"), (404, None, "NOT_FOUND"),
+                 (503, None, "UNAVAILABLE"), (504, None, "DEADLINE_EXCEEDED"),
+                 (500, None, "INTERNAL"), (418, None, "HTTP_418"),
+                 (400, "FAILED_PRECONDITION", "FAILED_PRECONDITION"),
+                 (400, "resource_exhausted", "RESOURCE_EXHAUSTED"),
+                 (400, "invalid_value", "INVALID_ARGUMENT")]
+        for status, code, want in cases:
+            b = json.dumps({"error": {"message": "m", "type": "t", "param": None,
+                                      "code": code}}).encode()
+            self.assertEqual(http_client.error_from_response(status, b).code_name, want,
+                             (status, code))
+        e = http_client.error_from_response(503, b"upstream down\n")
+        self.assertEqual((e.code_name, e.message), ("UNAVAILABLE", "HTTP 503: upstream down"))
+        e = http_client.error_from_event({"error": {"message": "boom", "code": 504}})
+        self.assertEqual((e.code_name, e.message, e.status),
+                         ("DEADLINE_EXCEEDED", "error event: boom", None))
+        self.assertEqual(http_client.error_from_event({"error": {"message": "x"}}).code_name,
+                         "UNKNOWN")
+
+    def read_all(self, stream):
+        t0 = time.perf_counter()
+        times, chunks = [], []
+        for c in stream:
+            times.append(time.perf_counter() - t0)
+            chunks.append(c)
+        return times, chunks
+
+    def test_stream_tokens_summary_and_timing(self):
+        for chunked in (True, False):
+            with self.subTest(chunked=chunked):
+                srv = self.server(gap=0.4, per_chunk=2, chunked=chunked, end_delay=0.1)
+                client = http_client.HttpClient(srv.url, model="target", api_key="k")
+                opts = http_client.HttpOptions(method="DFLASH", max_new_tokens=5, seed=9,
+                                               ignore_eos=True, block_size=16,
+                                               request_id="lt-7")
+                stream = client.generate_stream("def f():", opts, timeout=10)
+                times, chunks = self.read_all(stream)
+                self.assertEqual([c.token_ids for c in chunks],
+                                 [(100, 101), (102, 103), (104,)])
+                self.assertEqual(chunks[0].text, "100 101")
+                self.assertTrue(all(c.step is None for c in chunks))
+                # Each chunk is taken as it arrives: the first long before the second is sent.
+                self.assertLess(times[0], 0.3)
+                self.assertGreater(times[1] - times[0], 0.2)
+                s = stream.summary
+                self.assertEqual((s.method, s.finish_reason, s.tau, s.completion_tokens,
+                                  s.prompt_tokens, s.block_size, s.drafted_tokens,
+                                  s.target_passes, s.verify_steps, s.committed_tokens),
+                                 ("DFLASH", "LENGTH", 2.0, 5, 5, 16, 12, 5, 4, 8))
+                self.assertIsNone(s.accepted_tokens)
+                self.assertIsNone(s.drafter_fallback)
+                self.assertEqual(srv.bodies, [http_client.request_body("def f():", opts,
+                                                                        "target")])
+                h = srv.headers_seen[0]
+                self.assertEqual(h["Authorization"], "Bearer k")
+                self.assertEqual(h["Accept"], "text/event-stream")
+                self.assertEqual(h["X-Request-Id"], "lt-7")
+                self.assertEqual(h["X-Request-Timeout-Ms"], "10000")
+                self.assertEqual(list(stream), [])  # ended: iterating again yields nothing
+                # The client read the whole response before it closed the connection.
+                deadline = time.monotonic() + 3.0
+                while srv.handled < 1 and time.monotonic() < deadline:
+                    time.sleep(0.02)
+                self.assertEqual((srv.handled, srv.early_closes), (1, 0))
+
+    def test_summary_takes_request_stats_when_present(self):
+        # The router may add the gRPC Summary's RequestStats (int64 fields as JSON strings).
+        event = {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 9,
+                                          "total_tokens": 12},
+                 "specdec": {"method": "DFLASH_ADAPTIVE", "verify_steps": "4",
+                             "drafted_tokens": "60", "accepted_tokens": "5",
+                             "committed_tokens": "8", "tau": 2.0, "block_size": 16,
+                             "policy_fallback": False, "drafter_fallback": True,
+                             "request_id": "r", "draft_tokens": "64", "target_passes": 6,
+                             "estimated_speedup": 1.4, "ttft_ms": 3.5}}
+        s = http_client.HttpSummary.from_event(event, "stop")
+        self.assertEqual((s.method, s.finish_reason, s.verify_steps, s.drafted_tokens,
+                          s.accepted_tokens, s.committed_tokens, s.drafter_fallback,
+                          s.policy_fallback, s.target_passes, s.completion_tokens,
+                          s.prompt_tokens, s.request_id, s.estimated_speedup, s.ttft_ms),
+                         ("DFLASH_ADAPTIVE", "STOP", 4, 60, 5, 8, True, False, 6, 9, 3, "r",
+                          1.4, 3.5))
+        # Without them: derived from target passes and tau; accepted and fallbacks unknown.
+        s = http_client.HttpSummary.from_event(
+            {"choices": [], "usage": {"completion_tokens": 4},
+             "specdec": {"method": "AR", "tau": 1.0, "draft_tokens": 0, "target_passes": 4}},
+            "length")
+        self.assertEqual((s.verify_steps, s.committed_tokens, s.drafted_tokens,
+                          s.accepted_tokens, s.drafter_fallback, s.policy_fallback),
+                         (3, 3, 0, None, None, None))
+
+    def test_stream_errors(self):
+        opts = http_client.HttpOptions(method="AR", max_new_tokens=4)
+        srv = self.server(fail_every=1)
+        stream = http_client.HttpClient(srv.url, model="target").generate_stream("p", opts)
+        with self.assertRaises(http_client.HttpError) as cm:
+            next(stream)
+        e = cm.exception
+        self.assertEqual((e.code_name, e.status, e.retry_after), ("RESOURCE_EXHAUSTED", 429, "1"))
+        self.assertEqual(e.message, "HTTP 429: caches full (Retry-After: 1)")
+
+        srv = self.server(error_after=2)
+        stream = http_client.HttpClient(srv.url).generate_stream("p", opts)
+        self.assertEqual(next(stream).token_ids, (100,))
+        self.assertEqual(next(stream).token_ids, (101,))
+        with self.assertRaises(http_client.HttpError) as cm:
+            next(stream)
+        self.assertEqual((cm.exception.code_name, cm.exception.message),
+                         ("UNAVAILABLE", "error event: target lost"))
+
+        srv = self.server(cut_after=1, chunked=False)
+        stream = http_client.HttpClient(srv.url).generate_stream("p", opts)
+        with self.assertRaises(http_client.HttpError) as cm:
+            list(stream)
+        self.assertEqual(cm.exception.code_name, "INTERNAL")
+        self.assertIn("before data: [DONE]", cm.exception.message)
+
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        sock.close()  # nothing listens there
+        with self.assertRaises(http_client.HttpError) as cm:
+            http_client.HttpClient(f"127.0.0.1:{port}").generate_stream("p", opts)
+        self.assertEqual(cm.exception.code_name, "UNAVAILABLE")
+
+        srv = self.server(gap=2.0)
+        stream = http_client.HttpClient(srv.url).generate_stream("p", opts, timeout=0.4)
+        next(stream)
+        t0 = time.monotonic()
+        with self.assertRaises(http_client.HttpError) as cm:
+            next(stream)
+        self.assertEqual(cm.exception.code_name, "DEADLINE_EXCEEDED")
+        self.assertLess(time.monotonic() - t0, 1.5)
+
+    def test_cancel_closes_the_connection(self):
+        srv = self.server(gap=0.5)
+        opts = http_client.HttpOptions(method="AR", max_new_tokens=100)
+        stream = http_client.HttpClient(srv.url).generate_stream("p", opts)
+        next(stream)
+        # From another thread while this one is blocked reading: the read returns at once, not
+        # when the next chunk arrives.
+        threading.Timer(0.05, stream.cancel).start()
+        t0 = time.monotonic()
+        with self.assertRaises(http_client.HttpError) as cm:
+            next(stream)
+        self.assertEqual(cm.exception.code_name, "CANCELLED")
+        self.assertLess(time.monotonic() - t0, 0.35)
+        deadline = time.monotonic() + 3.0
+        while srv.disconnects < 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.assertEqual(srv.disconnects, 1)  # the server saw the connection close
+        # From the reading thread, between two chunks (a planned client cancel).
+        stream = http_client.HttpClient(srv.url).generate_stream("p", opts)
+        next(stream)
+        stream.cancel()
+        with self.assertRaises(http_client.HttpError) as cm:
+            next(stream)
+        self.assertEqual(cm.exception.code_name, "CANCELLED")
+        deadline = time.monotonic() + 3.0
+        while srv.disconnects < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.assertEqual(srv.disconnects, 2)
+
+    def test_runner_over_http(self):
+        from specdec_loadtest.runner import LoadConfig, Runner
+        srv = self.server(gap=0.002, fail_every=5)
+        client = http_client.HttpClient(srv.url, model="target")
+        cfg = LoadConfig(max_new_tokens=8, warmup_s=0.0, duration_s=0.0, max_requests=20,
+                         cancel_fraction=0.3, seed=2, block_size=16)
+        run = Runner(client, ["p1", "p2"], cfg).closed_loop("DFLASH", 2)
+        cell = report.cell_dict(run, max_new_tokens=8, ignore_eos=True)
+        measured = [r for r in run.records if r.measured]
+        self.assertEqual(cell["requests"], 20)
+        planned_cancels = sum(1 for r in measured if r.cancel_after is not None
+                              and r.status != stats.ERROR)
+        self.assertGreater(planned_cancels, 0)
+        self.assertEqual(cell["cancelled"], planned_cancels)
+        for r in measured:
+            if r.status == stats.CANCELLED:
+                self.assertEqual(r.streamed_tokens, r.cancel_after)
+        failed = sum(1 for r in measured if r.status == stats.ERROR)
+        self.assertGreater(failed, 0)
+        self.assertEqual(cell["errors"], {"RESOURCE_EXHAUSTED": {
+            "count": failed, "sample": "HTTP 429: caches full (Retry-After: 1)"}})
+        self.assertEqual(cell["completed"] + cell["cancelled"] + failed, 20)
+        self.assertEqual(cell["completion_tokens"], {"min": 8, "max": 8, "mean": 8.0})
+        self.assertEqual(cell["stream_mismatches"], 0)
+        self.assertEqual(cell["tau_mean"], 2.0)
+        self.assertEqual(cell["tau_aggregate"], 2.0)
+        self.assertEqual(cell["block_sizes"], {"16": cell["completed"]})
+        self.assertEqual(cell["drafted_tokens"], 12 * cell["completed"])
+        self.assertIsNone(cell["accepted_tokens"])
+        self.assertIsNone(cell["acceptance_rate"])
+        self.assertEqual(cell["fallbacks"], {"drafter": None, "policy": None})
+        self.assertEqual(cell["methods_run"], ["DFLASH"])
+        self.assertEqual(cell["ttft_ms"]["count"], cell["completed"] + cell["cancelled"])
+        self.assertEqual(cell["itl_ms"]["count"],
+                         sum(r.streamed_tokens - 1 for r in measured if r.status != stats.ERROR))
+        for b in srv.bodies:
+            self.assertEqual((b["model"], b["speculative"], b["ignore_eos"]),
+                             ("target", {"method": "DFLASH", "block_size": 16}, True))
+        # Every measured request reached the server with its own seed (a filler request aborted
+        # at the end of the cell may not have).
+        seeds = sorted(b["seed"] for b in srv.bodies)
+        self.assertEqual(len(seeds), len(set(seeds)))
+        self.assertLessEqual({schedule.request_seed(2, r.seq) for r in measured}, set(seeds))
+        self.assertLessEqual(set(seeds), {schedule.request_seed(2, r.seq) for r in run.records})
+        self.assertEqual(report.validate(report.results_document(
+            config={}, router={}, cells=[cell], host={}, started_at="", finished_at="")), [])
+
+    def test_open_loop_over_http_aborts_in_flight(self):
+        from specdec_loadtest.runner import LoadConfig, Runner
+        srv = self.server(gap=0.1)  # 0.7 s per request of 8 tokens
+        client = http_client.HttpClient(srv.url, model="target")
+        cfg = LoadConfig(max_new_tokens=8, warmup_s=0.0, duration_s=0.5, seed=4)
+        t0 = time.monotonic()
+        run = Runner(client, ["p"], cfg).open_loop("AR", 10.0)
+        self.assertLess(time.monotonic() - t0, 1.5)  # the requests in flight were cancelled
+        cell = report.cell_dict(run, max_new_tokens=8, ignore_eos=True)
+        self.assertEqual(cell["requests"],
+                         len(schedule.poisson_arrivals(10.0, 0.5, 4)))
+        self.assertEqual(cell["unfinished"], cell["requests"])
+        self.assertEqual(cell["unexpected_errors"], 0)
+        self.assertEqual({r.status for r in run.records}, {stats.ABORTED})
+
+    def test_cli_over_http(self):
+        import contextlib
+        import io
+        from specdec_loadtest import cli
+        srv = self.server(gap=0.001)
+        with tempfile.TemporaryDirectory() as d:
+            pfile = os.path.join(d, "p.txt")
+            with open(pfile, "w", encoding="utf-8") as f:
+                f.write("first prompt\nsecond prompt\n")
+            out, err = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                rc = cli.main(["--http", srv.url, "--api-key", "secret", "--methods", "AR,DFLASH",
+                               "--concurrency", "2", "--requests", "4", "--duration", "0",
+                               "--warmup", "0", "--cooldown", "0", "--max-new-tokens", "4",
+                               "--ignore-eos", "--prompts", pfile, "--no-plots", "--quiet",
+                               "--out", d])
+            self.assertEqual(rc, 0, err.getvalue())
+            self.assertEqual(out.getvalue().splitlines()[0],
+                             f"transport: http POST {srv.url}/v1/completions (model target)")
+            with open(os.path.join(d, "results.json"), encoding="utf-8") as f:
+                doc = json.load(f)
+        self.assertEqual(report.validate(doc), [])
+        self.assertEqual(doc["transport"], {"kind": "http", "url": srv.url, "model": "target",
+                                            "models": ["target"]})
+        self.assertEqual(doc["router"], {"address": None, "info": None})
+        self.assertEqual(doc["config"]["api_key"], "***")
+        self.assertEqual([(c["method"], c["completed"], c["completion_tokens"]["min"])
+                          for c in doc["cells"]], [("AR", 4, 4), ("DFLASH", 4, 4)])
+        self.assertEqual({h["Authorization"] for h in srv.headers_seen}, {"Bearer secret"})
+        self.assertEqual({b["prompt"] for b in srv.bodies}, {"first prompt", "second prompt"})
+
+    def test_cli_checks_and_readiness(self):
+        from specdec_loadtest import cli
+        with open(os.devnull, "w") as devnull:
+            old = sys.stderr
+            sys.stderr = devnull
+            try:
+                for bad in ([], ["--router", "h:1", "--model", "m"]):
+                    p = build_parser()
+                    with self.assertRaises(SystemExit):
+                        cli._check_args(p, p.parse_args(bad))
+            finally:
+                sys.stderr = old
+        p = build_parser()
+        a = p.parse_args(["--http", "http://h:8000", "--model", "m"])
+        cli._check_args(p, a)
+        self.assertEqual((a.http, a.model, a.router), ("http://h:8000", "m", None))
+        srv = self.server(health=503)
+        with self.assertRaises(RuntimeError) as cm:
+            cli._connect_http(srv.url, "", "", 10.0, 0.0)
+        self.assertIn("/health did not answer 200: HTTP 503", str(cm.exception))
+        srv.health = 200
+        client, models = cli._connect_http(srv.url + "/", "", "", 10.0, 0.0)
+        self.assertEqual((client.url, client.model, models), (srv.url, "target", ["target"]))
+        # The OpenAI base URL names the same front.
+        client, _ = cli._connect_http(srv.url + "/v1", "target", "", 10.0, 0.0)
+        self.assertEqual(client.url, srv.url)
+        self.assertEqual(http_client.HttpClient("h:9/prefix/v1/").url, "http://h:9/prefix")
+        with self.assertRaises(RuntimeError) as cm:
+            cli._connect_http(srv.url, "other", "", 10.0, 0.0)
+        self.assertIn("does not serve model 'other'", str(cm.exception))
 
 
 if __name__ == "__main__":
