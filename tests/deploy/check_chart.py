@@ -6,13 +6,16 @@
 RENDER_DIR holds <scenario>.yaml (the manifests) and <scenario>.notes.txt (NOTES.txt) for the
 scenarios below. For each: every document parses and has the expected kind, API version and
 name; Deployment selectors, pod labels, Service and PodDisruptionBudget selectors agree;
-containers run the service's binary with the gRPC and metrics ports, and the startup, liveness
-and readiness probes are native gRPC probes on the gRPC port; Services target named ports that
-exist; the target and drafter have headless Services (clusterIP None, same selector, gRPC port
-only) and no two Services with a "metrics" port select the same pods (no pod is scraped twice);
-ConfigMap keys are environment variables that the service's main.cc reads, addresses use the
-chart's ports, model paths lie under the model mount, the router's endpoints name the other
-Services (the target and drafter as dns:///<headless Service>.<namespace>.svc.<domain>:<port>
+containers run the service's binary with the gRPC and metrics ports (the router also its HTTP
+port, from router.httpPort), and the startup, liveness and readiness probes are native gRPC
+probes on the gRPC port, except the router's readiness probe: an HTTP GET of /health on its HTTP
+port; Services target named ports that exist, the router's also the HTTP API (port "http", from
+router.service.httpPort, on a public router Service too); the target and drafter have headless
+Services (clusterIP None, same selector, gRPC port only) and no two Services with a "metrics"
+port select the same pods (no pod is scraped twice); ConfigMap keys are environment variables
+that the service's main.cc reads, addresses use the chart's ports (the router's
+SPECDEC_ROUTER_HTTP_ADDRESS its HTTP port), model paths lie under the model mount, the router's
+endpoints name the other Services (the target and drafter as dns:///<headless Service>.<namespace>.svc.<domain>:<port>
 unless router.headlessBackends is off), the target's batch size and the router's health interval
 come from the values; volumes, security contexts, GPU resources/tolerations/node selectors (GPU overlay
 only), HPAs (autoscaling/v2 Pods metrics that the services export as gauges), the ServiceMonitor
@@ -40,12 +43,13 @@ SCENARIOS = {
     "features": ("demo-specdec", ["target", "drafter", "policy", "router"], "emptyDir", False, True, True, True),
     "minimal": ("sd", ["target", "router"], "hostPath", False, False, False, False),
 }
-# scenario: (router.headlessBackends, clusterDomain, target.maxBatch, router.healthIntervalMs)
+# scenario: (router.headlessBackends, clusterDomain, target.maxBatch, router.healthIntervalMs,
+#            router.httpPort, router.service.httpPort)
 OPTIONS = {
-    "default": (True, "cluster.local", "32", "1000"),
-    "gpu": (True, "cluster.local", "32", "1000"),
-    "features": (True, "example.internal", "8", "250"),
-    "minimal": (False, "cluster.local", "32", "1000"),
+    "default": (True, "cluster.local", "32", "1000", 8000, 8000),
+    "gpu": (True, "cluster.local", "32", "1000", 8000, 8000),
+    "features": (True, "example.internal", "8", "250", 8080, 80),
+    "minimal": (False, "cluster.local", "32", "1000", 8000, 8000),
 }
 NAMESPACE = "inference"  # chart_render_test.sh renders with -namespace inference
 
@@ -69,7 +73,7 @@ def main_cc_options(component):
 
 def check_render(scenario, docs, notes):
     fullname, components, voltype, gpu, hpa, smon, pdb = SCENARIOS[scenario]
-    headless_backends, domain, max_batch, health_ms = OPTIONS[scenario]
+    headless_backends, domain, max_batch, health_ms, http_port, http_svc_port = OPTIONS[scenario]
     with_headless = [c for c in components if c in ("target", "drafter")]
     where = lambda d: f"{scenario}: {d.get('kind')}/{d.get('metadata', {}).get('name')}"
     by = {}
@@ -148,18 +152,31 @@ def check_render(scenario, docs, notes):
         check(csc.get("readOnlyRootFilesystem") is True and csc.get("allowPrivilegeEscalation") is False,
               f"{where(dep)}: container securityContext {csc}")
         ports = {p["name"]: p["containerPort"] for p in ct.get("ports", [])}
-        check(ports == {"grpc": 50051, "metrics": 9090}, f"{where(dep)}: ports {ports}")
+        want_ports = {"grpc": 50051, "metrics": 9090}
+        if c == "router":
+            want_ports["http"] = http_port
+        check(ports == want_ports, f"{where(dep)}: ports {ports}, expected {want_ports}")
         for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
             pr = ct.get(probe)
             if check(pr, f"{where(dep)}: no {probe}"):
                 handlers = {"grpc", "httpGet", "tcpSocket", "exec"} & set(pr)
+                if c == "router" and probe == "readinessProbe":
+                    # Ready while the HTTP API answers /health with 200 (a target is reachable).
+                    check(handlers == {"httpGet"}, f"{where(dep)}: {probe} handlers {handlers}")
+                    check(pr.get("httpGet") == {"path": "/health", "port": "http"} and "http" in ports,
+                          f"{where(dep)}: {probe} httpGet {pr.get('httpGet')}")
+                    continue
                 check(handlers == {"grpc"}, f"{where(dep)}: {probe} handlers {handlers}")
                 check(pr.get("grpc", {}).get("port") == ports.get("grpc") and isinstance(pr["grpc"]["port"], int),
                       f"{where(dep)}: {probe} grpc port {pr.get('grpc')}")
         sports = {p["name"]: p for p in svc["spec"]["ports"]}
+        if c == "router":
+            hp = sports.get("http", {})
+            check(hp.get("port") == http_svc_port and hp.get("targetPort") == "http"
+                  and hp.get("appProtocol") == "http", f"{where(svc)}: http port {hp}")
         if public_router and c == "router":
-            # gRPC only on the public Service; /metrics on a ClusterIP twin.
-            check(svc["spec"]["type"] == "LoadBalancer" and set(sports) == {"grpc"},
+            # gRPC and HTTP on the public Service; /metrics on a ClusterIP twin.
+            check(svc["spec"]["type"] == "LoadBalancer" and set(sports) == {"grpc", "http"},
                   f"{where(svc)}: public router Service {svc['spec']['type']} ports {set(sports)}")
             msvc = by.get(("Service", name + "-metrics"))
             if check(msvc, f"{scenario}: no Service {name}-metrics"):
@@ -170,7 +187,8 @@ def check_render(scenario, docs, notes):
                     sports["metrics"] = p
         else:
             check(svc["spec"].get("type") == "ClusterIP" or c == "router", f"{where(svc)}: type")
-            check(set(sports) == {"grpc", "metrics"}, f"{where(svc)}: ports {set(sports)}")
+            want = {"grpc", "metrics", "http"} if c == "router" else {"grpc", "metrics"}
+            check(set(sports) == want, f"{where(svc)}: ports {set(sports)}")
         for p in sports.values():
             check(p["targetPort"] in ports, f"{where(svc)}: targetPort {p['targetPort']} is not a container port")
         check(sports.get("metrics", {}).get("port") == 9090, f"{where(svc)}: metrics port")
@@ -211,9 +229,14 @@ def check_render(scenario, docs, notes):
         if c == "router":
             check(data.get("SPECDEC_HEALTH_INTERVAL_MS") == health_ms,
                   f"{where(cm)}: SPECDEC_HEALTH_INTERVAL_MS={data.get('SPECDEC_HEALTH_INTERVAL_MS')}")
+            # The binary's default, 127.0.0.1:8000, would not be reachable from the kubelet.
+            check(data.get("SPECDEC_ROUTER_HTTP_ADDRESS") == f"0.0.0.0:{http_port}",
+                  f"{where(cm)}: SPECDEC_ROUTER_HTTP_ADDRESS={data.get('SPECDEC_ROUTER_HTTP_ADDRESS')}")
         for k, v in data.items():
             if k.endswith("_METRICS_ADDRESS"):
                 check(v == "0.0.0.0:9090", f"{where(cm)}: {k}={v}")
+            elif k.endswith("_HTTP_ADDRESS"):
+                check(c == "router" and v == f"0.0.0.0:{http_port}", f"{where(cm)}: {k}={v}")
             elif k.endswith("_ADDRESS"):
                 check(v == "0.0.0.0:50051", f"{where(cm)}: {k}={v}")
             if k == "SPECDEC_KV_BUDGET_BYTES":
@@ -310,6 +333,10 @@ def check_render(scenario, docs, notes):
 
     router_svc = f"{fullname}-router"
     check(f"port-forward svc/{router_svc} " in notes, f"{scenario}: NOTES.txt does not show how to reach {router_svc}")
+    check(f"port-forward svc/{router_svc} 8000:{http_svc_port}\n" in notes
+          and f"http://{router_svc}.{NAMESPACE}.svc:{http_svc_port}/v1\n" in notes
+          and "curl http://127.0.0.1:8000/v1/completions" in notes,
+          f"{scenario}: NOTES.txt does not show how to reach the HTTP API of {router_svc}")
     check("<no value>" not in notes and "<no value>" not in text, f"{scenario}: <no value> in the output")
 
 
