@@ -7,6 +7,12 @@
       scrape and rule-evaluation interval and absolute paths to the shipped rule files.
   check_prometheus_e2e.py ready --prometheus HOST:PORT
       waits until Prometheus answers /-/ready.
+  check_prometheus_e2e.py http --url http://HOST:PORT --method M --prompt TEXT --max-tokens N
+          [--ignore-eos] [--stream]
+      one completion through a router's OpenAI-compatible HTTP API (POST /v1/completions, whole
+      or streamed with its usage chunk, through the load tester's HTTP client); prints on stderr
+      the line `specdec generate --router` prints (tokens, tau, target steps, block size), or the
+      error's gRPC status name and message, so that the traffic log records it like a gRPC call.
   check_prometheus_e2e.py check --prometheus HOST:PORT --clients FILE --router HOST:PORT
           --grpc HOST:PORT... --metrics HOST:PORT...
       the checks; FILE has one line per client call (see prometheus_e2e_test.sh). The routers:
@@ -111,6 +117,52 @@ def cmd_ready(args):
             time.sleep(0.2)
     print(f"Prometheus on {args.prometheus} not ready after 60 s", file=sys.stderr)
     return 1
+
+
+def cmd_http(args):
+    sys.path.insert(0, os.path.join(inv.REPO, "loadtest"))
+    from specdec_loadtest import http_client as hc
+    client = hc.HttpClient(args.url)
+    opts = hc.HttpOptions(method=args.method, max_new_tokens=args.max_tokens,
+                          ignore_eos=args.ignore_eos)
+    t0 = time.monotonic()
+    try:
+        client.model = client.models()[0]
+        if args.stream:
+            stream = client.generate_stream(args.prompt, opts, timeout=60)
+            n = sum(len(c.token_ids) for c in stream)
+            s = stream.summary
+            if s is None:
+                raise hc.HttpError("INTERNAL", "the stream had no usage chunk")
+            method, tau, steps, block, note = s.method, s.tau or 0.0, s.verify_steps, s.block_size, ""
+        else:
+            body = hc.request_body(args.prompt, opts, client.model)
+            body["stream"] = False
+            del body["stream_options"]
+            req = urllib.request.Request(f"{client.url}/v1/completions", data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=60) as r:
+                    doc = json.loads(r.read())
+            except urllib.error.HTTPError as e:
+                raise hc.error_from_response(e.code, e.read()) from None
+            sd = doc["specdec"]
+            n = len(sd["token_ids"])
+            steps = sd.get("verify_steps")
+            steps = int(steps) if steps is not None else int(sd["target_passes"]) - 1
+            method, tau, note = sd["method"], float(sd["tau"]), sd.get("note", "")
+            block = int(sd.get("block_size") or 0)
+    except hc.HttpError as e:
+        print(f"specdec http: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        print(f"specdec http: UNAVAILABLE: {e}", file=sys.stderr)
+        return 1
+    s = max(time.monotonic() - t0, 1e-9)
+    print(f"[specdec] {method} via {args.url}: {n} tokens in {s:.3f} s ({n / s:.1f} tokens/s), "
+          f"tau {tau:.2f}, {steps} target steps, block size {block}{'; ' + note if note else ''}",
+          file=sys.stderr)
+    return 0
 
 
 def parse_clients(path):
@@ -402,6 +454,13 @@ def main():
     c.add_argument("--out", required=True)
     r = sub.add_parser("ready")
     r.add_argument("--prometheus", required=True)
+    h = sub.add_parser("http")
+    h.add_argument("--url", required=True, help="the HTTP API, http://HOST:PORT")
+    h.add_argument("--method", required=True)
+    h.add_argument("--prompt", required=True)
+    h.add_argument("--max-tokens", type=int, required=True)
+    h.add_argument("--ignore-eos", action="store_true")
+    h.add_argument("--stream", action="store_true")
     k = sub.add_parser("check")
     k.add_argument("--prometheus", required=True)
     k.add_argument("--clients", required=True)
@@ -420,7 +479,8 @@ def main():
     k.add_argument("--policy-grpc", required=True, help="the policy address the routers were given")
     k.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
-    return {"config": cmd_config, "ready": cmd_ready, "check": cmd_check}[args.cmd](args) or 0
+    return {"config": cmd_config, "ready": cmd_ready, "http": cmd_http,
+            "check": cmd_check}[args.cmd](args) or 0
 
 
 if __name__ == "__main__":

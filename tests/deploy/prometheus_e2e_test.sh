@@ -14,7 +14,9 @@
 #      deploy/prometheus/prometheus-local.yml's jobs pointed at this cluster;
 #   3. sends traffic twice with `specdec generate --router`: AR, DFLASH_ADAPTIVE, DFLASH,
 #      DRAFT_CHAIN and DYSPEC_TREE through the main router, an invalid block size
-#      (INVALID_ARGUMENT), an oversized request (RESOURCE_EXHAUSTED), and the fallback cases on
+#      (INVALID_ARGUMENT), an oversized request (RESOURCE_EXHAUSTED), an AR completion and a
+#      streamed DFLASH_ADAPTIVE one through the main router's OpenAI-compatible HTTP API
+#      (logged like the gRPC calls: HTTP requests feed the same metrics), the fallback cases on
 #      R1 and R2, and 4 DFLASH_ADAPTIVE requests through R3 from parallel clients, so that its
 #      load-aware epochs are measured and its per-level gauges are set (the first round creates
 #      every series, the second makes the rates move);
@@ -32,8 +34,9 @@
 # Environment: BUILD_DIR (binaries, default <repo>/build), SPECDEC_PACK (default
 # models/specdec-pycode), SPECDEC_PORT_BASE (default: first free of 21050, 21060, ...; /metrics
 # ports from SPECDEC_METRICS_BASE, default the port base - 10000; Prometheus listens on the
-# metrics base + 9; both below the kernel's ephemeral ports, 32768+, so that no client socket of a
-# parallel test holds one of them), PROMETHEUS
+# metrics base + 9 and the main router's HTTP API on the port base + 7; all below the kernel's
+# ephemeral ports, 32768+, so that no client socket of a parallel test holds one of them; the
+# extra routers' HTTP APIs take any free port), PROMETHEUS
 # (default prometheus), PYTHON (default /usr/bin/python3), VERBOSE=1 prints every expression's
 # result. Exit status: 0 pass, 1 failure, 77 skipped (no binaries, pack or prometheus).
 set -euo pipefail
@@ -56,10 +59,10 @@ if ! command -v "$PROMETHEUS" >/dev/null; then
 fi
 
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-ports_free() {  # base: router..policy and three extra routers, their /metrics, Prometheus
+ports_free() {  # base: router..policy and three extra routers, their /metrics, Prometheus, HTTP
   local b=$1 m=$(($1 - 10000)) o
   for o in 0 1 2 3 4 5 6; do port_free $((b + o)) && port_free $((m + o)) || return 1; done
-  port_free $((m + 9))
+  port_free $((m + 9)) && port_free $((b + 7))
 }
 if [ -z "${SPECDEC_PORT_BASE:-}" ]; then
   for base in $(seq 21050 10 21450); do
@@ -75,6 +78,8 @@ R0=127.0.0.1:$BASE R1=127.0.0.1:$((BASE + 4)) R2=127.0.0.1:$((BASE + 5)) R3=127.
 M0=127.0.0.1:$MBASE M1=127.0.0.1:$((MBASE + 4)) M2=127.0.0.1:$((MBASE + 5)) M3=127.0.0.1:$((MBASE + 6))
 TARGET=127.0.0.1:$((BASE + 1)) DRAFTER=127.0.0.1:$((BASE + 2)) POLICY=127.0.0.1:$((BASE + 3))
 PROM=127.0.0.1:$((MBASE + 9))
+export SPECDEC_HTTP_PORT=$((BASE + 7))
+H0=http://127.0.0.1:$SPECDEC_HTTP_PORT
 
 export SPECDEC_RUN_DIR="$(mktemp -d "${TMPDIR:-/tmp}/specdec-prom-e2e.XXXXXX")"
 # With load awareness a DFLASH_ADAPTIVE request asks the policy only if it takes a speculative
@@ -124,15 +129,16 @@ wait_port() {  # host:port
 # 1. The cluster (2 MiB of KV cache: 512 tokens of the pack's target) and the extra routers.
 SPECDEC_KV_BUDGET_BYTES=2097152 bash deploy/local/cluster.sh start
 "$router_bin" --address "$R1" --metrics-address "$M1" --target "$TARGET" --drafter "$DRAFTER" \
-  --tokenizer "$TARGET_MODEL" >"$work/router-nopolicy.log" 2>&1 &
+  --tokenizer "$TARGET_MODEL" --http-address 127.0.0.1:0 >"$work/router-nopolicy.log" 2>&1 &
 pids+=($!)
 "$router_bin" --address "$R2" --metrics-address "$M2" --target "$TARGET" \
-  >"$work/router-nodrafter.log" 2>&1 &
+  --http-address 127.0.0.1:0 >"$work/router-nodrafter.log" 2>&1 &
 pids+=($!)
 "$router_bin" --address "$R3" --metrics-address "$M3" --target "$TARGET" --policy "$POLICY" \
   --target-drafting true --load-aware true --load-aware-epoch-ms 100 \
-  >"$work/router-loadaware.log" 2>&1 &
+  --http-address 127.0.0.1:0 >"$work/router-loadaware.log" 2>&1 &
 pids+=($!)
+wait_port "$H0"
 wait_port "$R1"
 wait_port "$R2"
 wait_port "$R3"
@@ -160,6 +166,20 @@ call() {  # router method outcome generate-args...
   fi
   printf '%s\t%s\t%s\t%s\n' "$router" "$method" "$outcome" "$(tail -n 1 "$clients.err")" >>"$clients"
 }
+# The same through the main router's HTTP API, logged as a call of the main router (its metrics
+# count HTTP requests like gRPC ones).
+http_call() {  # method outcome http-args...
+  local method=$1 outcome=$2 rc=0
+  shift 2
+  "$PYTHON" tests/deploy/check_prometheus_e2e.py http --url "$H0" --method "$method" "$@" \
+    2>"$clients.err" || rc=$?
+  if { [ "$outcome" = OK ] && [ $rc -ne 0 ]; } || { [ "$outcome" != OK ] && [ $rc -eq 0 ]; }; then
+    echo "prometheus_e2e_test: $method via $H0: exit $rc, expected $outcome:" >&2
+    cat "$clients.err" >&2
+    return 1
+  fi
+  printf '%s\t%s\t%s\t%s\n' "$R0" "$method" "$outcome" "$(tail -n 1 "$clients.err")" >>"$clients"
+}
 # One DFLASH_ADAPTIVE request through R3 from each of 4 parallel clients (each with its own
 # clients-*.tsv, appended to clients.tsv). 5-token prompts and 64 tokens: together 4 x 69 tokens
 # x 5 KiB (target + hosted drafter) of the target's 2 MiB KV budget.
@@ -184,6 +204,8 @@ for round in 0 1; do
   done
   call "$R0" DFLASH INVALID_ARGUMENT -p "$p" -n 8 --block-size 1
   call "$R0" DFLASH RESOURCE_EXHAUSTED -p "$p" -n 1500 --ignore-eos
+  http_call AR OK --prompt "$p" --max-tokens 24 --ignore-eos
+  http_call DFLASH_ADAPTIVE OK --prompt "$p" --max-tokens 24 --ignore-eos --stream
   call "$R1" DFLASH_ADAPTIVE OK -p "$p" -n 16 --ignore-eos
   call "$R2" DFLASH OK --prompt-ids 0,100,200,300,400 -n 16 --ignore-eos
   call "$R2" AR FAILED_PRECONDITION -p "$p" -n 8
