@@ -9,7 +9,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev libgoogle-perftools-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libcli11-dev libpcre2-dev libcpp-httplib-dev
+  nlohmann-json3-dev libcli11-dev libpcre2-dev libcpp-httplib-dev libssl-dev
   python3 python3-grpcio python3-grpc-tools python3-protobuf gnuplot-nox
   prometheus golang-go golang-github-masterminds-sprig-dev golang-gopkg-yaml.v2-dev
   golang-gopkg-yaml.v3-dev python3-yaml

@@ -1,8 +1,12 @@
 #include "services/router/generate_reactor.h"
 
+#include "services/common/server.h"
+#include "services/router/api_keys.h"
+
 namespace specdec::services {
 
-GenerateReactor::GenerateReactor(std::shared_ptr<Outbox> box) : box_(std::move(box)) {
+GenerateReactor::GenerateReactor(std::shared_ptr<Outbox> box, grpc::CallbackServerContext* ctx)
+    : box_(std::move(box)), ctx_(ctx) {
   box_->reader = this;
 }
 
@@ -13,7 +17,11 @@ void GenerateReactor::Pump() {
     StartWrite(&box_->queue.front());
   } else if (box_->finish_requested) {
     box_->finished = true;
-    Finish(box_->status);
+    // A retry hint (RESOURCE_EXHAUSTED) travels as trailing metadata.
+    if (const int64_t ms = RetryAfterMs(box_->status); ms > 0) {
+      ctx_->AddTrailingMetadata("retry-after-ms", std::to_string(ms));
+    }
+    Finish(ToGrpc(box_->status));
   }
 }
 

@@ -16,7 +16,7 @@ namespace specdec::services {
 class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse>,
                               public OutboxReader {
  public:
-  explicit GenerateReactor(std::shared_ptr<Outbox> box);
+  GenerateReactor(std::shared_ptr<Outbox> box, grpc::CallbackServerContext* ctx);
   // Starts the next write or the finish. Called with box_->mu held.
   void Pump() override;
   void OnWriteDone(bool ok) override;
@@ -25,6 +25,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
 
  private:
   std::shared_ptr<Outbox> box_;
+  grpc::CallbackServerContext* ctx_;
 };
 
 }  // namespace specdec::services

@@ -18,6 +18,7 @@
 #include "nlohmann/json.hpp"
 #include "prometheus/counter.h"
 #include "prometheus/histogram.h"
+#include "services/router/api_keys.h"
 #include "services/router/openai_request.h"
 #include "services/router/openai_response.h"
 #include "services/router/request_conversion.h"
@@ -45,8 +46,7 @@ class HttpStream final : public OutboxReader {
       return r;
     }
     box_->finished = true;
-    return absl::Status(static_cast<absl::StatusCode>(box_->status.error_code()),
-                        box_->status.error_message());
+    return box_->status;
   }
   // The client is served or gone: the worker's later responses are dropped, and unless it
   // finished, it is cancelled.
@@ -89,7 +89,8 @@ void ReplyError(httplib::Response& res, const absl::Status& status) {
   ReplyJson(res, HttpStatusOf(status), ErrorJson(status));
   if (status.code() == absl::StatusCode::kResourceExhausted ||
       status.code() == absl::StatusCode::kUnavailable) {
-    res.set_header("Retry-After", "1");
+    const int64_t ms = RetryAfterMs(status);
+    res.set_header("Retry-After", std::to_string(ms > 0 ? (ms + 999) / 1000 : 1));
   }
 }
 
@@ -188,7 +189,7 @@ void HttpFront::Impl::Generate(ApiKind kind, const httplib::Request& req, httpli
                    UnixSeconds(), r.model.empty() && !names.empty() ? names[0] : r.model};
   auto stream = std::make_unique<HttpStream>();
   Track(stream->box().get(), true);
-  backend.spawn(stream->box(), r.request, DeadlineOf(req));
+  backend.spawn(stream->box(), r.request, DeadlineOf(req), req.get_header_value("Authorization"));
   if (!r.stream) {
     Accumulated out;
     out.prompt_token_ids = PromptIds(r);
@@ -292,7 +293,12 @@ void HttpFront::Impl::Routes() {
   server.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
     Generate(ApiKind::kChat, req, res);
   });
-  server.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+  server.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
+    if (backend.authenticate) {
+      if (absl::Status s = backend.authenticate(req.get_header_value("Authorization")); !s.ok()) {
+        return ReplyError(res, s);
+      }
+    }
     nlohmann::json data = nlohmann::json::array();
     for (const std::string& name : backend.model_names()) {
       data.push_back({{"id", name},

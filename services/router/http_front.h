@@ -36,8 +36,11 @@ struct HttpFrontOptions {
 
 // What the front needs of the router.
 struct HttpBackend {
-  // Runs a request on a worker that fills `box` (RouterServer's Spawn).
-  std::function<void(std::shared_ptr<Outbox>, v1::GenerateRequest, Deadline)> spawn;
+  // Runs a request on a worker that fills `box` (RouterServer's Spawn); the last argument is the
+  // request's Authorization header (its API key).
+  std::function<void(std::shared_ptr<Outbox>, v1::GenerateRequest, Deadline, std::string)> spawn;
+  // Checks an Authorization header for GET /v1/models; null: no keys are configured.
+  std::function<absl::Status(std::string_view)> authenticate;
   std::function<bool()> healthy;                          // a target replica is up
   std::function<std::vector<std::string>()> model_names;  // the first is the default
   int64_t max_context = 0;

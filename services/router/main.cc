@@ -71,6 +71,10 @@ int main(int argc, char** argv) {
                  "Jinja chat template file for /v1/chat/completions (default: the tokenizer's "
                  "tokenizer_config.json chat_template)")
       ->envname("SPECDEC_CHAT_TEMPLATE");
+  app.add_option("--api-keys", o.api_keys_path,
+                 "JSON file of API key digests and per-key limits (empty: no key required); "
+                 "re-read when it changes")
+      ->envname("SPECDEC_API_KEYS");
   std::string log_level = "info";
   app.add_option("--log-level", log_level,
                  "info: a line per request and per backend failure; warning: failures only; "

@@ -9,7 +9,7 @@ void Push(Outbox& box, v1::GenerateResponse response) {
   box.reader->Pump();
 }
 
-void FinishBox(Outbox& box, grpc::Status status) {
+void FinishBox(Outbox& box, absl::Status status) {
   std::lock_guard<std::mutex> lock(box.mu);
   if (box.reader == nullptr || box.finished) return;
   box.finish_requested = true;

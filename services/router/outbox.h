@@ -4,11 +4,10 @@
 #ifndef SPECDEC_SERVICES_ROUTER_OUTBOX_H_
 #define SPECDEC_SERVICES_ROUTER_OUTBOX_H_
 
-#include <grpcpp/grpcpp.h>
-
 #include <deque>
 #include <mutex>
 
+#include "absl/status/status.h"
 #include "services/router/cancel_signal.h"
 #include "specdec/v1/router.pb.h"
 
@@ -27,7 +26,7 @@ struct Outbox {
   std::mutex mu;
   std::deque<v1::GenerateResponse> queue;
   bool writing = false, finish_requested = false, finished = false;
-  grpc::Status status;
+  absl::Status status;             // the request's outcome, payloads (retry hints) included
   CancelSignal cancel;             // the client cancelled or went away
   OutboxReader* reader = nullptr;  // null once the client is gone or served
 };
@@ -35,7 +34,7 @@ struct Outbox {
 // Queues a response for the client (dropped once the reader is gone).
 void Push(Outbox& box, v1::GenerateResponse response);
 // Ends the stream with `status` after the queued responses.
-void FinishBox(Outbox& box, grpc::Status status);
+void FinishBox(Outbox& box, absl::Status status);
 
 }  // namespace specdec::services
 

@@ -22,6 +22,7 @@
 #include "services/common/run_server.h"
 #include "services/common/server.h"
 #include "services/router/admission.h"
+#include "services/router/api_keys.h"
 #include "services/router/backends.h"
 #include "services/router/generate_reactor.h"
 #include "services/router/http_front.h"
@@ -52,6 +53,7 @@ struct RouterServer::Impl {
   std::unique_ptr<AdmissionQueue> admission;  // set in Start
   std::unique_ptr<chat::ChatTemplate> chat_template;  // null: chat requests get 400
   std::unique_ptr<HttpFront> http;                    // null when --http-address is empty
+  std::unique_ptr<ApiKeys> api_keys;                  // null: no key is required
 
   const std::string instance = absl::StrFormat("%08x", std::random_device()());
   std::atomic<uint64_t> next_request{0};
@@ -59,12 +61,17 @@ struct RouterServer::Impl {
   // What the request log line of a request says besides its status.
   struct RequestRecord {
     std::string request_id;
+    std::string key_id = "-";
     std::string method = "-";
     size_t prompt_tokens = 0;
     engine::DecodeResult result;
   };
   // Runs one request on its own worker thread: admission, Serve, the outcome, its log line.
-  void Spawn(std::shared_ptr<Outbox> box, v1::GenerateRequest request, Deadline deadline);
+  void Spawn(std::shared_ptr<Outbox> box, v1::GenerateRequest request, Deadline deadline,
+             std::string authorization);
+  // The API key check, admission and Serve; tokens are charged to the key.
+  absl::Status Authorized(const v1::GenerateRequest& request, Deadline deadline,
+                          const std::string& authorization, Outbox& box, RequestRecord* record);
   absl::Status Admitted(const v1::GenerateRequest& request, Deadline deadline, Outbox& box,
                         RequestRecord* record);
   // One admitted request, start to finish.
@@ -90,8 +97,12 @@ class RouterServiceImpl final : public v1::Router::CallbackService {
   grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
       grpc::CallbackServerContext* ctx, const v1::GenerateRequest* req) override {
     auto box = std::make_shared<Outbox>();
-    auto* reactor = new GenerateReactor(box);
-    impl_->Spawn(box, *req, ctx->deadline());
+    auto* reactor = new GenerateReactor(box, ctx);
+    auto auth = ctx->client_metadata().find("authorization");
+    impl_->Spawn(box, *req, ctx->deadline(),
+                 auth == ctx->client_metadata().end()
+                     ? std::string()
+                     : std::string(auth->second.data(), auth->second.size()));
     return reactor;
   }
   grpc::ServerUnaryReactor* GetInfo(grpc::CallbackServerContext* ctx, const v1::GetInfoRequest*,
@@ -110,26 +121,38 @@ class RouterServiceImpl final : public v1::Router::CallbackService {
 }  // namespace
 
 void RouterServer::Impl::Spawn(std::shared_ptr<Outbox> box, v1::GenerateRequest request,
-                               Deadline deadline) {
+                               Deadline deadline, std::string authorization) {
   {
     std::lock_guard<std::mutex> lock(workers_mu);
     ++workers;
   }
-  std::thread([this, box, request = std::move(request), deadline] {
+  std::thread([this, box, request = std::move(request), deadline,
+               authorization = std::move(authorization)] {
     const auto t0 = SteadyClock::now();
     RequestRecord record;
     record.request_id = request.request_id().empty()
                             ? absl::StrFormat("r-%s-%06d", instance, next_request++)
                             : request.request_id();
-    absl::Status s = Admitted(request, deadline, *box, &record);
+    absl::Status s = Authorized(request, deadline, authorization, *box, &record);
     metrics->outcomes.Add({{"code", absl::StatusCodeToString(s.code())}}).Increment();
     metrics->e2e.Observe(MsSince(t0) / 1000.0);
     LogRequest(record, s, MsSince(t0));
-    FinishBox(*box, ToGrpc(s));
+    FinishBox(*box, std::move(s));
     std::lock_guard<std::mutex> lock(workers_mu);
     --workers;
     workers_cv.notify_all();
   }).detach();
+}
+
+absl::Status RouterServer::Impl::Authorized(const v1::GenerateRequest& request, Deadline deadline,
+                                            const std::string& authorization, Outbox& box,
+                                            RequestRecord* record) {
+  if (!api_keys) return Admitted(request, deadline, box, record);
+  ASSIGN_OR_RETURN(ApiKeys::Grant grant, api_keys->Admit(authorization));
+  record->key_id = grant.key_id();
+  absl::Status s = Admitted(request, deadline, box, record);
+  grant.Charge(static_cast<int64_t>(record->prompt_tokens + record->result.tokens.size()));
+  return s;
 }
 
 absl::Status RouterServer::Impl::Admitted(const v1::GenerateRequest& request, Deadline deadline,
@@ -171,7 +194,7 @@ void RouterServer::Impl::LogRequest(const RequestRecord& r, const absl::Status& 
   if (!LogEnabled(LogLevel::kInfo)) return;
   const engine::DecodeStats& st = r.result.stats;
   std::string fields = absl::StrCat(
-      " request_id=", LogValue(r.request_id), " method=", r.method,
+      " request_id=", LogValue(r.request_id), " key_id=", LogValue(r.key_id), " method=", r.method,
       " status=", absl::StatusCodeToString(status.code()), " prompt_tokens=", r.prompt_tokens,
       " completion_tokens=", r.result.tokens.size(), " tau=", absl::StrFormat("%.2f", st.tau()),
       " block_size=", st.block_size, " ttft_ms=", absl::StrFormat("%.1f", st.ttft_ms),
@@ -353,9 +376,15 @@ absl::Status RouterServer::Impl::StartHttp() {
   ho.default_max_tokens = options.default_max_new_tokens;
   ho.drain_ms = options.drain_ms;
   HttpBackend hb;
-  hb.spawn = [this](std::shared_ptr<Outbox> box, v1::GenerateRequest request, Deadline deadline) {
-    Spawn(std::move(box), std::move(request), deadline);
+  hb.spawn = [this](std::shared_ptr<Outbox> box, v1::GenerateRequest request, Deadline deadline,
+                    std::string authorization) {
+    Spawn(std::move(box), std::move(request), deadline, std::move(authorization));
   };
+  if (api_keys) {
+    hb.authenticate = [this](std::string_view authorization) {
+      return api_keys->Authenticate(authorization);
+    };
+  }
   hb.healthy = [this] { return backends->targets().healthy_count() > 0; };
   hb.model_names = [this] { return Defaults().model_names; };
   hb.max_context = backends->target_info().max_context();
@@ -381,6 +410,10 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
       AdmissionQueue::Options{options.max_active_requests, std::max(0, options.max_queued_requests),
                               std::chrono::milliseconds(std::max(0, options.queue_timeout_ms))});
   impl->metrics = std::make_unique<RouterMetrics>(impl->metrics_server.registry());
+  if (!options.api_keys_path.empty()) {
+    ASSIGN_OR_RETURN(impl->api_keys,
+                     ApiKeys::Load(options.api_keys_path, impl->metrics_server.registry()));
+  }
   if (!options.tokenizer_dir.empty()) {
     ASSIGN_OR_RETURN(impl->tokenizer,
                      tokenizer::Tokenizer::FromFile(options.tokenizer_dir + "/tokenizer.json"));

@@ -58,6 +58,9 @@ struct RouterServerOptions {
   // A Jinja chat template file for /v1/chat/completions, replacing tokenizer_config.json's
   // chat_template (in tokenizer_dir). Without either, chat requests get 400.
   std::string chat_template_path;
+  // API keys (api_keys.h): a JSON file of key digests and per-key limits, read again when it
+  // changes. Empty: no key is required.
+  std::string api_keys_path;
 };
 
 // A running router. Start/Shutdown from one thread; the service is thread-safe.

@@ -137,6 +137,7 @@ class ClusterTest : public ::testing::Test {
     ro.policy_address = policy_ ? Addr(policy_->port()) : "127.0.0.1:1";
     ro.tokenizer_dir = tokenizer_dir_;
     ro.http_address = "127.0.0.1:0";
+    ro.api_keys_path = api_keys_path_;
     auto r = RouterServer::Start(ro);
     ASSERT_TRUE(r.ok()) << r.status();
     router_ = *std::move(r);
@@ -189,6 +190,7 @@ class ClusterTest : public ::testing::Test {
   std::unique_ptr<RouterServer> router_;
   std::unique_ptr<v1::Router::Stub> stub_;
   std::string tokenizer_dir_;  // the router's tokenizer (text prompts, stop strings); none if empty
+  std::string api_keys_path_;  // the router's API keys file; none required if empty
 };
 
 }  // namespace specdec::services::cluster_testing

@@ -5,12 +5,15 @@
 #include <gmock/gmock.h>
 #include <httplib.h>
 
+#include <fstream>
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
 #include "prometheus/text_serializer.h"
+#include "services/router/api_keys.h"
 #include "tests/services/router/cluster_fixture.h"
 
 namespace specdec::services::cluster_testing {
@@ -28,6 +31,22 @@ class HttpFrontTest : public ClusterTest {
   httplib::Result Post(const std::string& path, const std::string& body,
                        const httplib::Headers& headers = {}) {
     return Client().Post(path, headers, body, "application/json");
+  }
+  static httplib::Headers Bearer(const std::string& key) {
+    return {{"Authorization", "Bearer " + key}};
+  }
+  // Restarts the router requiring the keys of a file: "sk-a" (one request at once), "sk-b",
+  // "sk-old" (revoked) and "sk-c" (10 tokens a minute).
+  void RestartRouterWithKeys() {
+    api_keys_path_ = ::testing::TempDir() + "/http_front_test_keys.json";
+    Json keys{{"keys",
+               {{{"id", "a"}, {"sha256", Sha256Hex("sk-a")}, {"max_concurrent", 1}},
+                {{"id", "b"}, {"sha256", Sha256Hex("sk-b")}},
+                {{"id", "old"}, {"sha256", Sha256Hex("sk-old")}, {"revoked", true}},
+                {{"id", "c"}, {"sha256", Sha256Hex("sk-c")}, {"tokens_per_minute", 10}}}}};
+    std::ofstream(api_keys_path_) << keys.dump();
+    router_.reset();
+    StartRouter(250);
   }
   // The error body's fields, after checking the status and the shape.
   Json ExpectError(const httplib::Result& r, int status) {
@@ -211,6 +230,81 @@ TEST_F(HttpFrontTest, ModelsAndHealthAnswer) {
   ASSERT_TRUE(health);
   EXPECT_EQ(health->status, 200);
   EXPECT_EQ(Json::parse(health->body)["status"], "ok");
+}
+
+TEST_F(HttpFrontTest, KeysAreRequiredCheckedAndLimitedPerKey) {
+  RestartRouterWithKeys();
+  const std::string body = Completion(TestPrompt(1), 2).dump();
+  EXPECT_EQ(ExpectError(Post("/v1/completions", body), 401)["type"], "authentication_error");
+  ExpectError(Post("/v1/completions", body, Bearer("sk-wrong")), 401);
+  Json e = ExpectError(Post("/v1/completions", body, Bearer("sk-old")), 403);
+  EXPECT_THAT(e["message"].get<std::string>(), ::testing::HasSubstr("revoked"));
+  ExpectError(Client().Get("/v1/models"), 401);
+  auto models = Client().Get("/v1/models", Bearer("sk-b"));
+  ASSERT_TRUE(models);
+  EXPECT_EQ(models->status, 200);
+  auto health = Client().Get("/health");  // probes carry no key
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+
+  // Key a's one slot held by a stream: a second request of a is refused, b's is served.
+  std::atomic<bool> started{false};
+  std::thread holder([&] {
+    Json stream = Completion(TestPrompt(2), 400);
+    stream["stream"] = true;
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = stream.dump();
+    req.headers = Bearer("sk-a");
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+      started = true;
+      return true;
+    };
+    Client().send(req);
+  });
+  while (!started) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  auto over = Post("/v1/completions", body, Bearer("sk-a"));
+  EXPECT_EQ(ExpectError(over, 429)["type"], "rate_limit_error");
+  EXPECT_EQ(over->get_header_value("Retry-After"), "1");
+  auto other = Post("/v1/completions", body, Bearer("sk-b"));
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->status, 200) << other->body;
+  holder.join();
+  EXPECT_THAT(Metrics(),
+              ::testing::HasSubstr(
+                  "specdec_api_key_requests_total{code=\"RESOURCE_EXHAUSTED\",key_id=\"a\"} 1"));
+
+  // Key c's 10 tokens a minute: 7 prompt + 2 completion tokens a request; the second request
+  // starts with 1 token left and ends in debt, the third waits for the debt to refill.
+  for (int i = 0; i < 2; ++i) {
+    auto served = Post("/v1/completions", body, Bearer("sk-c"));
+    ASSERT_TRUE(served);
+    EXPECT_EQ(served->status, 200) << served->body;
+  }
+  auto broke = Post("/v1/completions", body, Bearer("sk-c"));
+  EXPECT_THAT(ExpectError(broke, 429)["message"].get<std::string>(),
+              ::testing::HasSubstr("10 tokens per minute"));
+  int retry_s = 0;
+  EXPECT_TRUE(absl::SimpleAtoi(broke->get_header_value("Retry-After"), &retry_s));
+  EXPECT_GE(retry_s, 30);  // 8 tokens of debt at 10 a minute: about 48 s
+  EXPECT_EQ(Post("/v1/completions", body, Bearer("sk-b"))->status, 200);
+
+  // gRPC presents the key as "authorization" metadata.
+  grpc::ClientContext none;
+  v1::GenerateResponse r;
+  auto refused = stub_->Generate(&none, Request(TestPrompt(1), v1::AR, 2));
+  while (refused->Read(&r)) {
+  }
+  EXPECT_EQ(refused->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  grpc::ClientContext keyed;
+  keyed.AddMetadata("authorization", "Bearer sk-b");
+  auto served = stub_->Generate(&keyed, Request(TestPrompt(1), v1::AR, 2));
+  int chunks = 0;
+  while (served->Read(&r)) ++chunks;
+  EXPECT_TRUE(served->Finish().ok());
+  EXPECT_GE(chunks, 2);
 }
 
 }  // namespace
