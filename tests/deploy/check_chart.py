@@ -17,7 +17,10 @@ that the service's main.cc reads, addresses use the chart's ports (the router's
 SPECDEC_ROUTER_HTTP_ADDRESS its HTTP port), model paths lie under the model mount, the router's
 endpoints name the other Services (the target and drafter as dns:///<headless Service>.<namespace>.svc.<domain>:<port>
 unless router.headlessBackends is off), the target's batch size and the router's health interval
-come from the values; volumes, security contexts, GPU resources/tolerations/node selectors (GPU overlay
+come from the values; the API keys Secret (router.apiKeys, features only): a read-only secret
+volume of that key, mounted as a directory in the router container only, readable by the pod's
+fsGroup, and SPECDEC_API_KEYS naming the file in it (no secret volume, mount or
+SPECDEC_API_KEYS anywhere in the other scenarios); volumes, security contexts, GPU resources/tolerations/node selectors (GPU overlay
 only), HPAs (autoscaling/v2 Pods metrics that the services export as gauges), the ServiceMonitor
 and NOTES.txt. It also lints values.yaml: every key has a comment and is read by a template.
 """
@@ -51,6 +54,14 @@ OPTIONS = {
     "features": (True, "example.internal", "8", "250", 8080, 80),
     "minimal": (False, "cluster.local", "32", "1000", 8000, 8000),
 }
+# scenario: (router.apiKeys.existingSecret, router.apiKeys.key), or None without API keys
+API_KEYS = {
+    "default": None,
+    "gpu": None,
+    "features": ("specdec-api-keys", "tokens.json"),
+    "minimal": None,
+}
+API_KEYS_DIR = "/etc/specdec/api-keys"
 NAMESPACE = "inference"  # chart_render_test.sh renders with -namespace inference
 
 errors = []
@@ -258,6 +269,39 @@ def check_render(scenario, docs, notes):
             claim = mv.get("persistentVolumeClaim", {}).get("claimName")
             check(("PersistentVolumeClaim", claim) in by, f"{where(dep)}: claim {claim} is not rendered")
 
+        # API keys: the router alone mounts the Secret, as a directory (a subPath mount would
+        # never see an updated Secret), and reads the file through SPECDEC_API_KEYS.
+        api_keys = API_KEYS[scenario] if c == "router" else None
+        secret_vols = [v for v in ps.get("volumes", []) if "secret" in v]
+        keys_env = data.get("SPECDEC_API_KEYS")
+        env_names = [e["name"] for e in ct.get("env", [])]
+        check("SPECDEC_API_KEYS" not in env_names, f"{where(dep)}: SPECDEC_API_KEYS in env (the ConfigMap sets it)")
+        if api_keys:
+            secret, key = api_keys
+            av = vols.get("api-keys", {})
+            am = mounts.get("api-keys", {})
+            check(len(secret_vols) == 1 and secret_vols[0] is av, f"{where(dep)}: secret volumes {secret_vols}")
+            sv = av.get("secret", {})
+            check(set(av) == {"name", "secret"} and sv.get("secretName") == secret
+                  and sv.get("items") == [{"key": key, "path": key}] and not sv.get("optional"),
+                  f"{where(dep)}: api-keys volume {av}")
+            mode = sv.get("defaultMode")
+            check(isinstance(mode, int) and mode & 0o222 == 0 and mode & 0o440 == 0o440
+                  and (mode & 0o004 or isinstance(sc.get("fsGroup"), int)),
+                  f"{where(dep)}: api-keys defaultMode {mode!r} (fsGroup {sc.get('fsGroup')}): "
+                  f"read-only, and readable by uid {sc.get('runAsUser')}")
+            check(am.get("mountPath") == API_KEYS_DIR and am.get("readOnly") is True and "subPath" not in am,
+                  f"{where(dep)}: api-keys mount {am}")
+            check(keys_env == f"{API_KEYS_DIR}/{key}"
+                  and keys_env == f"{am.get('mountPath')}/{(sv.get('items') or [{}])[0].get('path')}",
+                  f"{where(cm)}: SPECDEC_API_KEYS={keys_env}, not the file of the api-keys mount")
+        else:
+            check(not secret_vols and "api-keys" not in vols, f"{where(dep)}: secret volumes {secret_vols}")
+            check("api-keys" not in mounts and not any(m["mountPath"].startswith(API_KEYS_DIR)
+                                                       for m in ct.get("volumeMounts", [])),
+                  f"{where(dep)}: api-keys mount {mounts.get('api-keys')}")
+            check(keys_env is None, f"{where(cm)}: SPECDEC_API_KEYS={keys_env}")
+
         # GPU scheduling only where asked for.
         res = ct.get("resources", {})
         gpu_here = gpu and c in ("target", "drafter")
@@ -337,6 +381,12 @@ def check_render(scenario, docs, notes):
           and f"http://{router_svc}.{NAMESPACE}.svc:{http_svc_port}/v1\n" in notes
           and "curl http://127.0.0.1:8000/v1/completions" in notes,
           f"{scenario}: NOTES.txt does not show how to reach the HTTP API of {router_svc}")
+    bearer = '-H "Authorization: Bearer $KEY"' in notes
+    check(bearer == bool(API_KEYS[scenario]), f"{scenario}: NOTES.txt Authorization header shown = {bearer}")
+    if API_KEYS[scenario]:
+        secret, key = API_KEYS[scenario]
+        check(f"{API_KEYS_DIR}/{key}" in notes and f"Secret {secret}" in notes,
+              f"{scenario}: NOTES.txt does not name the API keys Secret {secret} and file")
     check("<no value>" not in notes and "<no value>" not in text, f"{scenario}: <no value> in the output")
 
 

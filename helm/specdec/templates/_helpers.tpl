@@ -118,3 +118,25 @@ emptyDir:
 {{- fail (printf "models.volume.type must be pvc, hostPath or emptyDir (got %q)" $vol.type) }}
 {{- end }}
 {{- end }}
+
+{{/*
+Directory where the router mounts the API keys Secret (router.apiKeys.existingSecret). The whole
+Secret is mounted, not one key through subPath: the kubelet then swaps in updated content
+(through the ..data symlink), and the router, which re-reads the file when its modification time
+changes, applies it without a restart.
+*/}}
+{{- define "specdec.apiKeysDir" -}}
+/etc/specdec/api-keys
+{{- end }}
+
+{{/* Path of the router's API keys file, or "" when router.apiKeys.existingSecret is not set. */}}
+{{- define "specdec.apiKeysFile" -}}
+{{- $k := .Values.router.apiKeys }}
+{{- if $k.existingSecret }}
+{{- $key := required "router.apiKeys.key is required with router.apiKeys.existingSecret" $k.key }}
+{{- if contains "/" $key }}
+{{- fail (printf "router.apiKeys.key must be a data key of the Secret, not a path (got %q)" $key) }}
+{{- end }}
+{{- printf "%s/%s" (include "specdec.apiKeysDir" .) $key }}
+{{- end }}
+{{- end }}
