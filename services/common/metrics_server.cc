@@ -39,10 +39,15 @@ std::string MetricsServer::Render() const {
 
 absl::Status MetricsServer::Listen(const std::string& address) {
   const size_t colon = address.rfind(':');
-  std::string host = colon == std::string::npos ? "0.0.0.0" : address.substr(0, colon);
+  if (colon == std::string::npos || colon == 0) {
+    // A bare port would bind every interface: that must be asked for explicitly.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "metrics address '", address,
+        "' needs a host: 127.0.0.1:PORT for this machine only, 0.0.0.0:PORT for every interface"));
+  }
+  std::string host = address.substr(0, colon);
   int port = 0;
-  if (!absl::SimpleAtoi(colon == std::string::npos ? address : address.substr(colon + 1), &port) ||
-      port < 0 || port > 65535) {
+  if (!absl::SimpleAtoi(address.substr(colon + 1), &port) || port < 0 || port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("bad metrics address '", address, "'"));
   }
   if (host == "localhost") host = "127.0.0.1";

@@ -25,7 +25,8 @@ class MetricsServer {
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;
 
-  // Serves GET /metrics on `address` ("host:port"; port 0 picks a free one). UNAVAILABLE if the
+  // Serves GET /metrics on `address` ("host:port"; port 0 picks a free one). A bare port is
+  // INVALID_ARGUMENT (every interface is 0.0.0.0:PORT, asked for explicitly). UNAVAILABLE if the
   // address cannot be bound.
   absl::Status Listen(const std::string& address);
   int port() const { return port_; }  // 0 before Listen

@@ -6,9 +6,33 @@
 #include <chrono>
 #include <cstdlib>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace specdec::services {
+
+absl::StatusOr<ConnectionLimits> ConnectionLimitsFromEnv() {
+  ConnectionLimits l;
+  const std::pair<const char*, int*> vars[] = {
+      {"SPECDEC_MAX_STREAMS_PER_CONNECTION", &l.max_streams_per_connection},
+      {"SPECDEC_KEEPALIVE_MS", &l.keepalive_ms},
+      {"SPECDEC_KEEPALIVE_TIMEOUT_MS", &l.keepalive_timeout_ms},
+      {"SPECDEC_MAX_CONNECTION_IDLE_MS", &l.max_connection_idle_ms},
+      {"SPECDEC_MAX_CONNECTION_AGE_MS", &l.max_connection_age_ms},
+  };
+  for (const auto& [name, value] : vars) {
+    const char* env = std::getenv(name);
+    if (env == nullptr || *env == '\0') continue;
+    if (!absl::SimpleAtoi(env, value) || *value < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, "=", env, " must be a non-negative integer"));
+    }
+  }
+  if (l.max_streams_per_connection == 0) {
+    return absl::InvalidArgumentError("SPECDEC_MAX_STREAMS_PER_CONNECTION must be at least 1");
+  }
+  return l;
+}
 
 absl::StatusOr<StartedServer> StartServer(const std::string& address,
                                           const std::vector<grpc::Service*>& services,
@@ -20,11 +44,19 @@ absl::StatusOr<StartedServer> StartServer(const std::string& address,
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &out.port);
   builder.SetMaxReceiveMessageSize(64 << 20);
   builder.SetMaxSendMessageSize(64 << 20);
+  absl::StatusOr<ConnectionLimits> limits = ConnectionLimitsFromEnv();
+  if (!limits.ok()) return limits.status();
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, limits->max_streams_per_connection);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, limits->keepalive_ms);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, limits->keepalive_timeout_ms);
+  if (limits->max_connection_idle_ms > 0) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, limits->max_connection_idle_ms);
+  }
   // Connections are recycled (GOAWAY; streams in flight finish on the old connection) so that
   // clients re-resolve DNS and find replicas added behind one name (a headless Service).
-  int age_ms = 60000;
-  if (const char* env = std::getenv("SPECDEC_MAX_CONNECTION_AGE_MS")) age_ms = std::atoi(env);
-  if (age_ms > 0) builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS, age_ms);
+  if (limits->max_connection_age_ms > 0) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS, limits->max_connection_age_ms);
+  }
   for (grpc::Service* s : services) builder.RegisterService(s);
   out.server = builder.BuildAndStart();
   if (out.server == nullptr || out.port == 0) {

@@ -23,11 +23,23 @@ struct StartedServer {
   int port = 0;  // the port actually bound
 };
 
+// Limits every server applies to its connections; each may be set by an environment variable.
+struct ConnectionLimits {
+  int max_streams_per_connection = 1024;  // SPECDEC_MAX_STREAMS_PER_CONNECTION; later ones wait
+  int keepalive_ms = 60000;               // SPECDEC_KEEPALIVE_MS: ping a connection idle this long
+  int keepalive_timeout_ms = 20000;       // SPECDEC_KEEPALIVE_TIMEOUT_MS: close it if no answer
+  int max_connection_idle_ms = 300000;    // SPECDEC_MAX_CONNECTION_IDLE_MS: close idle connections
+  int max_connection_age_ms = 60000;      // SPECDEC_MAX_CONNECTION_AGE_MS (0 = never)
+};
+// The defaults above, overridden by the environment; INVALID_ARGUMENT naming a variable that is
+// not a non-negative integer.
+absl::StatusOr<ConnectionLimits> ConnectionLimitsFromEnv();
+
 // Builds and starts a server on `address` ("host:port") with the given services, gRPC health
 // checking (SERVING for the server, "", and for each of `service_names`, the services' full
-// names such as "specdec.v1.Router") and reflection. UNAVAILABLE if the address cannot be
-// bound. Connections are closed gracefully after SPECDEC_MAX_CONNECTION_AGE_MS (default 60000;
-// 0 = never) so that clients re-resolve the server's DNS name.
+// names such as "specdec.v1.Router") and reflection, under ConnectionLimitsFromEnv(). UNAVAILABLE
+// if the address cannot be bound. Connections are closed gracefully after their maximum age so
+// that clients re-resolve the server's DNS name.
 absl::StatusOr<StartedServer> StartServer(const std::string& address,
                                           const std::vector<grpc::Service*>& services,
                                           const std::vector<std::string>& service_names);

@@ -43,6 +43,9 @@ TEST(MetricsServer, ServesTheRegistryInTextFormat) {
   SPECDEC_EXPECT_STATUS(other.Listen("127.0.0.1:" + std::to_string(m.port())),
                         absl::StatusCode::kUnavailable, "cannot serve /metrics");
   SPECDEC_EXPECT_STATUS(other.Listen("nonsense"), absl::StatusCode::kInvalidArgument, "address");
+  // A bare port is refused, not bound on every interface.
+  SPECDEC_EXPECT_STATUS(other.Listen("0"), absl::StatusCode::kInvalidArgument, "needs a host");
+  SPECDEC_EXPECT_STATUS(other.Listen(":0"), absl::StatusCode::kInvalidArgument, "needs a host");
 }
 
 }  // namespace
