@@ -174,7 +174,7 @@ void HttpFront::Impl::Generate(ApiKind kind, const httplib::Request& req, httpli
       kind == ApiKind::kCompletion
           ? ParseCompletionRequest(req.body, 16)
           : ParseChatRequest(req.body, backend.chat_template, backend.tokenizer,
-                             options.default_max_tokens);
+                             options.default_max_tokens, backend.max_prompt_bytes);
   if (!parsed.ok()) {
     ReplyError(res, parsed.status());
     Count(endpoint, res.status, t0);
@@ -207,7 +207,8 @@ void HttpFront::Impl::Generate(ApiKind kind, const httplib::Request& req, httpli
 
 std::optional<std::vector<int32_t>> HttpFront::Impl::PromptIds(const OpenAiRequest& r) const {
   if (!r.return_token_ids) return std::nullopt;
-  absl::StatusOr<std::vector<int32_t>> ids = PromptTokens(r.request, backend.tokenizer);
+  absl::StatusOr<std::vector<int32_t>> ids =
+      PromptTokens(r.request, backend.tokenizer, backend.max_prompt_bytes);
   if (!ids.ok()) return std::nullopt;  // the worker reports the error
   return *std::move(ids);
 }
@@ -342,6 +343,9 @@ absl::StatusOr<std::unique_ptr<HttpFront>> HttpFront::Start(const HttpFrontOptio
   const int threads = std::max(1, options.threads);
   impl->server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   impl->server.set_payload_max_length(options.max_body_bytes);
+  impl->server.set_keep_alive_timeout(std::max(1, options.idle_timeout_s));
+  impl->server.set_read_timeout(std::max(1, options.io_timeout_s), 0);
+  impl->server.set_write_timeout(std::max(1, options.io_timeout_s), 0);
   impl->Routes();
   const size_t colon = options.address.rfind(':');
   int port = 0;

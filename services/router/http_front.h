@@ -32,6 +32,8 @@ struct HttpFrontOptions {
   size_t max_body_bytes = 8 << 20;         // larger bodies get 413
   int32_t default_max_tokens = 128;        // chat without max_tokens (completions: 16, OpenAI's)
   int drain_ms = 2000;                     // Shutdown: wait this long, then cancel what runs
+  int idle_timeout_s = 5;  // a kept-alive connection with no new request is closed after this
+  int io_timeout_s = 30;   // reading a request or writing a response stalls at most this long
 };
 
 // What the front needs of the router.
@@ -44,6 +46,7 @@ struct HttpBackend {
   std::function<bool()> healthy;                          // a target replica is up
   std::function<std::vector<std::string>()> model_names;  // the first is the default
   int64_t max_context = 0;
+  size_t max_prompt_bytes = 0;  // text (and rendered chat) longer than this is refused untokenized
   const tokenizer::Tokenizer* tokenizer = nullptr;    // null: text prompts are refused
   const chat::ChatTemplate* chat_template = nullptr;  // null: chat is refused (400)
 };

@@ -75,6 +75,10 @@ int main(int argc, char** argv) {
                  "JSON file of API key digests and per-key limits (empty: no key required); "
                  "re-read when it changes")
       ->envname("SPECDEC_API_KEYS");
+  app.add_option("--max-prompt-bytes", o.max_prompt_bytes,
+                 "text prompts longer than this are refused before tokenization (0: the longest "
+                 "text that can fit the model's context)")
+      ->envname("SPECDEC_MAX_PROMPT_BYTES");
   std::string log_level = "info";
   app.add_option("--log-level", log_level,
                  "info: a line per request and per backend failure; warning: failures only; "

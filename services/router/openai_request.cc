@@ -313,7 +313,8 @@ absl::StatusOr<OpenAiRequest> ParseCompletionRequest(std::string_view body,
 absl::StatusOr<OpenAiRequest> ParseChatRequest(std::string_view body,
                                                const chat::ChatTemplate* chat_template,
                                                const tokenizer::Tokenizer* tokenizer,
-                                               int32_t default_max_tokens) {
+                                               int32_t default_max_tokens,
+                                               size_t max_prompt_bytes) {
   ASSIGN_OR_RETURN(Json j, ParseBody(body));
   Fields f(j);
   OpenAiRequest out;
@@ -333,6 +334,10 @@ absl::StatusOr<OpenAiRequest> ParseChatRequest(std::string_view body,
   ASSIGN_OR_RETURN(std::string text,
                    chat_template->Render(messages, add_generation_prompt.value_or(true),
                                          kwargs != nullptr ? *kwargs : Json()));
+  if (max_prompt_bytes > 0 && text.size() > max_prompt_bytes) {
+    return InvalidParam("messages", absl::StrCat("render to ", text.size(), " bytes; at most ",
+                                                 max_prompt_bytes, " can fit the model's context"));
+  }
   ASSIGN_OR_RETURN(std::vector<int32_t> ids, tokenizer->Encode(text, /*add_bos=*/false));
   for (int32_t id : ids) out.request.mutable_token_ids()->add_ids(id);
   return out;

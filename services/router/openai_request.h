@@ -43,11 +43,12 @@ absl::StatusOr<OpenAiRequest> ParseCompletionRequest(std::string_view body,
 
 // POST /v1/chat/completions: the messages rendered with `chat_template` (null: the model has
 // none, FAILED_PRECONDITION) and tokenized with `tokenizer` without an added BOS (templates write
-// their own).
+// their own); a rendering longer than `max_prompt_bytes` (0 = no limit) is refused untokenized.
 absl::StatusOr<OpenAiRequest> ParseChatRequest(std::string_view body,
                                                const chat::ChatTemplate* chat_template,
                                                const tokenizer::Tokenizer* tokenizer,
-                                               int32_t default_max_tokens);
+                                               int32_t default_max_tokens,
+                                               size_t max_prompt_bytes = 0);
 
 }  // namespace specdec::services
 

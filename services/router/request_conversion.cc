@@ -44,12 +44,18 @@ v1::Method ToProto(engine::Method method) {
 }
 
 absl::StatusOr<std::vector<int32_t>> PromptTokens(const v1::GenerateRequest& request,
-                                                  const tokenizer::Tokenizer* tokenizer) {
+                                                  const tokenizer::Tokenizer* tokenizer,
+                                                  size_t max_text_bytes) {
   if (request.has_token_ids()) {
     return std::vector<int32_t>(request.token_ids().ids().begin(), request.token_ids().ids().end());
   }
   if (!request.has_text()) {
     return absl::InvalidArgumentError("the prompt is empty: set text or token_ids");
+  }
+  if (max_text_bytes > 0 && request.text().size() > max_text_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("text has ", request.text().size(), " bytes; at most ", max_text_bytes,
+                     " can fit the model's context: shorten the prompt"));
   }
   if (!tokenizer::IsValidUtf8(request.text())) {
     return absl::InvalidArgumentError("text is not valid UTF-8");
@@ -59,6 +65,14 @@ absl::StatusOr<std::vector<int32_t>> PromptTokens(const v1::GenerateRequest& req
         "text prompts need the router's tokenizer (--tokenizer); send token_ids instead");
   }
   return tokenizer->Encode(request.text(), tokenizer->add_bos_by_default());
+}
+
+size_t MaxPromptBytes(const tokenizer::Tokenizer& tokenizer, int64_t max_context) {
+  size_t longest = 1;
+  for (int32_t id = 0; id < tokenizer.vocab_size(); ++id) {
+    longest = std::max(longest, tokenizer.IdToPiece(id).size());
+  }
+  return static_cast<size_t>(std::max<int64_t>(max_context, 1)) * longest * 4;
 }
 
 namespace {

@@ -33,10 +33,16 @@ struct RequestDefaults {
 inline constexpr size_t kMaxRequestIdBytes = 128;
 
 // The prompt's token ids: token_ids as sent, or text (UTF-8, else INVALID_ARGUMENT) tokenized
-// with `tokenizer` (null: text prompts are FAILED_PRECONDITION). Ids are checked by
+// with `tokenizer` (null: text prompts are FAILED_PRECONDITION). Text longer than
+// `max_text_bytes` (0 = no limit) is INVALID_ARGUMENT before any tokenization. Ids are checked by
 // ConvertRequest.
 absl::StatusOr<std::vector<int32_t>> PromptTokens(const v1::GenerateRequest& request,
-                                                  const tokenizer::Tokenizer* tokenizer);
+                                                  const tokenizer::Tokenizer* tokenizer,
+                                                  size_t max_text_bytes = 0);
+
+// The longest text that can still fit `max_context` tokens: max_context x the longest token's
+// bytes x 4 (normalizers may shrink text, NFKC up to 3 bytes into 1). Longer text cannot fit.
+size_t MaxPromptBytes(const tokenizer::Tokenizer& tokenizer, int64_t max_context);
 
 // The engine request of a Generate call, validated (request_limits.h): proto3's zeros read as
 // the defaults, EOS added to the stop tokens unless ignore_eos. INVALID_ARGUMENT names the field;

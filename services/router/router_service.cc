@@ -54,6 +54,7 @@ struct RouterServer::Impl {
   std::unique_ptr<chat::ChatTemplate> chat_template;  // null: chat requests get 400
   std::unique_ptr<HttpFront> http;                    // null when --http-address is empty
   std::unique_ptr<ApiKeys> api_keys;                  // null: no key is required
+  size_t max_prompt_bytes = 0;                        // text prompts: refused before tokenizing
 
   const std::string instance = absl::StrFormat("%08x", std::random_device()());
   std::atomic<uint64_t> next_request{0};
@@ -222,7 +223,8 @@ void RouterServer::Impl::Echo(const v1::GenerateRequest& request, std::span<cons
 absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& request, Deadline deadline,
                                        Outbox& box, RequestRecord* record) {
   // Every field is validated before any backend is touched.
-  ASSIGN_OR_RETURN(std::vector<int32_t> prompt, PromptTokens(request, tokenizer.get()));
+  ASSIGN_OR_RETURN(std::vector<int32_t> prompt,
+                   PromptTokens(request, tokenizer.get(), max_prompt_bytes));
   record->prompt_tokens = prompt.size();
   ASSIGN_OR_RETURN(engine::DecodeOptions options, ConvertRequest(request, prompt, Defaults()));
   record->method = engine::MethodName(options.method);
@@ -388,6 +390,7 @@ absl::Status RouterServer::Impl::StartHttp() {
   hb.healthy = [this] { return backends->targets().healthy_count() > 0; };
   hb.model_names = [this] { return Defaults().model_names; };
   hb.max_context = backends->target_info().max_context();
+  hb.max_prompt_bytes = max_prompt_bytes;
   hb.tokenizer = tokenizer.get();
   hb.chat_template = chat_template.get();
   ASSIGN_OR_RETURN(http, HttpFront::Start(ho, std::move(hb), metrics_server.registry()));
@@ -419,6 +422,11 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
                      tokenizer::Tokenizer::FromFile(options.tokenizer_dir + "/tokenizer.json"));
   }
   ASSIGN_OR_RETURN(impl->backends, Backends::Connect(options, impl->metrics.get()));
+  impl->max_prompt_bytes = options.max_prompt_bytes;
+  if (impl->max_prompt_bytes == 0 && impl->tokenizer) {
+    impl->max_prompt_bytes =
+        MaxPromptBytes(*impl->tokenizer, impl->backends->target_info().max_context());
+  }
   impl->service = std::make_unique<RouterServiceImpl>(impl.get());
   if (!options.metrics_address.empty()) {
     RETURN_IF_ERROR(impl->metrics_server.Listen(options.metrics_address));

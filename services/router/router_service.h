@@ -61,6 +61,9 @@ struct RouterServerOptions {
   // API keys (api_keys.h): a JSON file of key digests and per-key limits, read again when it
   // changes. Empty: no key is required.
   std::string api_keys_path;
+  // Text prompts longer than this are refused before tokenization. 0: the longest text that can
+  // still fit the context (MaxPromptBytes).
+  size_t max_prompt_bytes = 0;
 };
 
 // A running router. Start/Shutdown from one thread; the service is thread-safe.

@@ -4,6 +4,8 @@
 
 #include <limits>
 
+#include "common/tokenizer/tokenizer.h"
+
 namespace specdec::services {
 namespace {
 
@@ -92,6 +94,30 @@ TEST(RequestConversionTest, PromptTokensComeFromIdsOrTheTokenizer) {
   EXPECT_EQ(PromptTokens(text, nullptr).status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(PromptTokens(v1::GenerateRequest(), nullptr).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TEST(RequestConversionTest, TextTooLongForTheContextIsRefusedBeforeTokenization) {
+  v1::GenerateRequest text;
+  text.set_text(std::string(101, 'x'));
+  // No tokenizer: the refusal comes before any tokenization would be tried.
+  auto refused = PromptTokens(text, nullptr, 100);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("at most 100"), std::string::npos);
+  EXPECT_EQ(PromptTokens(text, nullptr, 101).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+
+  auto tok = tokenizer::Tokenizer::FromFile(std::string(SPECDEC_SOURCE_DIR) +
+                                            "/models/specdec-pycode/target/tokenizer.json");
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  // The bound is safe: text of that many bytes still makes more tokens than the context.
+  const size_t bound = MaxPromptBytes(**tok, 16);
+  std::string code;
+  while (code.size() < bound) code += "def f(x):\n    return x + 1\n";
+  code.resize(bound);
+  auto ids = (*tok)->Encode(code, false);
+  ASSERT_TRUE(ids.ok());
+  EXPECT_GT(ids->size(), 16u);
+  EXPECT_EQ(bound % (16 * 4), 0u);
 }
 
 TEST(RequestConversionTest, StatisticsTakeTheirWireForm) {
