@@ -35,6 +35,7 @@ struct GenerateArgs {
   bool ignore_eos = false;
   bool print_ids = false;
   std::string router;         // generate through a running cluster instead of a local model
+  std::string api_key;        // with --router: sent as "authorization: Bearer <key>"
   int timeout_ms = 120000;    // with --router: the request's deadline
   std::string method = "AR";  // with --router
   int block_size = 0;
@@ -54,7 +55,7 @@ void PrintStepsByBlock(const std::map<int32_t, int64_t>& steps_by_block) {
 
 // Generation through the router's Generate API with the C++ SDK.
 int RunRouterGenerate(const GenerateArgs& a) {
-  auto client = Client::Connect(a.router);
+  auto client = Client::Connect(a.router, a.api_key);
   v1::GenerateRequest req;
   v1::Method method;
   if (!v1::Method_Parse(a.method, &method)) {
@@ -254,6 +255,9 @@ void RegisterGenerateCommand(CLI::App& app, int* exit_code) {
                   "model directory (config.json, *.safetensors, tokenizer.json)")
       ->check(CLI::ExistingDirectory);
   cmd->add_option("--router", a->router, "generate through a running cluster's router (host:port)");
+  cmd->add_option("--api-key", a->api_key,
+                  "with --router: the API key, when the router requires one")
+      ->envname("SPECDEC_API_KEY");
   cmd->add_option("--method", a->method,
                   "with --router: AR, DRAFT_CHAIN, DYSPEC_TREE, DFLASH, DFLASH_ADAPTIVE or NGRAM");
   cmd->add_option("--block-size", a->block_size, "with --router: DFLASH block size (0 = default)");

@@ -21,12 +21,13 @@ constexpr char kServiceConfig[] = R"({"methodConfig": [{
 
 }  // namespace
 
-std::unique_ptr<Client> Client::Connect(const std::string& address) {
+std::unique_ptr<Client> Client::Connect(const std::string& address, const std::string& api_key) {
   grpc::ChannelArguments args;
   args.SetServiceConfigJSON(kServiceConfig);
   args.SetInt(GRPC_ARG_ENABLE_RETRIES, 1);
-  return std::unique_ptr<Client>(new Client(v1::Router::NewStub(
-      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args))));
+  return std::unique_ptr<Client>(new Client(v1::Router::NewStub(grpc::CreateCustomChannel(
+                                                address, grpc::InsecureChannelCredentials(), args)),
+                                            api_key));
 }
 
 absl::StatusOr<v1::Summary> Client::GenerateStream(
@@ -34,6 +35,7 @@ absl::StatusOr<v1::Summary> Client::GenerateStream(
     int timeout_ms) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
+  if (!api_key_.empty()) ctx.AddMetadata("authorization", "Bearer " + api_key_);
   auto reader = stub_->Generate(&ctx, request);
   v1::GenerateResponse resp;
   v1::Summary summary;

@@ -22,8 +22,10 @@ struct GenerateResult {
 // Thread-safe: one Client may serve many concurrent calls over its channel.
 class Client {
  public:
-  // Connects lazily; `address` is "host:port".
-  static std::unique_ptr<Client> Connect(const std::string& address);
+  // Connects lazily; `address` is "host:port". `api_key` (when the router requires keys) is sent
+  // with every Generate call as "authorization: Bearer <key>".
+  static std::unique_ptr<Client> Connect(const std::string& address,
+                                         const std::string& api_key = "");
 
   // Streams a generation: `on_chunk` runs for every chunk as the target commits tokens (on the
   // calling thread). Returns the final Summary, or the RPC's status (e.g. INVALID_ARGUMENT,
@@ -39,8 +41,10 @@ class Client {
   absl::StatusOr<v1::RouterInfo> Info(int timeout_ms = 10000);
 
  private:
-  explicit Client(std::unique_ptr<v1::Router::Stub> stub) : stub_(std::move(stub)) {}
+  Client(std::unique_ptr<v1::Router::Stub> stub, std::string api_key)
+      : stub_(std::move(stub)), api_key_(std::move(api_key)) {}
   std::unique_ptr<v1::Router::Stub> stub_;
+  std::string api_key_;
 };
 
 }  // namespace specdec

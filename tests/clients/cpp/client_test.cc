@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <mutex>
 #include <memory>
 #include <string>
 
@@ -21,8 +22,13 @@ class ScriptedRouter final : public v1::Router::Service {
  public:
   ScriptedRouter(int refusals, bool fail_after_chunk)
       : refusals_(refusals), fail_after_chunk_(fail_after_chunk) {}
-  grpc::Status Generate(grpc::ServerContext*, const v1::GenerateRequest*,
+  grpc::Status Generate(grpc::ServerContext* ctx, const v1::GenerateRequest*,
                         grpc::ServerWriter<v1::GenerateResponse>* writer) override {
+    auto auth = ctx->client_metadata().find("authorization");
+    if (auth != ctx->client_metadata().end()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      authorization_ = std::string(auth->second.data(), auth->second.size());
+    }
     if (calls_.fetch_add(1) < refusals_) {
       return grpc::Status(grpc::StatusCode::UNAVAILABLE, "connection recycled");
     }
@@ -36,11 +42,17 @@ class ScriptedRouter final : public v1::Router::Service {
     return grpc::Status::OK;
   }
   int calls() const { return calls_.load(); }
+  std::string authorization() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return authorization_;
+  }
 
  private:
   const int refusals_;
   const bool fail_after_chunk_;
   std::atomic<int> calls_{0};
+  std::mutex mu_;
+  std::string authorization_;  // of the last call
 };
 
 struct Fixture {
@@ -54,6 +66,17 @@ struct Fixture {
   int port = 0;
   std::unique_ptr<grpc::Server> server;
 };
+
+TEST(ClientTest, AnApiKeyTravelsAsBearerMetadata) {
+  ScriptedRouter router(0, false);
+  Fixture f(&router);
+  auto anonymous = Client::Connect("127.0.0.1:" + std::to_string(f.port));
+  ASSERT_TRUE(anonymous->Generate(v1::GenerateRequest()).ok());
+  EXPECT_EQ(router.authorization(), "");
+  auto keyed = Client::Connect("127.0.0.1:" + std::to_string(f.port), "sk-test");
+  ASSERT_TRUE(keyed->Generate(v1::GenerateRequest()).ok());
+  EXPECT_EQ(router.authorization(), "Bearer sk-test");
+}
 
 TEST(ClientTest, RetriesACallRefusedBeforeAnyAnswer) {
   ScriptedRouter router(/*refusals=*/2, /*fail_after_chunk=*/false);
