@@ -43,6 +43,8 @@ transport:
   as a streamed POST URL/v1/completions to the router's OpenAI-compatible HTTP front (standard
   library only), with the same options, prompts and timestamps, tokens counted from each chunk's
   specdec.token_ids. With both, --router only answers GetInfo (method check, recorded info).
+  --api-key KEY goes with either transport: 'authorization: Bearer KEY' metadata on every
+  Generate call, or the Authorization header of every HTTP request.
 
 exit status: 0 ok; 1 a check failed (--check-handles, --max-rss-growth, --fail-on-error) or the
 run was interrupted; 2 bad usage, router not reachable, or a method it does not serve.
@@ -99,8 +101,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--model", default="", metavar="NAME",
                    help="--http: the requests' model (default: the first of GET /v1/models)")
     g.add_argument("--api-key", default="", metavar="KEY",
-                   help="--http: sent as 'Authorization: Bearer KEY' (not written to "
-                        "results.json)")
+                   help="API key of a router started with --api-keys, sent as "
+                        "'Authorization: Bearer KEY': over gRPC as call metadata of every "
+                        "Generate call (the SDK's Client(api_key=...)), with --http as a header. "
+                        "Only this option sets it ($SPECDEC_API_KEY is not read); not written "
+                        "to results.json")
     g.add_argument("--methods", type=_methods, default=_methods(DEFAULT_METHODS),
                    metavar="M,M,...",
                    help=f"decoding methods to compare (default {DEFAULT_METHODS}); any of AR, "
@@ -217,8 +222,8 @@ def _check_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         return
     if not a.router and not a.http:
         p.error("--router or --http is required")
-    if (a.model or a.api_key) and not a.http:
-        p.error("--model and --api-key go with --http")
+    if a.model and not a.http:
+        p.error("--model goes with --http")
     if a.repeat < 1:
         p.error("--repeat must be >= 1")
     if a.versus and a.versus not in a.methods:
@@ -257,12 +262,17 @@ def _now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def _connect(address: str, timeout: float, wait_s: float):
-    """A specdec.Client whose router answered GetInfo, and that Info."""
+def _connect(address: str, timeout: float, wait_s: float, api_key: str = ""):
+    """A specdec.Client whose router answered GetInfo, and that Info. The client presents
+    ``api_key`` on every Generate call ("" = none: the SDK's $SPECDEC_API_KEY fallback is off,
+    so that only --api-key decides)."""
     if SDK_DIR not in sys.path:
         sys.path.insert(0, SDK_DIR)
     from specdec import Client, SpecdecError
-    client = Client(address, timeout=timeout)
+    try:
+        client = Client(address, timeout=timeout, api_key=api_key)
+    except ValueError as e:
+        raise RuntimeError(f"--api-key: {e}") from None
     deadline = time.monotonic() + wait_s
     while True:
         try:
@@ -367,10 +377,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                             "model": client.model, "models": models}
             target = f"POST {client.url}/v1/completions (model {client.model})"
             if a.router:
+                # GetInfo only, which needs no key
                 grpc_client, info = _connect(a.router, a.timeout, a.wait_ready)
                 grpc_client.close()
         else:
-            client, info = _connect(a.router, a.timeout, a.wait_ready)
+            client, info = _connect(a.router, a.timeout, a.wait_ready, a.api_key)
             transport = {"kind": "grpc", "address": a.router}
             target = a.router
     except RuntimeError as e:

@@ -217,6 +217,9 @@ class Runner:
             else:
                 rec.status = ERROR
                 rec.error_code, rec.error_message = e.code_name, e.message
+                retry_after_s = getattr(e, "retry_after_s", None)  # the SDK's retry hint
+                if retry_after_s is not None:
+                    rec.error_message += f" (retry-after-ms: {round(retry_after_s * 1000)})"
         except Exception as e:  # noqa: BLE001 - a client-side failure is recorded, not raised
             rec.t_end = perf_counter()
             rec.status = ERROR

@@ -4,8 +4,9 @@ Percentiles, the ITL / TPOT / throughput definitions, cell aggregation, seeded P
 and cancels, prompt loading, /metrics parsing and the kv-handle check (against a local HTTP
 server), results.json assembly and validation, the table, gnuplot script generation (and a real
 PNG when gnuplot is installed), RSS sampling, the closed/open-loop runner over a fake client
-(when the Python SDK imports), and the HTTP transport (--http: event-stream parsing, request
-bodies, error mapping, cancels, the runner and the command line) against a fake HTTP front.
+(when the Python SDK imports), the gRPC transport's --api-key against a fake gRPC router, and
+the HTTP transport (--http: event-stream parsing, request bodies, error mapping, cancels, the
+runner and the command line) against a fake HTTP front.
 
     /usr/bin/python3 -m unittest -v tests/loadtest/test_loadtest_unit.py
 """
@@ -749,6 +750,163 @@ class RunnerTest(unittest.TestCase):
         self.assertGreater(cell["dropped"], 0)
         self.assertEqual(client.max_in_flight, 2)
         self.assertEqual(cell["requests"] + cell["dropped"], cell["measured_arrivals"])
+
+
+class _FakeRouterGrpc:
+    """A gRPC router for the load tester's gRPC transport: GetInfo serves AR and DFLASH;
+    Generate streams max_new_tokens one-token chunks and a summary, or, when `refuse` is (code,
+    message, trailing metadata), refuses before any answer. Records the `authorization` metadata
+    of every call (None when absent)."""
+
+    def __init__(self, refuse=None):
+        import grpc
+        from concurrent import futures
+        from specdec.v1 import common_pb2, router_pb2, router_pb2_grpc
+
+        self.lock = threading.Lock()
+        self.generate_auth = []
+        self.info_auth = []
+        outer = self
+
+        def authorization(context):
+            values = [v for k, v in context.invocation_metadata() if k == "authorization"]
+            return values[0] if len(values) == 1 else (values or None)
+
+        class Servicer(router_pb2_grpc.RouterServicer):
+            def GetInfo(self, request, context):
+                with outer.lock:
+                    outer.info_auth.append(authorization(context))
+                return router_pb2.RouterInfo(methods=[common_pb2.AR, common_pb2.DFLASH],
+                                             default_max_new_tokens=8)
+
+            def Generate(self, request, context):
+                with outer.lock:
+                    outer.generate_auth.append(authorization(context))
+                if refuse is not None:
+                    code, message, trailing = refuse
+                    context.set_trailing_metadata(trailing)
+                    context.abort(code, message)
+                for i in range(request.max_new_tokens):
+                    chunk = router_pb2.GenerateResponse()
+                    chunk.chunk.token_ids.append(i)
+                    chunk.chunk.index = i
+                    yield chunk
+                done = router_pb2.GenerateResponse()
+                done.summary.usage.completion_tokens = request.max_new_tokens
+                done.summary.stats.method = request.method
+                done.summary.stats.tau = 1.0
+                done.summary.finish_reason = router_pb2.LENGTH
+                yield done
+
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+        router_pb2_grpc.add_RouterServicer_to_server(Servicer(), self.server)
+        self.port = self.server.add_insecure_port("127.0.0.1:0")
+        self.address = f"127.0.0.1:{self.port}"
+        self.server.start()
+
+    def stop(self):
+        self.server.stop(None)
+
+
+@unittest.skipUnless(_sdk_available(), "the specdec Python SDK (grpc) does not import")
+class GrpcApiKeyTest(unittest.TestCase):
+    """--api-key over the gRPC transport: it reaches the SDK's client and every Generate call."""
+
+    def router(self, **kw):
+        srv = _FakeRouterGrpc(**kw)
+        self.addCleanup(srv.stop)
+        return srv
+
+    def run_cli(self, srv, extra, env_key="from-the-environment"):
+        """cli.main against `srv` (2 methods x 2 requests, one at a time: exactly 4 Generate
+        calls) with $SPECDEC_API_KEY = env_key: (exit status, stderr, results.json)."""
+        import contextlib
+        import io
+        from unittest import mock
+        from specdec_loadtest import cli
+        with tempfile.TemporaryDirectory() as d:
+            pfile = os.path.join(d, "p.txt")
+            with open(pfile, "w", encoding="utf-8") as f:
+                f.write("first prompt\nsecond prompt\n")
+            out, err = io.StringIO(), io.StringIO()
+            with mock.patch.dict(os.environ, {"SPECDEC_API_KEY": env_key}), \
+                    contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                rc = cli.main(["--router", srv.address, "--methods", "AR,DFLASH",
+                               "--concurrency", "1", "--requests", "2", "--duration", "0",
+                               "--warmup", "0", "--cooldown", "0", "--max-new-tokens", "3",
+                               "--ignore-eos", "--prompts", pfile, "--no-plots", "--quiet",
+                               "--wait-ready", "0", "--out", d] + extra)
+            doc = None
+            if os.path.exists(os.path.join(d, "results.json")):
+                with open(os.path.join(d, "results.json"), encoding="utf-8") as f:
+                    doc = json.load(f)
+        return rc, err.getvalue(), doc
+
+    def test_api_key_reaches_every_generate_call(self):
+        srv = self.router()
+        rc, err, doc = self.run_cli(srv, ["--api-key", "lt-secret-1"])
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(srv.generate_auth, ["Bearer lt-secret-1"] * 4)
+        self.assertEqual(srv.info_auth, [None])  # GetInfo needs no key
+        self.assertEqual(doc["transport"], {"kind": "grpc", "address": srv.address})
+        self.assertEqual(doc["config"]["api_key"], "***")
+        self.assertNotIn("lt-secret-1", json.dumps(doc))
+        self.assertEqual([(c["method"], c["completed"], c["unexpected_errors"])
+                          for c in doc["cells"]], [("AR", 2, 0), ("DFLASH", 2, 0)])
+
+    def test_without_api_key_no_key_is_sent(self):
+        srv = self.router()
+        rc, err, doc = self.run_cli(srv, [])  # $SPECDEC_API_KEY is set, and ignored
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(srv.generate_auth, [None] * 4)
+        self.assertEqual(doc["config"]["api_key"], "")
+
+    def test_connect_passes_the_key_to_the_client(self):
+        from specdec_loadtest import cli
+        srv = self.router()
+        client, info = cli._connect(srv.address, 10.0, 0.0, "lt-secret-2")
+        try:
+            self.assertTrue(client.has_api_key)
+            self.assertEqual(info.methods, ("AR", "DFLASH"))
+        finally:
+            client.close()
+        client, _ = cli._connect(srv.address, 10.0, 0.0)
+        try:
+            self.assertFalse(client.has_api_key)
+        finally:
+            client.close()
+        with self.assertRaises(RuntimeError) as cm:
+            cli._connect(srv.address, 10.0, 0.0, "two words")
+        self.assertEqual(str(cm.exception), "--api-key: api_key must be printable ASCII "
+                                            "without spaces or control characters")
+
+    def test_api_key_goes_with_router_alone(self):
+        from specdec_loadtest import cli
+        p = build_parser()
+        a = p.parse_args(["--router", "h:1", "--api-key", "k"])
+        cli._check_args(p, a)  # no error: --api-key is not --http only any more
+        self.assertEqual((a.router, a.api_key, a.http), ("h:1", "k", None))
+        self.assertIn("every Generate call", p.format_help())
+
+    def test_refusals_keep_their_code_and_retry_hint(self):
+        import grpc
+        srv = self.router(refuse=(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                  "API key lt is over its 10 tokens per minute; retry in 2.5 s",
+                                  (("retry-after-ms", "2500"),)))
+        rc, err, doc = self.run_cli(srv, ["--api-key", "lt-key"])
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(srv.generate_auth, ["Bearer lt-key"] * 4)  # refusals are not retried
+        for c in doc["cells"]:
+            self.assertEqual((c["requests"], c["completed"], c["unexpected_errors"]), (2, 0, 2))
+            self.assertEqual(c["errors"]["RESOURCE_EXHAUSTED"]["sample"],
+                             "API key lt is over its 10 tokens per minute; retry in 2.5 s "
+                             "(retry-after-ms: 2500)")
+        srv = self.router(refuse=(grpc.StatusCode.UNAUTHENTICATED, "the API key is not valid",
+                                  ()))
+        rc, err, doc = self.run_cli(srv, ["--api-key", "wrong", "--fail-on-error"])
+        self.assertEqual(rc, 1, err)
+        self.assertEqual(doc["cells"][0]["errors"]["UNAUTHENTICATED"]["sample"],
+                         "the API key is not valid")
 
 
 class _FakeRouterHttp(http.server.ThreadingHTTPServer):

@@ -13,12 +13,12 @@ from . import _protos
 _protos.ensure_generated()
 
 from .client import (  # noqa: E402  (after generation on purpose)
-    METHODS, Chunk, Client, GenerateOptions, GenerateStream, Info, ModelInfo, Result, SpecdecError,
-    StepStats, Summary,
+    API_KEY_ENV, METHODS, Chunk, Client, GenerateOptions, GenerateStream, Info, ModelInfo, Result,
+    SpecdecError, StepStats, Summary,
 )
 
 __all__ = [
-    "METHODS", "Chunk", "Client", "GenerateOptions", "GenerateStream", "Info", "ModelInfo",
-    "Result", "SpecdecError", "StepStats", "Summary",
+    "API_KEY_ENV", "METHODS", "Chunk", "Client", "GenerateOptions", "GenerateStream", "Info",
+    "ModelInfo", "Result", "SpecdecError", "StepStats", "Summary",
 ]
 __version__ = "0.1.0"

@@ -15,8 +15,13 @@ Usage::
         print(result.tokens, result.text, result.tau, result.finish_reason)
 
 Every gRPC failure surfaces as :class:`SpecdecError` (``.code`` is a ``grpc.StatusCode``,
-``.code_name`` its name such as ``"INVALID_ARGUMENT"``, ``.message`` the server's text). Options
-are validated locally first and raise ``ValueError``.
+``.code_name`` its name such as ``"INVALID_ARGUMENT"``, ``.message`` the server's text,
+``.retry_after_s`` the router's retry hint or None). Options are validated locally first and
+raise ``ValueError``.
+
+A router started with ``--api-keys`` requires a key on every Generate call:
+``Client(address, api_key="...")``, or the environment variable ``SPECDEC_API_KEY`` when no
+``api_key`` is given. It is sent as ``authorization: Bearer <key>`` call metadata.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
@@ -32,13 +38,17 @@ import grpc
 from .v1 import common_pb2, router_pb2, router_pb2_grpc
 
 __all__ = [
-    "METHODS", "GenerateOptions", "StepStats", "Chunk", "Summary", "Result", "ModelInfo", "Info",
-    "GenerateStream", "SpecdecError", "Client",
+    "METHODS", "API_KEY_ENV", "GenerateOptions", "StepStats", "Chunk", "Summary", "Result",
+    "ModelInfo", "Info", "GenerateStream", "SpecdecError", "Client",
 ]
 
 # Decoding methods by name (common.proto enum Method). "DEFAULT" asks the router for its default.
 METHODS = ("AR", "DRAFT_CHAIN", "DYSPEC_TREE", "DFLASH", "DFLASH_ADAPTIVE", "NGRAM", "DEFAULT")
 _MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # common.proto: clients raise their receive limit to 64 MB
+# The environment variable read for the API key when Client() gets no api_key.
+API_KEY_ENV = "SPECDEC_API_KEY"
+# Trailing metadata of a refusal (RESOURCE_EXHAUSTED over an API key's limits): when to retry.
+_RETRY_AFTER_KEY = "retry-after-ms"
 # A call that fails UNAVAILABLE before the router answered anything (e.g. it raced the GOAWAY of
 # a connection the router recycles) is tried again, at most twice; once a response has arrived
 # gRPC never retries, so no token is ever delivered twice.
@@ -59,20 +69,60 @@ class SpecdecError(Exception):
     """A gRPC error from the router (or a broken stream).
 
     Attributes: ``code`` (``grpc.StatusCode``), ``code_name`` (e.g. ``"INVALID_ARGUMENT"``),
-    ``message`` (the server's details).
+    ``message`` (the server's details), ``retry_after_s`` (float seconds: the router's retry
+    hint, trailing metadata ``retry-after-ms``, sent with ``RESOURCE_EXHAUSTED`` when an API key
+    is over its limits; None when the error carries none).
     """
 
-    def __init__(self, code: grpc.StatusCode, message: str):
+    def __init__(self, code: grpc.StatusCode, message: str,
+                 retry_after_s: Optional[float] = None):
         self.code = code
         self.code_name = code.name if isinstance(code, grpc.StatusCode) else str(code)
         self.message = message
+        self.retry_after_s = retry_after_s
         super().__init__(f"{self.code_name}: {message}")
 
     @classmethod
     def from_rpc_error(cls, e: grpc.RpcError) -> "SpecdecError":
         code = e.code() if hasattr(e, "code") else grpc.StatusCode.UNKNOWN
         details = e.details() if hasattr(e, "details") else str(e)
-        return cls(code or grpc.StatusCode.UNKNOWN, details or "")
+        return cls(code or grpc.StatusCode.UNKNOWN, details or "", _retry_after_s(e))
+
+
+def _retry_after_s(e: grpc.RpcError) -> Optional[float]:
+    """The ``retry-after-ms`` trailing metadata of a failed call in seconds; None when it is
+    absent or not a non-negative integer."""
+    try:
+        trailing = e.trailing_metadata() if hasattr(e, "trailing_metadata") else None
+    except Exception:  # noqa: BLE001 - an error object without a finished call
+        return None
+    for item in trailing or ():
+        key, value = item[0], item[1]
+        if key != _RETRY_AFTER_KEY:
+            continue
+        if isinstance(value, bytes):
+            value = value.decode("ascii", "replace")
+        value = str(value).strip()
+        if not (value.isascii() and value.isdigit()):
+            return None
+        return int(value) / 1000.0
+    return None
+
+
+def _authorization(api_key: Optional[str]) -> Optional[Tuple[Tuple[str, str], ...]]:
+    """The call metadata presenting ``api_key`` (None: from $SPECDEC_API_KEY; "": no key)."""
+    source = "api_key"
+    if api_key is None:
+        api_key, source = os.environ.get(API_KEY_ENV, ""), API_KEY_ENV
+    if not isinstance(api_key, str):
+        raise ValueError(f"api_key must be a str, got {type(api_key).__name__}")
+    if not api_key:
+        return None
+    # gRPC metadata values are printable ASCII; the router strips spaces around the key.
+    # The key itself is never put into the message.
+    if not all("!" <= ch <= "~" for ch in api_key):
+        raise ValueError(f"{source} must be printable ASCII without spaces or control characters")
+    return (("authorization", f"Bearer {api_key}"),)
 
 
 def _check_int(name: str, value, lo: int, hi: int, zero_ok: bool = False) -> None:
@@ -394,12 +444,19 @@ class Client:
 
     ``timeout`` is the default per-call deadline in seconds (None: no deadline); each call takes
     an optional ``timeout`` override. Close with ``close()`` or use as a context manager.
+
+    ``api_key`` is presented on every Generate call as ``authorization: Bearer <key>`` metadata
+    (routers started with ``--api-keys``; ``GetInfo`` needs no key and is sent none). None (the
+    default) takes it from the environment variable ``SPECDEC_API_KEY`` when that is set and not
+    empty; ``""`` sends no key whatever the environment says. A key must be printable ASCII
+    without spaces (``ValueError`` otherwise, naming ``api_key`` or ``SPECDEC_API_KEY``).
     """
 
     def __init__(self, address: str, timeout: Optional[float] = 120.0, *,
-                 channel: Optional[grpc.Channel] = None):
+                 api_key: Optional[str] = None, channel: Optional[grpc.Channel] = None):
         self.address = address
         self.timeout = timeout
+        self._metadata = _authorization(api_key)
         self._channel = channel or grpc.insecure_channel(address, options=[
             ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
@@ -407,6 +464,11 @@ class Client:
             ("grpc.service_config", _SERVICE_CONFIG),
         ])
         self._stub = router_pb2_grpc.RouterStub(self._channel)
+
+    @property
+    def has_api_key(self) -> bool:
+        """Whether Generate calls present an API key (the key itself is not exposed)."""
+        return self._metadata is not None
 
     def _deadline(self, timeout):
         return self.timeout if timeout is None else timeout
@@ -439,7 +501,8 @@ class Client:
             raise ValueError(f"options must be a GenerateOptions, got {type(options).__name__}")
         request = options.to_proto(prompt)
         try:
-            call = self._stub.Generate(request, timeout=self._deadline(timeout))
+            call = self._stub.Generate(request, timeout=self._deadline(timeout),
+                                       metadata=self._metadata)
         except grpc.RpcError as e:  # pragma: no cover - errors normally surface on iteration
             raise SpecdecError.from_rpc_error(e) from None
         return GenerateStream(call)

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Integration test of the Python SDK (clients/python): starts a local cluster (target + AR draft
-# LM + router) on a free port base, runs test_sdk.py against it, and always stops the cluster.
+# LM + router) on a free port base, runs test_sdk.py against it, then restarts the cluster with
+# the router requiring API keys (SPECDEC_API_KEYS = a keys file that test_sdk.py writes) and runs
+# test_sdk.py's KeyedRouterTest against that; always stops the cluster.
 #
 #   tests/clients/python/run_test.sh
 #
@@ -14,6 +16,8 @@ set -uo pipefail
 repo="$(cd "$(dirname "$0")/../../.." && pwd)"
 cd "$repo"
 export BUILD_DIR="${BUILD_DIR:-$repo/build}"
+# The first cluster's router must require no key, whatever the caller's environment says.
+unset SPECDEC_API_KEYS SPECDEC_KEYED_ROUTER
 export TARGET_MODEL="${TARGET_MODEL:-$BUILD_DIR/models/stories260K}"
 export DRAFT_LM="${DRAFT_LM:-$TARGET_MODEL}"
 
@@ -82,4 +86,18 @@ if ! bash deploy/local/cluster.sh start; then
 fi
 
 SPECDEC_ADDRESS="127.0.0.1:$SPECDEC_PORT_BASE" PYTHONDONTWRITEBYTECODE=1 \
-  "$PYTHON" tests/clients/python/test_sdk.py
+  "$PYTHON" tests/clients/python/test_sdk.py || exit 1
+
+# API keys: the same cluster again, its router started with a keys file (cluster.sh passes no
+# router flags; the router reads --api-keys from SPECDEC_API_KEYS). No key is UNAUTHENTICATED,
+# the right one gets tokens, a revoked one is PERMISSION_DENIED, limits give retry hints.
+keys="$SPECDEC_RUN_DIR/api_keys.json"
+PYTHONDONTWRITEBYTECODE=1 "$PYTHON" tests/clients/python/test_sdk.py --write-api-keys "$keys" ||
+  { echo "run_test: could not write $keys" >&2; exit 1; }
+bash deploy/local/cluster.sh stop >/dev/null
+if ! SPECDEC_API_KEYS="$keys" bash deploy/local/cluster.sh start; then
+  echo "run_test: the cluster with API keys did not start" >&2
+  exit 1
+fi
+SPECDEC_ADDRESS="127.0.0.1:$SPECDEC_PORT_BASE" SPECDEC_KEYED_ROUTER=1 PYTHONDONTWRITEBYTECODE=1 \
+  "$PYTHON" tests/clients/python/test_sdk.py KeyedRouterTest

@@ -3,30 +3,66 @@
 Run through run_test.sh (which starts and stops a local cluster), or by hand against any router:
     SPECDEC_ADDRESS=127.0.0.1:50050 /usr/bin/python3 -m unittest -v tests/clients/python/test_sdk.py
 The cluster must serve AR and DRAFT_CHAIN (a target plus an AR draft LM).
+
+RetryTest and ApiKeyTest run against in-process fake routers (no cluster needed):
+    /usr/bin/python3 tests/clients/python/test_sdk.py RetryTest ApiKeyTest
+KeyedRouterTest needs a router started with the keys file this script writes
+(`test_sdk.py --write-api-keys FILE`, then `specdec-router --api-keys FILE` or
+SPECDEC_API_KEYS=FILE); run_test.sh restarts its cluster that way and runs it with
+SPECDEC_KEYED_ROUTER=1 (it is skipped otherwise).
 """
 
 import dataclasses
+import hashlib
+import json
 import os
 import sys
 import time
 import unittest
+from unittest import mock
 
 _REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 sys.path.insert(0, os.path.join(_REPO, "clients", "python"))
 
 import grpc  # noqa: E402
 
-from specdec import Chunk, Client, GenerateOptions, Result, SpecdecError, Summary  # noqa: E402
+from specdec import (  # noqa: E402
+    API_KEY_ENV, Chunk, Client, GenerateOptions, Result, SpecdecError, Summary)
 
 ADDRESS = os.environ.get("SPECDEC_ADDRESS", "127.0.0.1:20650")
 PROMPT = "Once upon a time"
 N = 16  # small: the CPU drafter of the test setup is slow
 
 
+# Keys of the keyed-router test (test keys, not secrets): id -> (key, max_concurrent,
+# tokens_per_minute, revoked). The file holds only their SHA-256 (write_api_keys).
+API_KEYS = {
+    "sdk-ok": ("sdk-test-key-ok-5f1c", 0, 0, False),
+    "sdk-revoked": ("sdk-test-key-revoked-9a2e", 0, 0, True),
+    "sdk-metered": ("sdk-test-key-metered-77b0", 0, 1, False),
+    "sdk-single": ("sdk-test-key-single-c3d4", 1, 0, False),
+}
+
+
+def write_api_keys(path):
+    """Writes the router's keys file for API_KEYS (digests only)."""
+    keys = [{"id": kid, "sha256": hashlib.sha256(key.encode("ascii")).hexdigest(),
+             "max_concurrent": conc, "tokens_per_minute": tpm, "revoked": revoked}
+            for kid, (key, conc, tpm, revoked) in API_KEYS.items()]
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"keys": keys}, f, indent=1)
+
+
+def _client(address=ADDRESS, **kw):
+    """A Client that never picks a key up from the environment unless given one."""
+    kw.setdefault("api_key", "")
+    return Client(address, timeout=kw.pop("timeout", 120.0), **kw)
+
+
 class SdkTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.client = Client(ADDRESS, timeout=120.0)
+        cls.client = _client()
         deadline = time.monotonic() + 60
         while True:  # GetInfo is UNAVAILABLE until the target is up
             try:
@@ -132,7 +168,7 @@ class SdkTest(unittest.TestCase):
         self.assertEqual(cm.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
 
     def test_unreachable_router_raises_specdec_error(self):
-        with Client("127.0.0.1:1", timeout=2.0) as c:
+        with _client("127.0.0.1:1", timeout=2.0) as c:
             with self.assertRaises(SpecdecError) as cm:
                 c.info()
         self.assertIn(cm.exception.code, (grpc.StatusCode.UNAVAILABLE,
@@ -176,7 +212,7 @@ class _ScriptedRouter:
 
 class RetryTest(unittest.TestCase):
     def _stream(self, router):
-        with Client(f"127.0.0.1:{router.port}", timeout=10.0) as c:
+        with _client(f"127.0.0.1:{router.port}", timeout=10.0) as c:
             options = GenerateOptions(method="AR", max_new_tokens=1)
             return list(c.generate_stream([1, 2, 3], options))
 
@@ -200,5 +236,295 @@ class RetryTest(unittest.TestCase):
         self.assertEqual(router.calls, 1)
 
 
+class _KeyCheckingRouter:
+    """A fake router that records each call's `authorization` metadata (None when absent) and
+    answers Generate with one token and a summary, or, when `refuse` is (code, message,
+    trailing metadata), refuses it before any answer."""
+
+    def __init__(self, refuse=None):
+        from concurrent import futures
+        from specdec.v1 import router_pb2, router_pb2_grpc
+
+        self.generate_auth = []
+        self.info_auth = []
+        outer = self
+
+        def authorization(context):
+            values = [v for k, v in context.invocation_metadata() if k == "authorization"]
+            return values[0] if len(values) == 1 else (values or None)
+
+        class Servicer(router_pb2_grpc.RouterServicer):
+            def GetInfo(self, request, context):
+                outer.info_auth.append(authorization(context))
+                return router_pb2.RouterInfo(default_max_new_tokens=8)
+
+            def Generate(self, request, context):
+                outer.generate_auth.append(authorization(context))
+                if refuse is not None:
+                    code, message, trailing = refuse
+                    context.set_trailing_metadata(trailing)
+                    context.abort(code, message)
+                chunk = router_pb2.GenerateResponse()
+                chunk.chunk.token_ids.append(7)
+                yield chunk
+                done = router_pb2.GenerateResponse()
+                done.summary.usage.completion_tokens = 1
+                yield done
+
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        router_pb2_grpc.add_RouterServicer_to_server(Servicer(), self.server)
+        self.port = self.server.add_insecure_port("127.0.0.1:0")
+        self.address = f"127.0.0.1:{self.port}"
+        self.server.start()
+
+    def stop(self):
+        self.server.stop(None)
+
+
+class ApiKeyTest(unittest.TestCase):
+    """The api_key option and retry hints, against _KeyCheckingRouter."""
+
+    def setUp(self):
+        self.router = None
+
+    def tearDown(self):
+        if self.router is not None:
+            self.router.stop()
+
+    def _calls(self, refuse=None, **client_kw):
+        """generate() and one streamed generation (and info()) through a Client(**client_kw);
+        the authorization values the router saw on Generate and on GetInfo."""
+        self.router = _KeyCheckingRouter(refuse)
+        with Client(self.router.address, timeout=10.0, **client_kw) as c:
+            opts = GenerateOptions(max_new_tokens=1)
+            self.assertEqual(c.generate([1, 2], opts).tokens, [7])
+            self.assertEqual([t for ch in c.generate_stream("hi", opts) for t in ch.token_ids], [7])
+            c.info()
+        return self.router.generate_auth, self.router.info_auth
+
+    def test_api_key_goes_with_every_generate_call(self):
+        with mock.patch.dict(os.environ, {API_KEY_ENV: "from-env"}):
+            gen, info = self._calls(api_key="sk-live_0123.abc~")
+        self.assertEqual(gen, ["Bearer sk-live_0123.abc~"] * 2)
+        self.assertEqual(info, [None])  # GetInfo needs no key and gets none
+
+    def test_environment_fallback(self):
+        self.assertEqual(API_KEY_ENV, "SPECDEC_API_KEY")
+        with mock.patch.dict(os.environ, {API_KEY_ENV: "env-key-1"}):
+            gen, info = self._calls()
+        self.assertEqual(gen, ["Bearer env-key-1"] * 2)
+        self.assertEqual(info, [None])
+
+    def test_empty_key_sends_none_whatever_the_environment(self):
+        with mock.patch.dict(os.environ, {API_KEY_ENV: "env-key-2"}):
+            gen, _ = self._calls(api_key="")
+        self.assertEqual(gen, [None, None])
+        env = {k: v for k, v in os.environ.items() if k != API_KEY_ENV}
+        with mock.patch.dict(os.environ, env, clear=True):
+            self.router.stop()
+            gen, _ = self._calls()
+        self.assertEqual(gen, [None, None])
+        with mock.patch.dict(os.environ, {API_KEY_ENV: ""}):
+            self.router.stop()
+            gen, _ = self._calls()
+        self.assertEqual(gen, [None, None])
+
+    def test_has_api_key(self):
+        def has_key(**kw):
+            with Client("127.0.0.1:1", **kw) as c:
+                return c.has_api_key
+        with mock.patch.dict(os.environ, {API_KEY_ENV: ""}):
+            self.assertFalse(has_key())
+            self.assertTrue(has_key(api_key="k"))
+        with mock.patch.dict(os.environ, {API_KEY_ENV: "k"}):
+            self.assertTrue(has_key())
+            self.assertFalse(has_key(api_key=""))
+
+    def test_bad_keys_raise_value_error_without_the_key(self):
+        for bad in ("two words", "tab\there", "line\n", "kl\u00fcssel", " lead", "trail "):
+            with self.subTest(key=repr(bad)):
+                with self.assertRaises(ValueError) as cm:
+                    Client("127.0.0.1:1", api_key=bad)
+                self.assertEqual(str(cm.exception), "api_key must be printable ASCII without "
+                                                    "spaces or control characters")
+        with self.assertRaises(ValueError) as cm:
+            Client("127.0.0.1:1", api_key=b"bytes-key")
+        self.assertEqual(str(cm.exception), "api_key must be a str, got bytes")
+        with mock.patch.dict(os.environ, {API_KEY_ENV: "secret value"}):
+            with self.assertRaises(ValueError) as cm:
+                Client("127.0.0.1:1")
+        self.assertEqual(str(cm.exception), "SPECDEC_API_KEY must be printable ASCII without "
+                                            "spaces or control characters")
+
+    def _refused(self, code, message, trailing):
+        """The SpecdecErrors of generate() and of iterating generate_stream() against a router
+        refusing every Generate call with (code, message, trailing metadata)."""
+        self.router = _KeyCheckingRouter((code, message, trailing))
+        errors = []
+        with Client(self.router.address, timeout=10.0, api_key="k1") as c:
+            with self.assertRaises(SpecdecError) as cm:
+                c.generate([1], GenerateOptions(max_new_tokens=1))
+            errors.append(cm.exception)
+            with self.assertRaises(SpecdecError) as cm:
+                list(c.generate_stream("x", GenerateOptions(max_new_tokens=1)))
+            errors.append(cm.exception)
+        self.assertEqual(self.router.generate_auth, ["Bearer k1"] * 2)  # not retried
+        return errors
+
+    def test_retry_after_from_trailing_metadata(self):
+        message = "API key team-a is over its 60 tokens per minute; retry in 1.5 s"
+        for e in self._refused(grpc.StatusCode.RESOURCE_EXHAUSTED, message,
+                               (("retry-after-ms", "1500"),)):
+            self.assertEqual(e.code, grpc.StatusCode.RESOURCE_EXHAUSTED)
+            self.assertEqual(e.code_name, "RESOURCE_EXHAUSTED")
+            self.assertEqual(e.message, message)
+            self.assertEqual(e.retry_after_s, 1.5)
+            self.assertEqual(str(e), f"RESOURCE_EXHAUSTED: {message}")
+        self.router.stop()
+        for e in self._refused(grpc.StatusCode.RESOURCE_EXHAUSTED, "busy",
+                               (("retry-after-ms", "1"),)):
+            self.assertEqual(e.retry_after_s, 0.001)
+
+    def test_no_or_malformed_retry_hint_is_none(self):
+        cases = [
+            (grpc.StatusCode.RESOURCE_EXHAUSTED, ()),
+            (grpc.StatusCode.RESOURCE_EXHAUSTED, (("retry-after-ms", "soon"),)),
+            (grpc.StatusCode.RESOURCE_EXHAUSTED, (("retry-after-ms", "-5"),)),
+            (grpc.StatusCode.RESOURCE_EXHAUSTED, (("retry-after-ms", "1.5"),)),
+            (grpc.StatusCode.RESOURCE_EXHAUSTED, (("retry-after", "3"),)),
+            (grpc.StatusCode.UNAUTHENTICATED, ()),
+            (grpc.StatusCode.PERMISSION_DENIED, ()),
+        ]
+        for code, trailing in cases:
+            with self.subTest(code=code.name, trailing=trailing):
+                for e in self._refused(code, "no", trailing):
+                    self.assertEqual(e.code, code)
+                    self.assertIsNone(e.retry_after_s)
+                self.router.stop()
+                self.router = None
+        self.assertIsNone(SpecdecError(grpc.StatusCode.INTERNAL, "x").retry_after_s)
+
+
+@unittest.skipUnless(os.environ.get("SPECDEC_KEYED_ROUTER") == "1",
+                     "needs a router started with the keys file of write_api_keys "
+                     "(run_test.sh; SPECDEC_KEYED_ROUTER=1)")
+class KeyedRouterTest(unittest.TestCase):
+    """A real router started with --api-keys (SPECDEC_API_KEYS) and write_api_keys' file.
+    It must be freshly started: the metered key stays in debt for minutes after a run."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.anonymous = _client()
+        deadline = time.monotonic() + 60
+        while True:  # GetInfo needs no key; it is UNAVAILABLE until the target is up
+            try:
+                cls.info = cls.anonymous.info(timeout=5)
+                break
+            except SpecdecError as e:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"router at {ADDRESS} never became ready: {e}")
+                time.sleep(0.5)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.anonymous.close()
+
+    def keyed(self, kid):
+        return _client(api_key=API_KEYS[kid][0])
+
+    def test_info_needs_no_key(self):
+        self.assertIn("AR", self.info.methods)
+
+    def test_no_key_is_unauthenticated(self):
+        with self.assertRaises(SpecdecError) as cm:
+            self.anonymous.generate(PROMPT, GenerateOptions(max_new_tokens=4))
+        self.assertEqual(cm.exception.code, grpc.StatusCode.UNAUTHENTICATED)
+        self.assertEqual(cm.exception.message,
+                         'an API key is required: send it as "Authorization: Bearer <key>"')
+        self.assertIsNone(cm.exception.retry_after_s)
+
+    def test_unknown_key_is_unauthenticated(self):
+        with _client(api_key="sdk-test-key-unknown") as c:
+            with self.assertRaises(SpecdecError) as cm:
+                list(c.generate_stream(PROMPT, GenerateOptions(max_new_tokens=4)))
+        self.assertEqual(cm.exception.code, grpc.StatusCode.UNAUTHENTICATED)
+        self.assertEqual(cm.exception.message, "the API key is not valid")
+
+    def test_right_key_gets_tokens(self):
+        opts = GenerateOptions(method="AR", max_new_tokens=N, ignore_eos=True)
+        with self.keyed("sdk-ok") as c:
+            r = c.generate(PROMPT, opts)
+            self.assertEqual(len(r.tokens), N)
+            self.assertEqual(r.summary.completion_tokens, N)
+            self.assertTrue(r.text)
+            streamed = [t for ch in c.generate_stream(PROMPT, opts) for t in ch.token_ids]
+        self.assertEqual(streamed, r.tokens)
+
+    def test_key_from_the_environment(self):
+        with mock.patch.dict(os.environ, {API_KEY_ENV: API_KEYS["sdk-ok"][0]}):
+            c = Client(ADDRESS, timeout=120.0)
+        with c:
+            r = c.generate(PROMPT, GenerateOptions(method="AR", max_new_tokens=4, ignore_eos=True))
+        self.assertEqual(len(r.tokens), 4)
+
+    def test_revoked_key_is_permission_denied(self):
+        with self.keyed("sdk-revoked") as c:
+            with self.assertRaises(SpecdecError) as cm:
+                c.generate(PROMPT, GenerateOptions(max_new_tokens=4))
+        self.assertEqual(cm.exception.code, grpc.StatusCode.PERMISSION_DENIED)
+        self.assertEqual(cm.exception.message, "API key sdk-revoked is revoked")
+        self.assertIsNone(cm.exception.retry_after_s)
+
+    def test_over_the_token_rate_gives_a_retry_hint(self):
+        # 1 token per minute: the first request is admitted (a full bucket of 1 token) and
+        # charged prompt + completion tokens; the next one is refused until the debt is repaid.
+        t0 = time.monotonic()
+        with self.keyed("sdk-metered") as c:
+            r = c.generate(PROMPT, GenerateOptions(method="AR", max_new_tokens=4,
+                                                   ignore_eos=True))
+            with self.assertRaises(SpecdecError) as cm:
+                c.generate(PROMPT, GenerateOptions(method="AR", max_new_tokens=4))
+        elapsed_s = time.monotonic() - t0
+        e = cm.exception
+        self.assertEqual(e.code, grpc.StatusCode.RESOURCE_EXHAUSTED)
+        debt = r.summary.prompt_tokens + r.summary.completion_tokens - 1
+        # wait = ceil(debt minutes - the refill since the first call) + 1 ms
+        upper = (debt * 60000 + 1) / 1000.0
+        self.assertLessEqual(e.retry_after_s, upper)
+        self.assertGreaterEqual(e.retry_after_s, upper - elapsed_s - 0.002)
+        self.assertEqual(e.message, "API key sdk-metered is over its 1 tokens per minute; "
+                                    f"retry in {e.retry_after_s:.1f} s")
+
+    def test_over_the_concurrency_gives_a_retry_hint(self):
+        # A long request (about 0.6 s here) holds the key's one slot while a second call is made
+        # a few ms after its first chunk. Should the long one ever end first anyway, try again:
+        # a router that does not enforce the limit lets all three attempts through.
+        long_opts = GenerateOptions(method="DRAFT_CHAIN", max_new_tokens=480, ignore_eos=True)
+        refusal = None
+        with self.keyed("sdk-single") as c:
+            for _ in range(3):
+                with c.generate_stream(PROMPT, long_opts) as first:
+                    next(iter(first))
+                    try:
+                        c.generate(PROMPT, GenerateOptions(max_new_tokens=1))
+                    except SpecdecError as e:
+                        refusal = e
+                if refusal is not None:
+                    break
+                time.sleep(0.2)  # the cancelled long request releases the slot
+        self.assertIsNotNone(refusal, "a second request at once was admitted three times")
+        self.assertEqual(refusal.code, grpc.StatusCode.RESOURCE_EXHAUSTED)
+        self.assertEqual(refusal.retry_after_s, 1.0)
+        self.assertEqual(refusal.message, "API key sdk-single has its 1 concurrent requests "
+                                          "running; retry later")
+
+def main(argv):
+    if len(argv) == 3 and argv[1] == "--write-api-keys":
+        write_api_keys(argv[2])
+        return 0
+    unittest.main(argv=argv, verbosity=2)
+    return 0
+
+
 if __name__ == "__main__":
-    unittest.main(verbosity=2)
+    sys.exit(main(sys.argv))
