@@ -32,6 +32,28 @@ class HttpFrontTest : public ClusterTest {
                        const httplib::Headers& headers = {}) {
     return Client().Post(path, headers, body, "application/json");
   }
+  // Starts a 400-token stream on another thread and returns once its first chunk arrived: the
+  // request holds its admission slot (and its key's) until the thread is joined.
+  std::thread HoldAStream(const httplib::Headers& headers) {
+    auto started = std::make_shared<std::atomic<bool>>(false);
+    std::thread holder([this, headers, started] {
+      Json body = Completion(TestPrompt(2), 400);
+      body["stream"] = true;
+      httplib::Request req;
+      req.method = "POST";
+      req.path = "/v1/completions";
+      req.body = body.dump();
+      req.headers = headers;
+      req.set_header("Content-Type", "application/json");
+      req.content_receiver = [started](const char*, size_t, uint64_t, uint64_t) {
+        *started = true;
+        return true;
+      };
+      Client().send(req);
+    });
+    while (!*started) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    return holder;
+  }
   static httplib::Headers Bearer(const std::string& key) {
     return {{"Authorization", "Bearer " + key}};
   }
@@ -121,22 +143,7 @@ TEST_F(HttpFrontTest, UnknownModelsAndRoutesAre404) {
 TEST_F(HttpFrontTest, AFullQueueIs429WithRetryAfter) {
   RestartRouterWithAdmission(/*max_active=*/1, /*max_queued=*/0, /*queue_timeout_ms=*/1000);
   // A long stream holds the only slot while the second request arrives.
-  std::atomic<bool> started{false};
-  std::thread holder([&] {
-    Json body = Completion(TestPrompt(2), 400);
-    body["stream"] = true;
-    httplib::Request req;
-    req.method = "POST";
-    req.path = "/v1/completions";
-    req.body = body.dump();
-    req.set_header("Content-Type", "application/json");
-    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
-      started = true;
-      return true;
-    };
-    Client().send(req);
-  });
-  while (!started) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  std::thread holder = HoldAStream({});
   auto r = Post("/v1/completions", Completion(TestPrompt(1), 2).dump());
   Json e = ExpectError(r, 429);
   EXPECT_EQ(e["type"], "rate_limit_error");
@@ -248,23 +255,7 @@ TEST_F(HttpFrontTest, KeysAreRequiredCheckedAndLimitedPerKey) {
   EXPECT_EQ(health->status, 200);
 
   // Key a's one slot held by a stream: a second request of a is refused, b's is served.
-  std::atomic<bool> started{false};
-  std::thread holder([&] {
-    Json stream = Completion(TestPrompt(2), 400);
-    stream["stream"] = true;
-    httplib::Request req;
-    req.method = "POST";
-    req.path = "/v1/completions";
-    req.body = stream.dump();
-    req.headers = Bearer("sk-a");
-    req.set_header("Content-Type", "application/json");
-    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
-      started = true;
-      return true;
-    };
-    Client().send(req);
-  });
-  while (!started) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  std::thread holder = HoldAStream(Bearer("sk-a"));
   auto over = Post("/v1/completions", body, Bearer("sk-a"));
   EXPECT_EQ(ExpectError(over, 429)["type"], "rate_limit_error");
   EXPECT_EQ(over->get_header_value("Retry-After"), "1");
