@@ -7,14 +7,20 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 
 namespace specdec::fuzz {
 
-// Writes the input to a per-process file in /dev/shm (tmpfs) and returns its path.
+// Writes the input to a per-process file in /dev/shm (tmpfs), else in $TMPDIR or /tmp, and
+// returns its path.
 inline std::string InputAsFile(const uint8_t* data, size_t size, const char* suffix) {
-  static const std::string path = "/dev/shm/specdec-fuzz-" + std::to_string(::getpid()) + suffix;
+  static const std::string path = [suffix] {
+    const char* tmp = std::getenv("TMPDIR");
+    const std::string dir = ::access("/dev/shm", W_OK) == 0 ? "/dev/shm" : tmp ? tmp : "/tmp";
+    return dir + "/specdec-fuzz-" + std::to_string(::getpid()) + suffix;
+  }();
   std::FILE* f = std::fopen(path.c_str(), "wb");
   if (f == nullptr) std::abort();
   if (size > 0 && std::fwrite(data, 1, size, f) != size) std::abort();
