@@ -51,14 +51,18 @@ for side in "AB":
             for c in json.load(f)["cells"]:
                 agg[(c["method"], c["concurrency"], side)].append(c)
 def mean(xs):
+    xs = [x for x in xs if x is not None]  # cells without samples (no ITL, no batch) count as absent
     return sum(xs) / len(xs) if xs else 0.0
+def p50(cell, key):
+    stat = cell.get(key)
+    return stat.get("p50") if isinstance(stat, dict) else None
 print(f"A: {a_env}\nB: {b_env}")
 print(f"{'method':16s} {'c':>3s} {'A tok/s':>8s} {'B tok/s':>8s}  B/A  {'ITL p50 A|B ms':>15s}  {'batch A|B':>10s}  runs A | B")
 for m, c in sorted({(k[0], k[1]) for k in agg}):
     a, b = agg[(m, c, "A")], agg[(m, c, "B")]
     ta, tb = mean([x["throughput_tok_s"] for x in a]), mean([x["throughput_tok_s"] for x in b])
-    ia, ib = mean([x["itl_ms"]["p50"] for x in a]), mean([x["itl_ms"]["p50"] for x in b])
-    ba, bb = mean([x["batch_size_mean"] for x in a]), mean([x["batch_size_mean"] for x in b])
+    ia, ib = mean([p50(x, "itl_ms") for x in a]), mean([p50(x, "itl_ms") for x in b])
+    ba, bb = mean([x.get("batch_size_mean") for x in a]), mean([x.get("batch_size_mean") for x in b])
     runs = " ".join(f"{x['throughput_tok_s']:.0f}" for x in a) + " | " + " ".join(
         f"{x['throughput_tok_s']:.0f}" for x in b)
     print(f"{m:16s} {c:3d} {ta:8.1f} {tb:8.1f} {tb / ta if ta else 0:5.2f} {ia:7.2f}|{ib:<7.2f} "
