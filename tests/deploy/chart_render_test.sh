@@ -60,4 +60,8 @@ expect_error() {  # message, values YAML
 expect_error "models.target is required" 'models: {target: ""}'
 expect_error "models.volume.type must be pvc, hostPath or emptyDir" 'models: {volume: {type: nfs}}'
 expect_error "drafter.enabled needs models.dflash or models.draftLm" 'models: {dflash: "", draftLm: ""}'
+expect_error "router.apiKeys.key is required with router.apiKeys.existingSecret" \
+  'router: {apiKeys: {existingSecret: keys, key: ""}}'
+expect_error "router.apiKeys.key must be a data key of the Secret, not a path" \
+  'router: {apiKeys: {existingSecret: keys, key: a/keys.json}}'
 echo "chart_render_test: PASS"
