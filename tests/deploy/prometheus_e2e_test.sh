@@ -131,8 +131,10 @@ SPECDEC_KV_BUDGET_BYTES=2097152 bash deploy/local/cluster.sh start
 "$router_bin" --address "$R1" --metrics-address "$M1" --target "$TARGET" --drafter "$DRAFTER" \
   --tokenizer "$TARGET_MODEL" --http-address 127.0.0.1:0 >"$work/router-nopolicy.log" 2>&1 &
 pids+=($!)
+# R2 requires an API key (the dashboard's API keys row needs its series).
+"$PYTHON" -c 'import hashlib, json, sys; json.dump({"keys": [{"id": "e2e", "sha256": hashlib.sha256(b"sk-e2e").hexdigest(), "max_concurrent": 4}]}, open(sys.argv[1], "w"))' "$work/api_keys.json"
 "$router_bin" --address "$R2" --metrics-address "$M2" --target "$TARGET" \
-  --http-address 127.0.0.1:0 >"$work/router-nodrafter.log" 2>&1 &
+  --api-keys "$work/api_keys.json" --http-address 127.0.0.1:0 >"$work/router-nodrafter.log" 2>&1 &
 pids+=($!)
 "$router_bin" --address "$R3" --metrics-address "$M3" --target "$TARGET" --policy "$POLICY" \
   --target-drafting true --load-aware true --load-aware-epoch-ms 100 \
@@ -207,8 +209,8 @@ for round in 0 1; do
   http_call AR OK --prompt "$p" --max-tokens 24 --ignore-eos
   http_call DFLASH_ADAPTIVE OK --prompt "$p" --max-tokens 24 --ignore-eos --stream
   call "$R1" DFLASH_ADAPTIVE OK -p "$p" -n 16 --ignore-eos
-  call "$R2" DFLASH OK --prompt-ids 0,100,200,300,400 -n 16 --ignore-eos
-  call "$R2" AR FAILED_PRECONDITION -p "$p" -n 8
+  call "$R2" DFLASH OK --prompt-ids 0,100,200,300,400 -n 16 --ignore-eos --api-key sk-e2e
+  call "$R2" AR FAILED_PRECONDITION -p "$p" -n 8 --api-key sk-e2e
   # R3's requests. Let Prometheus scrape the first round (2.5 s from here, or until R3's requests
   # are done), so that the second one moves every counter.
   [ $round = 1 ] || sleep 2.5 &
