@@ -34,10 +34,11 @@ struct GenerateArgs {
   std::string dtype = "auto";
   bool ignore_eos = false;
   bool print_ids = false;
-  std::string router;         // generate through a running cluster instead of a local model
-  std::string api_key;        // with --router: sent as "authorization: Bearer <key>"
-  int timeout_ms = 120000;    // with --router: the request's deadline
-  std::string method = "AR";  // with --router
+  std::string router;   // generate through a running cluster instead of a local model
+  std::string api_key;  // with --router: sent as "authorization: Bearer <key>"
+  std::string tls_ca, tls_cert, tls_key;  // with --router: TLS to the router
+  int timeout_ms = 120000;                // with --router: the request's deadline
+  std::string method = "AR";              // with --router
   int block_size = 0;
   int draft_length = 0;
   std::vector<std::string> stop;  // stop strings
@@ -55,7 +56,12 @@ void PrintStepsByBlock(const std::map<int32_t, int64_t>& steps_by_block) {
 
 // Generation through the router's Generate API with the C++ SDK.
 int RunRouterGenerate(const GenerateArgs& a) {
-  auto client = Client::Connect(a.router, a.api_key);
+  auto connected = Client::Connect(a.router, a.api_key, {a.tls_ca, a.tls_cert, a.tls_key});
+  if (!connected.ok()) {
+    std::cerr << "specdec generate: " << connected.status().message() << "\n";
+    return 1;
+  }
+  auto client = *std::move(connected);
   v1::GenerateRequest req;
   v1::Method method;
   if (!v1::Method_Parse(a.method, &method)) {
@@ -258,6 +264,9 @@ void RegisterGenerateCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--api-key", a->api_key,
                   "with --router: the API key, when the router requires one")
       ->envname("SPECDEC_API_KEY");
+  cmd->add_option("--tls-ca", a->tls_ca, "with --router: PEM CA of the router's TLS certificate");
+  cmd->add_option("--tls-cert", a->tls_cert, "with --router: PEM client certificate (mTLS)");
+  cmd->add_option("--tls-key", a->tls_key, "with --router: PEM key of --tls-cert");
   cmd->add_option("--method", a->method,
                   "with --router: AR, DRAFT_CHAIN, DYSPEC_TREE, DFLASH, DFLASH_ADAPTIVE or NGRAM");
   cmd->add_option("--block-size", a->block_size, "with --router: DFLASH block size (0 = default)");

@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <fstream>
 
 namespace specdec {
 namespace {
@@ -22,12 +23,30 @@ constexpr char kServiceConfig[] = R"({"methodConfig": [{
 }  // namespace
 
 std::unique_ptr<Client> Client::Connect(const std::string& address, const std::string& api_key) {
+  return *Connect(address, api_key, ClientTls{});
+}
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& address,
+                                                        const std::string& api_key,
+                                                        const ClientTls& tls) {
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (!tls.ca.empty()) {
+    grpc::SslCredentialsOptions ssl;
+    for (auto [path, out] :
+         {std::pair{&tls.ca, &ssl.pem_root_certs}, std::pair{&tls.cert, &ssl.pem_cert_chain},
+          std::pair{&tls.key, &ssl.pem_private_key}}) {
+      if (path->empty()) continue;
+      std::ifstream in(*path, std::ios::binary);
+      if (!in) return absl::InvalidArgumentError("cannot read the TLS file " + *path);
+      out->assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    credentials = grpc::SslCredentials(ssl);
+  }
   grpc::ChannelArguments args;
   args.SetServiceConfigJSON(kServiceConfig);
   args.SetInt(GRPC_ARG_ENABLE_RETRIES, 1);
-  return std::unique_ptr<Client>(new Client(v1::Router::NewStub(grpc::CreateCustomChannel(
-                                                address, grpc::InsecureChannelCredentials(), args)),
-                                            api_key));
+  return std::unique_ptr<Client>(new Client(
+      v1::Router::NewStub(grpc::CreateCustomChannel(address, credentials, args)), api_key));
 }
 
 absl::StatusOr<v1::Summary> Client::GenerateStream(

@@ -19,6 +19,12 @@ struct GenerateResult {
   v1::Summary summary;
 };
 
+// PEM files for a TLS connection to the router: the CA that signed its certificate, and for
+// mTLS the client's certificate and key. An empty `ca` connects in plaintext.
+struct ClientTls {
+  std::string ca, cert, key;
+};
+
 // Thread-safe: one Client may serve many concurrent calls over its channel.
 class Client {
  public:
@@ -26,6 +32,10 @@ class Client {
   // with every Generate call as "authorization: Bearer <key>".
   static std::unique_ptr<Client> Connect(const std::string& address,
                                          const std::string& api_key = "");
+  // Over TLS (`tls.ca` set): INVALID_ARGUMENT when a file cannot be read.
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& address,
+                                                         const std::string& api_key,
+                                                         const ClientTls& tls);
 
   // Streams a generation: `on_chunk` runs for every chunk as the target commits tokens (on the
   // calling thread). Returns the final Summary, or the RPC's status (e.g. INVALID_ARGUMENT,

@@ -36,12 +36,15 @@ absl::StatusOr<ConnectionLimits> ConnectionLimitsFromEnv() {
 
 absl::StatusOr<StartedServer> StartServer(const std::string& address,
                                           const std::vector<grpc::Service*>& services,
-                                          const std::vector<std::string>& service_names) {
+                                          const std::vector<std::string>& service_names,
+                                          const TlsFiles& tls) {
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = MakeServerCredentials(tls);
+  if (!credentials.ok()) return credentials.status();
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   StartedServer out;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &out.port);
+  builder.AddListeningPort(address, *credentials, &out.port);
   builder.SetMaxReceiveMessageSize(64 << 20);
   builder.SetMaxSendMessageSize(64 << 20);
   absl::StatusOr<ConnectionLimits> limits = ConnectionLimitsFromEnv();

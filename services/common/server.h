@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "services/common/tls.h"
 
 namespace specdec::services {
 
@@ -37,12 +38,14 @@ absl::StatusOr<ConnectionLimits> ConnectionLimitsFromEnv();
 
 // Builds and starts a server on `address` ("host:port") with the given services, gRPC health
 // checking (SERVING for the server, "", and for each of `service_names`, the services' full
-// names such as "specdec.v1.Router") and reflection, under ConnectionLimitsFromEnv(). UNAVAILABLE
+// names such as "specdec.v1.Router") and reflection, under ConnectionLimitsFromEnv(), with TLS
+// from `tls` (MakeServerCredentials; INVALID_ARGUMENT for bad files). UNAVAILABLE
 // if the address cannot be bound. Connections are closed gracefully after their maximum age so
 // that clients re-resolve the server's DNS name.
 absl::StatusOr<StartedServer> StartServer(const std::string& address,
                                           const std::vector<grpc::Service*>& services,
-                                          const std::vector<std::string>& service_names);
+                                          const std::vector<std::string>& service_names,
+                                          const TlsFiles& tls = {});
 
 // Marks the server NOT_SERVING on the health service, waits up to `drain_ms` for in-flight calls,
 // then shuts down.

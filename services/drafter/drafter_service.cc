@@ -444,7 +444,7 @@ absl::StatusOr<std::unique_ptr<DrafterServer>> DrafterServer::Start(
     RETURN_IF_ERROR(impl->metrics_server.Listen(options.metrics_address));
   }
   ASSIGN_OR_RETURN(impl->server, StartServer(options.address, {impl->service.get()},
-                                             {v1::Drafter::service_full_name()}));
+                                             {v1::Drafter::service_full_name()}, options.tls));
   return std::unique_ptr<DrafterServer>(new DrafterServer(std::move(impl)));
 }
 

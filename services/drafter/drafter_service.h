@@ -9,12 +9,14 @@
 
 #include "absl/status/statusor.h"
 #include "services/common/metrics_server.h"
+#include "services/common/tls.h"
 
 namespace specdec::services {
 
 struct DrafterServerOptions {
   std::string address = "127.0.0.1:50052";         // gRPC; port 0 picks a free port
   std::string metrics_address = "127.0.0.1:9092";  // /metrics; empty = do not serve
+  TlsFiles tls;  // the gRPC port's TLS (services/common/tls.h); empty: plaintext
   // The DFlash drafter shares the target's embedding and LM head, so the drafter service loads
   // the target checkpoint too (its layers are only used for their embedding and head).
   std::string target_dir;

@@ -1,12 +1,14 @@
 // specdec-drafter: draft models (DFlash block drafter, small AR draft LM) over gRPC.
 #include <CLI/CLI.hpp>
 
+#include "services/common/tls_flags.h"
 #include "services/drafter/drafter_service.h"
 
 int main(int argc, char** argv) {
   specdec::services::DrafterServerOptions o;
   CLI::App app{"specdec-drafter: draft model service (DFlash blocks, chains, DySpec trees)"};
   app.add_option("--address", o.address, "gRPC listen address")->envname("SPECDEC_DRAFTER_ADDRESS");
+  specdec::services::AddServerTlsFlags(app, &o.tls, "SPECDEC_DRAFTER");
   app.add_option("--metrics-address", o.metrics_address, "/metrics listen address (empty: off)")
       ->envname("SPECDEC_DRAFTER_METRICS_ADDRESS");
   app.add_option("--target", o.target_dir, "target checkpoint (embedding and head for DFlash)")

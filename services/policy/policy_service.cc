@@ -194,7 +194,7 @@ absl::StatusOr<std::unique_ptr<PolicyServer>> PolicyServer::Start(
     RETURN_IF_ERROR(impl->metrics_server.Listen(options.metrics_address));
   }
   ASSIGN_OR_RETURN(impl->server, StartServer(options.address, {impl->service.get()},
-                                             {v1::Policy::service_full_name()}));
+                                             {v1::Policy::service_full_name()}, options.tls));
   return std::unique_ptr<PolicyServer>(new PolicyServer(std::move(impl)));
 }
 

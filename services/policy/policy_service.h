@@ -7,14 +7,16 @@
 
 #include "absl/status/statusor.h"
 #include "services/common/metrics_server.h"
+#include "services/common/tls.h"
 
 namespace specdec::services {
 
 struct PolicyServerOptions {
   std::string address = "127.0.0.1:50053";         // gRPC; port 0 picks a free port
   std::string metrics_address = "127.0.0.1:9093";  // /metrics; empty = do not serve
-  std::string policy_dir;                          // BlockPilot checkpoint (config + safetensors)
-  int drain_ms = 2000;                             // graceful shutdown budget
+  TlsFiles tls;            // the gRPC port's TLS (services/common/tls.h); empty: plaintext
+  std::string policy_dir;  // BlockPilot checkpoint (config + safetensors)
+  int drain_ms = 2000;     // graceful shutdown budget
 };
 
 // A running policy server: the gRPC service, its batching loop and its metrics.

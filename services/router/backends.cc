@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/util/status_macros.h"
 #include "services/common/log.h"
+#include "services/common/tls.h"
 
 namespace specdec::services {
 namespace {
@@ -20,6 +21,7 @@ absl::StatusOr<std::unique_ptr<ReplicaSet>> Backends::MakeSet(const RouterServer
                                                               const char* service) {
   ReplicaSet::Options o;
   o.service = service;
+  ASSIGN_OR_RETURN(o.credentials, MakeChannelCredentials(options.backend_tls));
   o.addresses = SplitAddresses(list);
   o.probe_interval = std::chrono::milliseconds(std::max(10, options.health_interval_ms));
   o.probe_timeout = std::min(o.probe_interval, std::chrono::milliseconds(500));

@@ -29,7 +29,8 @@ ReplicaSet::ReplicaSet(Options options) : options_(std::move(options)) {
     // streams are then spread over them too.
     grpc::ChannelArguments args;
     args.SetLoadBalancingPolicyName("round_robin");
-    r->channel = grpc::CreateCustomChannel(a, grpc::InsecureChannelCredentials(), args);
+    r->channel = grpc::CreateCustomChannel(
+        a, options_.credentials ? options_.credentials : grpc::InsecureChannelCredentials(), args);
     replicas_.push_back(std::move(r));
   }
   if (options_.on_change) {

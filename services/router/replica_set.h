@@ -34,6 +34,8 @@ class ReplicaSet {
     std::chrono::milliseconds probe_timeout{500};
     // Called on every health change of replica `index` (also once per replica at start).
     std::function<void(size_t index, bool healthy)> on_change;
+    // The channels' credentials (null: plaintext).
+    std::shared_ptr<grpc::ChannelCredentials> credentials;
   };
 
   // INVALID_ARGUMENT for an empty list or an empty/duplicate address.

@@ -433,7 +433,7 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
   }
   RETURN_IF_ERROR(impl->StartHttp());
   ASSIGN_OR_RETURN(impl->server, StartServer(options.address, {impl->service.get()},
-                                             {v1::Router::service_full_name()}));
+                                             {v1::Router::service_full_name()}, options.tls));
   return std::unique_ptr<RouterServer>(new RouterServer(std::move(impl)));
 }
 

@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "services/common/metrics_server.h"
+#include "services/common/tls.h"
 
 namespace specdec::services {
 
@@ -64,6 +65,11 @@ struct RouterServerOptions {
   // Text prompts longer than this are refused before tokenization. 0: the longest text that can
   // still fit the context (MaxPromptBytes).
   size_t max_prompt_bytes = 0;
+  // TLS (services/common/tls.h) of the client-facing gRPC port, and of the channels to the
+  // target, drafter and policy replicas (ca: the backends' CA; cert and key: the router's client
+  // certificate for backends that require one). Empty: plaintext.
+  TlsFiles tls;
+  TlsFiles backend_tls;
 };
 
 // A running router. Start/Shutdown from one thread; the service is thread-safe.

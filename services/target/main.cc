@@ -1,12 +1,14 @@
 // specdec-target: the target LLM behind KV-cache handles over gRPC.
 #include <CLI/CLI.hpp>
 
+#include "services/common/tls_flags.h"
 #include "services/target/target_service.h"
 
 int main(int argc, char** argv) {
   specdec::services::TargetServerOptions o;
   CLI::App app{"specdec-target: target model service (prefill, verify, KV-cache handles)"};
   app.add_option("--address", o.address, "gRPC listen address")->envname("SPECDEC_TARGET_ADDRESS");
+  specdec::services::AddServerTlsFlags(app, &o.tls, "SPECDEC_TARGET");
   app.add_option("--metrics-address", o.metrics_address, "/metrics listen address (empty: off)")
       ->envname("SPECDEC_TARGET_METRICS_ADDRESS");
   app.add_option("--model", o.model_dir, "target checkpoint directory (HF layout)")
@@ -34,8 +36,9 @@ int main(int argc, char** argv) {
   app.add_option("--batch-wait-max-us", o.batch_wait_max_us,
                  "longest wait for sessions expected back soon before a batched pass (0 = none)")
       ->envname("SPECDEC_BATCH_WAIT_MAX_US");
-  app.add_option("--batch-prefill-max-rows", o.batch_prefill_max_rows,
-                 "a prefill joins the batched pass while it stays within this many rows (0 = never)")
+  app.add_option(
+         "--batch-prefill-max-rows", o.batch_prefill_max_rows,
+         "a prefill joins the batched pass while it stays within this many rows (0 = never)")
       ->check(CLI::Range(0, 1 << 20))
       ->envname("SPECDEC_BATCH_PREFILL_MAX_ROWS");
   app.add_option("--drain-ms", o.drain_ms, "graceful shutdown budget")->envname("SPECDEC_DRAIN_MS");

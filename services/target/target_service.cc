@@ -615,7 +615,7 @@ absl::StatusOr<std::unique_ptr<TargetServer>> TargetServer::Start(
     RETURN_IF_ERROR(impl->metrics_server.Listen(options.metrics_address));
   }
   ASSIGN_OR_RETURN(impl->server, StartServer(options.address, {impl->service.get()},
-                                             {v1::Target::service_full_name()}));
+                                             {v1::Target::service_full_name()}, options.tls));
   return std::unique_ptr<TargetServer>(new TargetServer(std::move(impl)));
 }
 

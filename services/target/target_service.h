@@ -9,13 +9,15 @@
 
 #include "absl/status/statusor.h"
 #include "services/common/metrics_server.h"
+#include "services/common/tls.h"
 
 namespace specdec::services {
 
 struct TargetServerOptions {
   std::string address = "127.0.0.1:50051";         // gRPC; port 0 picks a free port
   std::string metrics_address = "127.0.0.1:9091";  // /metrics; empty = do not serve
-  std::string model_dir;                           // HF checkpoint of the target
+  TlsFiles tls;           // the gRPC port's TLS (services/common/tls.h); empty: plaintext
+  std::string model_dir;  // HF checkpoint of the target
   // Optional DFlash drafter checkpoint for this target, hosted in this process: requests that
   // prefill with hosted_draft draft their blocks here (TargetVerify.draft_block_size), so a
   // speculative step needs no round trip to a drafter service. Empty = none.

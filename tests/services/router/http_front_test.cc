@@ -175,7 +175,7 @@ TEST_F(HttpFrontTest, NoHealthyTargetIs503) {
 TEST_F(HttpFrontTest, WholeAndStreamedResponsesCarryGrpcsTokens) {
   for (const char* method : {"AR", "DFLASH", "DRAFT_CHAIN"}) {
     SCOPED_TRACE(method);
-    v1::Method m;
+    v1::Method m = v1::AR;
     ASSERT_TRUE(v1::Method_Parse(method, &m));
     const Result grpc = Generate(Request(TestPrompt(2), m, 12));
     ASSERT_TRUE(grpc.status.ok()) << grpc.status.error_message();

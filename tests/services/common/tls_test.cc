@@ -1,0 +1,104 @@
+// TLS and mTLS on a real gRPC server with certificates made by openssl in the test
+// (make_test_certs.sh): what connects and what is refused.
+#include "services/common/tls.h"
+
+#include <grpcpp/generic/generic_stub.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "services/common/server.h"
+
+namespace specdec::services {
+namespace {
+
+class TlsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(::testing::TempDir() + "/tls_test_certs");
+    const std::string cmd = "rm -rf '" + *dir_ + "' && mkdir -p '" + *dir_ + "' && bash '" +
+                            SPECDEC_SOURCE_DIR "/tests/services/common/make_test_certs.sh' '" +
+                            *dir_ + "'";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  }
+  static std::string F(const std::string& name) { return *dir_ + "/" + name; }
+  static TlsFiles Server(bool mutual) {
+    return {F("server.pem"), F("server.key"), mutual ? F("ca.pem") : ""};
+  }
+  static TlsFiles Client(const std::string& who) {
+    if (who.empty()) return {"", "", F("ca.pem")};
+    return {F(who + ".pem"), F(who + ".key"), F("ca.pem")};
+  }
+  // grpc.health.v1.Health/Check over a channel with `credentials`.
+  static grpc::Status Check(int port,
+                            const std::shared_ptr<grpc::ChannelCredentials>& credentials) {
+    auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(port), credentials);
+    grpc::GenericStub stub(channel);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
+    grpc::Slice empty(std::string(""));
+    grpc::ByteBuffer request(&empty, 1), response;
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    grpc::Status status;
+    stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
+                   [&](grpc::Status s) {
+                     std::lock_guard<std::mutex> lock(mu);
+                     status = s;
+                     done = true;
+                     cv.notify_all();
+                   });
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return done; });
+    return status;
+  }
+  static std::shared_ptr<grpc::ChannelCredentials> Creds(const TlsFiles& f) {
+    auto c = MakeChannelCredentials(f);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? *c : nullptr;
+  }
+  static std::string* dir_;
+};
+std::string* TlsTest::dir_ = nullptr;
+
+TEST_F(TlsTest, TlsServesVerifiedClientsAndRefusesPlaintext) {
+  auto server = StartServer("127.0.0.1:0", {}, {}, Server(/*mutual=*/false));
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_TRUE(Check(server->port, Creds(Client(""))).ok());
+  EXPECT_FALSE(Check(server->port, grpc::InsecureChannelCredentials()).ok());
+  // A client trusting another CA refuses the server.
+  EXPECT_FALSE(Check(server->port, Creds({"", "", F("other_ca.pem")})).ok());
+  server->server->Shutdown();
+}
+
+TEST_F(TlsTest, MutualTlsRefusesMissingForeignAndExpiredClientCertificates) {
+  auto server = StartServer("127.0.0.1:0", {}, {}, Server(/*mutual=*/true));
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_TRUE(Check(server->port, Creds(Client("client"))).ok());
+  EXPECT_FALSE(Check(server->port, Creds(Client(""))).ok()) << "no client certificate";
+  EXPECT_FALSE(
+      Check(server->port, Creds({F("other_client.pem"), F("other_client.key"), F("ca.pem")})).ok())
+      << "a client certificate of another CA";
+  EXPECT_FALSE(Check(server->port, Creds(Client("expired_client"))).ok())
+      << "an expired client certificate";
+  EXPECT_FALSE(Check(server->port, grpc::InsecureChannelCredentials()).ok());
+  server->server->Shutdown();
+}
+
+TEST_F(TlsTest, IncompleteOrMissingFilesAreNamed) {
+  auto half = MakeServerCredentials({F("server.pem"), "", ""});
+  EXPECT_EQ(half.status().code(), absl::StatusCode::kInvalidArgument);
+  auto missing = MakeServerCredentials({F("nope.pem"), F("server.key"), ""});
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(missing.status().message().find("nope.pem"), std::string::npos);
+  EXPECT_EQ(MakeServerCredentials({"", "", F("ca.pem")}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(MakeChannelCredentials({F("client.pem"), F("client.key"), ""}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(StartServer("127.0.0.1:0", {}, {}, {F("server.pem"), "", ""}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace specdec::services
