@@ -2,7 +2,7 @@
 """Streams one generation from a specdec router and prints tau.
 
     /usr/bin/python3 clients/python/example.py [--address 127.0.0.1:50050] [--method DRAFT_CHAIN]
-        [--max-new-tokens 64] [prompt]
+        [--max-new-tokens 64] [--tls-ca CA.pem [--tls-cert CERT.pem --tls-key KEY.pem]] [prompt]
 """
 
 import argparse
@@ -21,14 +21,19 @@ def main() -> int:
     ap.add_argument("--method", default="DRAFT_CHAIN")
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--tls-ca", help="PEM CA of the router's certificate: connect over TLS")
+    ap.add_argument("--tls-cert", help="PEM client certificate (mTLS), with --tls-key")
+    ap.add_argument("--tls-key", help="PEM key of --tls-cert")
     args = ap.parse_args()
     try:
         opts = GenerateOptions(method=args.method, max_new_tokens=args.max_new_tokens,
                                temperature=args.temperature)
+        client = Client(args.address, tls_ca=args.tls_ca, tls_cert=args.tls_cert,
+                        tls_key=args.tls_key)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    with Client(args.address) as client:
+    with client:
         try:
             stream = client.generate_stream(args.prompt, opts)
             print(args.prompt, end="", flush=True)

@@ -9,6 +9,7 @@ import datetime as _dt
 import json
 import os
 import platform
+import re
 import sys
 import time
 from typing import Dict, List, Optional, Sequence
@@ -45,6 +46,9 @@ transport:
   specdec.token_ids. With both, --router only answers GetInfo (method check, recorded info).
   --api-key KEY goes with either transport: 'authorization: Bearer KEY' metadata on every
   Generate call, or the Authorization header of every HTTP request.
+  --tls-ca CA.pem connects to --router over TLS (the router's certificate checked against that
+  CA); --tls-cert CERT.pem --tls-key KEY.pem add the client certificate of a router that
+  requires one (mTLS). They go with --router, whichever transport carries the requests.
 
 exit status: 0 ok; 1 a check failed (--check-handles, --max-rss-growth, --fail-on-error) or the
 run was interrupted; 2 bad usage, router not reachable, or a method it does not serve.
@@ -106,6 +110,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "Generate call (the SDK's Client(api_key=...)), with --http as a header. "
                         "Only this option sets it ($SPECDEC_API_KEY is not read); not written "
                         "to results.json")
+    g.add_argument("--tls-ca", metavar="PEM",
+                   help="connect to --router over TLS, checking its certificate against this "
+                        "CA certificate (PEM file); default: plaintext")
+    g.add_argument("--tls-cert", metavar="PEM",
+                   help="with --tls-ca and --tls-key: the client certificate (PEM file) "
+                        "presented to a router that requires one (mTLS)")
+    g.add_argument("--tls-key", metavar="PEM",
+                   help="the private key (PEM file) of --tls-cert; results.json records only "
+                        "the paths of the TLS files")
     g.add_argument("--methods", type=_methods, default=_methods(DEFAULT_METHODS),
                    metavar="M,M,...",
                    help=f"decoding methods to compare (default {DEFAULT_METHODS}); any of AR, "
@@ -224,6 +237,15 @@ def _check_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         p.error("--router or --http is required")
     if a.model and not a.http:
         p.error("--model goes with --http")
+    tls_given = [f for f, v in (("--tls-ca", a.tls_ca), ("--tls-cert", a.tls_cert),
+                                ("--tls-key", a.tls_key)) if v is not None]
+    if tls_given and not a.router:
+        p.error(f"{', '.join(tls_given)}: the TLS options go with --router (the gRPC connection)")
+    if (a.tls_cert is None) != (a.tls_key is None):
+        p.error("--tls-cert and --tls-key go together (a client certificate and its key)")
+    if a.tls_cert is not None and a.tls_ca is None:
+        p.error("--tls-cert and --tls-key need --tls-ca (the CA that signed the router's "
+                "certificate)")
     if a.repeat < 1:
         p.error("--repeat must be >= 1")
     if a.versus and a.versus not in a.methods:
@@ -262,17 +284,36 @@ def _now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def _connect(address: str, timeout: float, wait_s: float, api_key: str = ""):
+_TLS_OPTIONS = {"tls_ca": "--tls-ca", "tls_cert": "--tls-cert", "tls_key": "--tls-key"}
+
+
+def tls_options(a: argparse.Namespace) -> Dict[str, Optional[str]]:
+    """The SDK Client's TLS keyword arguments from --tls-ca/--tls-cert/--tls-key (paths or
+    None)."""
+    return {"tls_ca": a.tls_ca, "tls_cert": a.tls_cert, "tls_key": a.tls_key}
+
+
+def _connect(address: str, timeout: float, wait_s: float, api_key: str = "",
+             tls: Optional[Dict[str, Optional[str]]] = None):
     """A specdec.Client whose router answered GetInfo, and that Info. The client presents
     ``api_key`` on every Generate call ("" = none: the SDK's $SPECDEC_API_KEY fallback is off,
-    so that only --api-key decides)."""
+    so that only --api-key decides). ``tls``: the Client's tls_ca/tls_cert/tls_key (see
+    tls_options; None or all None: plaintext)."""
     if SDK_DIR not in sys.path:
         sys.path.insert(0, SDK_DIR)
     from specdec import Client, SpecdecError
     try:
-        client = Client(address, timeout=timeout, api_key=api_key)
+        client = Client(address, timeout=timeout, api_key=api_key, **(tls or {}))
     except ValueError as e:
-        raise RuntimeError(f"--api-key: {e}") from None
+        # The SDK names the offending argument first: say the TLS ones as this tool's options
+        # (in the text before a quoted path only, so that a path stays as given).
+        msg = str(e)
+        if msg.startswith(tuple(_TLS_OPTIONS)):
+            head, quote, tail = msg.partition("'")
+            for arg, flag in _TLS_OPTIONS.items():
+                head = re.sub(rf"\b{arg}\b", flag, head)
+            raise RuntimeError(head + quote + tail) from None
+        raise RuntimeError(f"--api-key: {msg}") from None
     deadline = time.monotonic() + wait_s
     while True:
         try:
@@ -378,12 +419,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             target = f"POST {client.url}/v1/completions (model {client.model})"
             if a.router:
                 # GetInfo only, which needs no key
-                grpc_client, info = _connect(a.router, a.timeout, a.wait_ready)
+                grpc_client, info = _connect(a.router, a.timeout, a.wait_ready,
+                                             tls=tls_options(a))
                 grpc_client.close()
         else:
-            client, info = _connect(a.router, a.timeout, a.wait_ready, a.api_key)
-            transport = {"kind": "grpc", "address": a.router}
-            target = a.router
+            client, info = _connect(a.router, a.timeout, a.wait_ready, a.api_key,
+                                    tls=tls_options(a))
+            transport = {"kind": "grpc", "address": a.router, "tls": a.tls_ca is not None,
+                         "client_cert": a.tls_cert is not None}
+            target = a.router + (" (mTLS)" if a.tls_cert else " (TLS)" if a.tls_ca else "")
     except RuntimeError as e:
         print(f"specdec_loadtest: {e}", file=sys.stderr)
         return 2
@@ -496,7 +540,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         doc = report.results_document(
             config=dict(vars(a), prompts_file=prompts.resolve(a.prompts),
                         prompt_count=len(prompt_list), api_key="***" if a.api_key else ""),
-            router={"address": a.router, "info": _info_dict(info) if info is not None else None},
+            router={"address": a.router, "tls": a.tls_ca is not None,
+                    "client_cert": a.tls_cert is not None,
+                    "info": _info_dict(info) if info is not None else None},
             transport=transport,
             cells=cells,
             host={"cpus": os.cpu_count(), "platform": platform.platform(),

@@ -53,8 +53,9 @@ def results_document(*, config: Dict[str, object], router: Dict[str, object],
                      plots: Sequence[str] = (), failures: Sequence[str] = (),
                      summary: Optional[List[Dict[str, object]]] = None) -> Dict[str, object]:
     """The whole results.json document (``summary``: summarize_rounds of repeated cells;
-    ``transport``: how the requests were sent, {"kind": "grpc", "address"} or {"kind": "http",
-    "url", "model", "models"}; documents without it are from gRPC runs)."""
+    ``transport``: how the requests were sent, {"kind": "grpc", "address", "tls",
+    "client_cert"} or {"kind": "http", "url", "model", "models"}; documents without it are from
+    gRPC runs)."""
     doc = {
         "schema": SCHEMA,
         "started_at": started_at,

@@ -4,7 +4,9 @@ Percentiles, the ITL / TPOT / throughput definitions, cell aggregation, seeded P
 and cancels, prompt loading, /metrics parsing and the kv-handle check (against a local HTTP
 server), results.json assembly and validation, the table, gnuplot script generation (and a real
 PNG when gnuplot is installed), RSS sampling, the closed/open-loop runner over a fake client
-(when the Python SDK imports), the gRPC transport's --api-key against a fake gRPC router, and
+(when the Python SDK imports), the gRPC transport's --api-key and --tls-ca/--tls-cert/--tls-key
+against fake gRPC routers (plaintext, TLS and mTLS with certificates of
+tests/services/common/make_test_certs.sh, which needs openssl), and
 the HTTP transport (--http: event-stream parsing, request bodies, error mapping, cancels, the
 runner and the command line) against a fake HTTP front.
 
@@ -15,7 +17,9 @@ import gzip
 import http.server
 import json
 import os
+import shutil
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -756,9 +760,11 @@ class _FakeRouterGrpc:
     """A gRPC router for the load tester's gRPC transport: GetInfo serves AR and DFLASH;
     Generate streams max_new_tokens one-token chunks and a summary, or, when `refuse` is (code,
     message, trailing metadata), refuses before any answer. Records the `authorization` metadata
-    of every call (None when absent)."""
+    of every call (None when absent). With `server_credentials` it serves TLS; `peers` records
+    per call (transport security type, client certificate common name), e.g. (b"ssl", b"client"),
+    or (b"insecure", None) over plaintext."""
 
-    def __init__(self, refuse=None):
+    def __init__(self, refuse=None, server_credentials=None):
         import grpc
         from concurrent import futures
         from specdec.v1 import common_pb2, router_pb2, router_pb2_grpc
@@ -766,9 +772,13 @@ class _FakeRouterGrpc:
         self.lock = threading.Lock()
         self.generate_auth = []
         self.info_auth = []
+        self.peers = []
         outer = self
 
-        def authorization(context):
+        def authorization(context):  # called with outer.lock held
+            auth = context.auth_context()
+            outer.peers.append((auth.get("transport_security_type", [None])[0],
+                                auth.get("x509_common_name", [None])[0]))
             values = [v for k, v in context.invocation_metadata() if k == "authorization"]
             return values[0] if len(values) == 1 else (values or None)
 
@@ -800,12 +810,44 @@ class _FakeRouterGrpc:
 
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
         router_pb2_grpc.add_RouterServicer_to_server(Servicer(), self.server)
-        self.port = self.server.add_insecure_port("127.0.0.1:0")
+        if server_credentials is None:
+            self.port = self.server.add_insecure_port("127.0.0.1:0")
+        else:
+            self.port = self.server.add_secure_port("127.0.0.1:0", server_credentials)
         self.address = f"127.0.0.1:{self.port}"
         self.server.start()
 
     def stop(self):
         self.server.stop(None)
+
+
+def _run_cli_grpc(srv, extra, env_key="from-the-environment", stdout=None):
+    """cli.main against `srv` (2 methods x 2 requests, one at a time: exactly 4 Generate
+    calls) with $SPECDEC_API_KEY = env_key: (exit status, stderr, results.json). `stdout`: a
+    list that gets the printed lines."""
+    import contextlib
+    import io
+    from unittest import mock
+    from specdec_loadtest import cli
+    with tempfile.TemporaryDirectory() as d:
+        pfile = os.path.join(d, "p.txt")
+        with open(pfile, "w", encoding="utf-8") as f:
+            f.write("first prompt\nsecond prompt\n")
+        out, err = io.StringIO(), io.StringIO()
+        with mock.patch.dict(os.environ, {"SPECDEC_API_KEY": env_key}), \
+                contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = cli.main(["--router", srv.address, "--methods", "AR,DFLASH",
+                           "--concurrency", "1", "--requests", "2", "--duration", "0",
+                           "--warmup", "0", "--cooldown", "0", "--max-new-tokens", "3",
+                           "--ignore-eos", "--prompts", pfile, "--no-plots", "--quiet",
+                           "--wait-ready", "0", "--out", d] + extra)
+        doc = None
+        if os.path.exists(os.path.join(d, "results.json")):
+            with open(os.path.join(d, "results.json"), encoding="utf-8") as f:
+                doc = json.load(f)
+    if stdout is not None:
+        stdout.extend(out.getvalue().splitlines())
+    return rc, err.getvalue(), doc
 
 
 @unittest.skipUnless(_sdk_available(), "the specdec Python SDK (grpc) does not import")
@@ -818,29 +860,7 @@ class GrpcApiKeyTest(unittest.TestCase):
         return srv
 
     def run_cli(self, srv, extra, env_key="from-the-environment"):
-        """cli.main against `srv` (2 methods x 2 requests, one at a time: exactly 4 Generate
-        calls) with $SPECDEC_API_KEY = env_key: (exit status, stderr, results.json)."""
-        import contextlib
-        import io
-        from unittest import mock
-        from specdec_loadtest import cli
-        with tempfile.TemporaryDirectory() as d:
-            pfile = os.path.join(d, "p.txt")
-            with open(pfile, "w", encoding="utf-8") as f:
-                f.write("first prompt\nsecond prompt\n")
-            out, err = io.StringIO(), io.StringIO()
-            with mock.patch.dict(os.environ, {"SPECDEC_API_KEY": env_key}), \
-                    contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-                rc = cli.main(["--router", srv.address, "--methods", "AR,DFLASH",
-                               "--concurrency", "1", "--requests", "2", "--duration", "0",
-                               "--warmup", "0", "--cooldown", "0", "--max-new-tokens", "3",
-                               "--ignore-eos", "--prompts", pfile, "--no-plots", "--quiet",
-                               "--wait-ready", "0", "--out", d] + extra)
-            doc = None
-            if os.path.exists(os.path.join(d, "results.json")):
-                with open(os.path.join(d, "results.json"), encoding="utf-8") as f:
-                    doc = json.load(f)
-        return rc, err.getvalue(), doc
+        return _run_cli_grpc(srv, extra, env_key)
 
     def test_api_key_reaches_every_generate_call(self):
         srv = self.router()
@@ -848,7 +868,9 @@ class GrpcApiKeyTest(unittest.TestCase):
         self.assertEqual(rc, 0, err)
         self.assertEqual(srv.generate_auth, ["Bearer lt-secret-1"] * 4)
         self.assertEqual(srv.info_auth, [None])  # GetInfo needs no key
-        self.assertEqual(doc["transport"], {"kind": "grpc", "address": srv.address})
+        self.assertEqual(doc["transport"], {"kind": "grpc", "address": srv.address,
+                                            "tls": False, "client_cert": False})
+        self.assertEqual(srv.peers, [(b"insecure", None)] * 5)  # plaintext without --tls-*
         self.assertEqual(doc["config"]["api_key"], "***")
         self.assertNotIn("lt-secret-1", json.dumps(doc))
         self.assertEqual([(c["method"], c["completed"], c["unexpected_errors"])
@@ -907,6 +929,224 @@ class GrpcApiKeyTest(unittest.TestCase):
         self.assertEqual(rc, 1, err)
         self.assertEqual(doc["cells"][0]["errors"]["UNAUTHENTICATED"]["sample"],
                          "the API key is not valid")
+
+
+def _make_test_certs(directory):
+    """The TLS test certificates (tests/services/common/make_test_certs.sh) made in `directory`:
+    {file name: path}. RuntimeError, saying so, when openssl is missing or the script fails."""
+    if shutil.which("openssl") is None:
+        raise RuntimeError("the TLS tests need openssl to make their certificates "
+                           "(apt-get install openssl)")
+    script = os.path.join(_REPO, "tests", "services", "common", "make_test_certs.sh")
+    run = subprocess.run(["bash", script, directory], capture_output=True, text=True)
+    if run.returncode != 0:
+        raise RuntimeError(f"{script} {directory} failed (exit {run.returncode}): "
+                           f"{run.stderr.strip()}")
+    return {name: os.path.join(directory, name) for name in os.listdir(directory)}
+
+
+@unittest.skipUnless(_sdk_available(), "the specdec Python SDK (grpc) does not import")
+class GrpcTlsTest(unittest.TestCase):
+    """--tls-ca/--tls-cert/--tls-key: they reach the SDK's client, the requests go over TLS (or
+    mTLS) to a fake router served with grpc.ssl_server_credentials, and results.json records
+    only booleans and paths."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="specdec-loadtest-tls.")
+        try:
+            cls.certs = _make_test_certs(cls.tmp)
+        except BaseException:
+            shutil.rmtree(cls.tmp, ignore_errors=True)
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def router(self, require_client_auth=False):
+        import grpc
+
+        def read(name):
+            with open(self.certs[name], "rb") as f:
+                return f.read()
+        creds = grpc.ssl_server_credentials(
+            [(read("server.key"), read("server.pem"))],
+            root_certificates=read("ca.pem") if require_client_auth else None,
+            require_client_auth=require_client_auth)
+        srv = _FakeRouterGrpc(server_credentials=creds)
+        self.addCleanup(srv.stop)
+        return srv
+
+    def mtls_args(self, name="client", ca="ca.pem"):
+        return ["--tls-ca", self.certs[ca], "--tls-cert", self.certs[f"{name}.pem"],
+                "--tls-key", self.certs[f"{name}.key"]]
+
+    def test_mtls_options_reach_the_client_and_every_call(self):
+        srv = self.router(require_client_auth=True)
+        lines = []
+        rc, err, doc = _run_cli_grpc(srv, self.mtls_args() + ["--api-key", "lt-tls"],
+                                     stdout=lines)
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(lines[0], f"transport: grpc {srv.address} (mTLS)")
+        # GetInfo, then 2 methods x 2 requests, all over TLS with the client certificate
+        self.assertEqual(srv.peers, [(b"ssl", b"client")] * 5)
+        self.assertEqual(srv.generate_auth, ["Bearer lt-tls"] * 4)
+        self.assertEqual(report.validate(doc), [])
+        self.assertEqual(doc["transport"], {"kind": "grpc", "address": srv.address,
+                                            "tls": True, "client_cert": True})
+        self.assertEqual((doc["router"]["address"], doc["router"]["tls"],
+                          doc["router"]["client_cert"]), (srv.address, True, True))
+        self.assertEqual((doc["config"]["tls_ca"], doc["config"]["tls_cert"],
+                          doc["config"]["tls_key"]),
+                         (self.certs["ca.pem"], self.certs["client.pem"],
+                          self.certs["client.key"]))
+        text = json.dumps(doc)
+        for name in ("client.key", "client.pem", "ca.pem"):  # paths only, never contents
+            with open(self.certs[name], encoding="ascii") as f:
+                body = [ln for ln in f.read().splitlines() if ln and not ln.startswith("-----")]
+            self.assertTrue(body)
+            for line in body:
+                self.assertNotIn(line, text)
+        self.assertNotIn("BEGIN", text)
+        self.assertEqual([(c["method"], c["completed"], c["unexpected_errors"])
+                          for c in doc["cells"]], [("AR", 2, 0), ("DFLASH", 2, 0)])
+
+    def test_tls_ca_alone(self):
+        srv = self.router()
+        lines = []
+        rc, err, doc = _run_cli_grpc(srv, ["--tls-ca", self.certs["ca.pem"]], stdout=lines)
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(lines[0], f"transport: grpc {srv.address} (TLS)")
+        self.assertEqual(srv.peers, [(b"ssl", None)] * 5)
+        self.assertEqual(doc["transport"], {"kind": "grpc", "address": srv.address,
+                                            "tls": True, "client_cert": False})
+        self.assertEqual((doc["config"]["tls_ca"], doc["config"]["tls_cert"],
+                          doc["config"]["tls_key"]), (self.certs["ca.pem"], None, None))
+
+    def test_connect_hands_the_tls_options_to_the_client(self):
+        from unittest import mock
+        import specdec
+        from specdec_loadtest import cli
+        p = build_parser()
+        a = p.parse_args(["--router", "h:1"] + self.mtls_args())
+        cli._check_args(p, a)
+        tls = cli.tls_options(a)
+        self.assertEqual(tls, {"tls_ca": self.certs["ca.pem"], "tls_cert": self.certs["client.pem"],
+                               "tls_key": self.certs["client.key"]})
+        fake = mock.MagicMock()
+        fake.info.return_value = "info"
+        with mock.patch.object(specdec, "Client", return_value=fake) as client_cls:
+            self.assertEqual(cli._connect("h:1", 7.0, 0.0, "k", tls=tls), (fake, "info"))
+        client_cls.assert_called_once_with(
+            "h:1", timeout=7.0, api_key="k", tls_ca=self.certs["ca.pem"],
+            tls_cert=self.certs["client.pem"], tls_key=self.certs["client.key"])
+        # and the real client is a TLS client with a client certificate
+        srv = self.router(require_client_auth=True)
+        client, info = cli._connect(srv.address, 10.0, 0.0, tls=tls)
+        try:
+            self.assertTrue(client.uses_tls)
+            self.assertTrue(client.has_client_cert)
+            self.assertEqual(info.methods, ("AR", "DFLASH"))
+        finally:
+            client.close()
+        self.assertEqual(srv.peers, [(b"ssl", b"client")])
+
+    def test_refused_handshakes_end_the_run_with_status_2(self):
+        cases = [
+            (False, []),                                        # plaintext against TLS
+            (False, ["--tls-ca", self.certs["other_ca.pem"]]),  # the wrong CA
+            (True, ["--tls-ca", self.certs["ca.pem"]]),         # mTLS without a certificate
+            (True, self.mtls_args("other_client")),             # a certificate of another CA
+        ]
+        for require, extra in cases:
+            with self.subTest(require_client_auth=require, args=[os.path.basename(x)
+                                                                 for x in extra]):
+                srv = self.router(require_client_auth=require)
+                rc, err, doc = _run_cli_grpc(srv, extra)
+                self.assertEqual(rc, 2, err)
+                self.assertIsNone(doc)
+                self.assertTrue(err.startswith(f"specdec_loadtest: router {srv.address} did not "
+                                               "answer GetInfo: UNAVAILABLE: "), err)
+                self.assertEqual(srv.info_auth + srv.generate_auth, [])
+
+    def test_bad_tls_options(self):
+        import contextlib
+        import io
+        from specdec_loadtest import cli
+        ca, cert, key = self.certs["ca.pem"], self.certs["client.pem"], self.certs["client.key"]
+        usage = [
+            (["--router", "h:1", "--tls-ca", ca, "--tls-cert", cert],
+             "--tls-cert and --tls-key go together (a client certificate and its key)"),
+            (["--router", "h:1", "--tls-ca", ca, "--tls-key", key],
+             "--tls-cert and --tls-key go together (a client certificate and its key)"),
+            (["--router", "h:1", "--tls-cert", cert, "--tls-key", key],
+             "--tls-cert and --tls-key need --tls-ca (the CA that signed the router's "
+             "certificate)"),
+            (["--http", "http://h:8000", "--tls-ca", ca],
+             "--tls-ca: the TLS options go with --router (the gRPC connection)"),
+        ]
+        for argv, message in usage:
+            with self.subTest(argv=argv):
+                p = build_parser()
+                err = io.StringIO()
+                with contextlib.redirect_stderr(err), self.assertRaises(SystemExit) as cm:
+                    cli._check_args(p, p.parse_args(argv))
+                self.assertEqual(cm.exception.code, 2)
+                self.assertEqual(err.getvalue().splitlines()[-1],
+                                 f"specdec_loadtest: error: {message}")
+        # --http with --router: the GetInfo connection takes them
+        p = build_parser()
+        a = p.parse_args(["--http", "http://h:8000", "--router", "h:1", "--tls-ca", ca])
+        cli._check_args(p, a)
+        self.assertEqual(cli.tls_options(a), {"tls_ca": ca, "tls_cert": None, "tls_key": None})
+        missing = os.path.join(self.tmp, "missing.pem")
+        with self.assertRaises(RuntimeError) as cm:
+            cli._connect("127.0.0.1:1", 5.0, 0.0, tls={"tls_ca": missing})
+        self.assertEqual(str(cm.exception),
+                         f"--tls-ca: cannot read {missing!r}: No such file or directory")
+        with self.assertRaises(RuntimeError) as cm:
+            cli._connect("127.0.0.1:1", 5.0, 0.0,
+                         tls={"tls_ca": ca, "tls_cert": cert, "tls_key": self.tmp})
+        self.assertEqual(str(cm.exception), f"--tls-key: cannot read {self.tmp!r}: Is a directory")
+        with self.assertRaises(RuntimeError) as cm:  # the SDK's own checks, in option names
+            cli._connect("127.0.0.1:1", 5.0, 0.0, tls={"tls_ca": None, "tls_cert": cert,
+                                                       "tls_key": key})
+        self.assertEqual(str(cm.exception), "--tls-cert and --tls-key need --tls-ca (the CA "
+                                            "that signed the router's certificate)")
+        srv = self.router()
+        rc, err, doc = _run_cli_grpc(srv, ["--tls-ca", ca, "--tls-cert", missing, "--tls-key", key])
+        self.assertEqual(rc, 2)
+        self.assertEqual(err, f"specdec_loadtest: --tls-cert: cannot read {missing!r}: "
+                              "No such file or directory\n")
+        self.assertIsNone(doc)
+
+    def test_http_requests_with_getinfo_over_mtls(self):
+        import contextlib
+        import io
+        from specdec_loadtest import cli
+        grpc_srv = self.router(require_client_auth=True)
+        http_srv = _FakeRouterHttp(gap=0.001)
+        self.addCleanup(http_srv.stop)
+        with tempfile.TemporaryDirectory() as d:
+            pfile = os.path.join(d, "p.txt")
+            with open(pfile, "w", encoding="utf-8") as f:
+                f.write("a prompt\n")
+            out, err = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                rc = cli.main(["--http", http_srv.url, "--router", grpc_srv.address,
+                               "--methods", "AR", "--concurrency", "1", "--requests", "2",
+                               "--duration", "0", "--warmup", "0", "--cooldown", "0",
+                               "--max-new-tokens", "2", "--prompts", pfile, "--no-plots",
+                               "--quiet", "--wait-ready", "0", "--out", d] + self.mtls_args())
+            self.assertEqual(rc, 0, err.getvalue())
+            with open(os.path.join(d, "results.json"), encoding="utf-8") as f:
+                doc = json.load(f)
+        self.assertEqual(grpc_srv.peers, [(b"ssl", b"client")])  # GetInfo only
+        self.assertEqual(grpc_srv.generate_auth, [])
+        self.assertEqual(doc["transport"]["kind"], "http")
+        self.assertEqual((doc["router"]["tls"], doc["router"]["client_cert"]), (True, True))
+        self.assertEqual(doc["cells"][0]["completed"], 2)
 
 
 class _FakeRouterHttp(http.server.ThreadingHTTPServer):
@@ -1352,7 +1592,8 @@ class HttpTransportTest(unittest.TestCase):
         self.assertEqual(report.validate(doc), [])
         self.assertEqual(doc["transport"], {"kind": "http", "url": srv.url, "model": "target",
                                             "models": ["target"]})
-        self.assertEqual(doc["router"], {"address": None, "info": None})
+        self.assertEqual(doc["router"], {"address": None, "tls": False, "client_cert": False,
+                                         "info": None})
         self.assertEqual(doc["config"]["api_key"], "***")
         self.assertEqual([(c["method"], c["completed"], c["completion_tokens"]["min"])
                           for c in doc["cells"]], [("AR", 4, 4), ("DFLASH", 4, 4)])

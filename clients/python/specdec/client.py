@@ -22,6 +22,10 @@ raise ``ValueError``.
 A router started with ``--api-keys`` requires a key on every Generate call:
 ``Client(address, api_key="...")``, or the environment variable ``SPECDEC_API_KEY`` when no
 ``api_key`` is given. It is sent as ``authorization: Bearer <key>`` call metadata.
+
+A router serving TLS (``--tls-cert``/``--tls-key``) is reached with
+``Client(address, tls_ca="ca.pem")``; one that also requires client certificates
+(``--tls-client-ca``, mTLS) with ``tls_cert="client.pem", tls_key="client.key"`` as well.
 """
 
 from __future__ import annotations
@@ -123,6 +127,46 @@ def _authorization(api_key: Optional[str]) -> Optional[Tuple[Tuple[str, str], ..
     if not all("!" <= ch <= "~" for ch in api_key):
         raise ValueError(f"{source} must be printable ASCII without spaces or control characters")
     return (("authorization", f"Bearer {api_key}"),)
+
+
+def _read_pem(option: str, path) -> bytes:
+    """The bytes of the PEM file ``path`` given as ``option``. ``ValueError`` naming the option
+    and the path (never the file's contents) when it is not a path, cannot be read, or holds no
+    PEM block."""
+    if isinstance(path, bytes) or not isinstance(path, (str, os.PathLike)):
+        raise ValueError(f"{option} must be a path (str or os.PathLike), "
+                         f"got {type(path).__name__}")
+    path = os.fspath(path)
+    if not path:
+        raise ValueError(f"{option} must be a non-empty path")
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise ValueError(f"{option}: cannot read {path!r}: "
+                         f"{e.strerror or type(e).__name__}") from None
+    if b"-----BEGIN " not in data:
+        raise ValueError(f"{option}: {path!r} is not a PEM file (no '-----BEGIN' line)")
+    return data
+
+
+def _tls_credentials(tls_ca, tls_cert, tls_key) -> Optional[grpc.ChannelCredentials]:
+    """The channel credentials of the TLS options (None: none given, plaintext).
+    ``tls_ca`` alone: TLS, the router's certificate checked against that CA; with ``tls_cert``
+    and ``tls_key`` the client also presents that certificate (mTLS)."""
+    if tls_ca is None and tls_cert is None and tls_key is None:
+        return None
+    if (tls_cert is None) != (tls_key is None):
+        given, missing = ("tls_cert", "tls_key") if tls_key is None else ("tls_key", "tls_cert")
+        raise ValueError(f"{given} needs {missing}: a client certificate goes with its private key")
+    if tls_ca is None:
+        raise ValueError("tls_cert and tls_key need tls_ca (the CA that signed the router's "
+                         "certificate)")
+    root = _read_pem("tls_ca", tls_ca)
+    chain = _read_pem("tls_cert", tls_cert) if tls_cert is not None else None
+    key = _read_pem("tls_key", tls_key) if tls_key is not None else None
+    return grpc.ssl_channel_credentials(root_certificates=root, private_key=key,
+                                        certificate_chain=chain)
 
 
 def _check_int(name: str, value, lo: int, hi: int, zero_ok: bool = False) -> None:
@@ -450,20 +494,54 @@ class Client:
     default) takes it from the environment variable ``SPECDEC_API_KEY`` when that is set and not
     empty; ``""`` sends no key whatever the environment says. A key must be printable ASCII
     without spaces (``ValueError`` otherwise, naming ``api_key`` or ``SPECDEC_API_KEY``).
+
+    TLS: ``tls_ca`` is the path of the PEM CA certificate that signed the router's certificate;
+    given, the channel is a TLS channel (``grpc.secure_channel``) that checks the router's
+    certificate against it and ``address``'s host name or IP. ``tls_cert`` and ``tls_key``
+    (PEM paths, both or neither, only with ``tls_ca``) are the client certificate and its key
+    presented to a router that requires one (mTLS). None of them (the default): plaintext. The
+    files are read here; a missing option, an unreadable or non-PEM file raises ``ValueError``
+    naming the option and the path, never the contents. A handshake that fails (wrong CA, no or
+    a refused client certificate) surfaces on the first call as ``SpecdecError`` UNAVAILABLE.
     """
 
     def __init__(self, address: str, timeout: Optional[float] = 120.0, *,
-                 api_key: Optional[str] = None, channel: Optional[grpc.Channel] = None):
+                 api_key: Optional[str] = None, channel: Optional[grpc.Channel] = None,
+                 tls_ca: Optional[Union[str, os.PathLike]] = None,
+                 tls_cert: Optional[Union[str, os.PathLike]] = None,
+                 tls_key: Optional[Union[str, os.PathLike]] = None):
         self.address = address
         self.timeout = timeout
         self._metadata = _authorization(api_key)
-        self._channel = channel or grpc.insecure_channel(address, options=[
+        credentials = _tls_credentials(tls_ca, tls_cert, tls_key)
+        if channel is not None and credentials is not None:
+            raise ValueError("tls_ca, tls_cert and tls_key go with an address, not with channel "
+                             "(give the channel its own credentials)")
+        self._tls = credentials is not None
+        self._mtls = tls_cert is not None
+        options = [
             ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
             ("grpc.enable_retries", 1),
             ("grpc.service_config", _SERVICE_CONFIG),
-        ])
+        ]
+        if channel is not None:
+            self._channel = channel
+        elif credentials is not None:
+            self._channel = grpc.secure_channel(address, credentials, options=options)
+        else:
+            self._channel = grpc.insecure_channel(address, options=options)
         self._stub = router_pb2_grpc.RouterStub(self._channel)
+
+    @property
+    def uses_tls(self) -> bool:
+        """Whether the channel was made with TLS (``tls_ca`` given)."""
+        return self._tls
+
+    @property
+    def has_client_cert(self) -> bool:
+        """Whether the channel presents a client certificate (``tls_cert``/``tls_key``: mTLS)."""
+        return self._mtls
 
     @property
     def has_api_key(self) -> bool:

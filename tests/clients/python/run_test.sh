@@ -2,7 +2,9 @@
 # Integration test of the Python SDK (clients/python): starts a local cluster (target + AR draft
 # LM + router) on a free port base, runs test_sdk.py against it, then restarts the cluster with
 # the router requiring API keys (SPECDEC_API_KEYS = a keys file that test_sdk.py writes) and runs
-# test_sdk.py's KeyedRouterTest against that; always stops the cluster.
+# test_sdk.py's KeyedRouterTest against that, then once more with the router serving mTLS
+# (certificates of tests/services/common/make_test_certs.sh, which needs openssl) and runs
+# TlsRouterTest against that; always stops the cluster.
 #
 #   tests/clients/python/run_test.sh
 #
@@ -16,8 +18,13 @@ set -uo pipefail
 repo="$(cd "$(dirname "$0")/../../.." && pwd)"
 cd "$repo"
 export BUILD_DIR="${BUILD_DIR:-$repo/build}"
-# The first cluster's router must require no key, whatever the caller's environment says.
-unset SPECDEC_API_KEYS SPECDEC_KEYED_ROUTER
+# The first cluster's router must require no key and serve plaintext, whatever the caller's
+# environment says (and the services talk plaintext to each other throughout).
+unset SPECDEC_API_KEYS SPECDEC_KEYED_ROUTER SPECDEC_TLS_CERTS
+for service in ROUTER TARGET DRAFTER POLICY; do
+  unset "SPECDEC_${service}_TLS_CERT" "SPECDEC_${service}_TLS_KEY" "SPECDEC_${service}_TLS_CLIENT_CA"
+done
+unset SPECDEC_BACKEND_TLS_CA SPECDEC_BACKEND_TLS_CERT SPECDEC_BACKEND_TLS_KEY
 export TARGET_MODEL="${TARGET_MODEL:-$BUILD_DIR/models/stories260K}"
 export DRAFT_LM="${DRAFT_LM:-$TARGET_MODEL}"
 
@@ -100,4 +107,22 @@ if ! SPECDEC_API_KEYS="$keys" bash deploy/local/cluster.sh start; then
   exit 1
 fi
 SPECDEC_ADDRESS="127.0.0.1:$SPECDEC_PORT_BASE" SPECDEC_KEYED_ROUTER=1 PYTHONDONTWRITEBYTECODE=1 \
-  "$PYTHON" tests/clients/python/test_sdk.py KeyedRouterTest
+  "$PYTHON" tests/clients/python/test_sdk.py KeyedRouterTest || exit 1
+
+# mTLS: the cluster again, its router's client port serving TLS with the test certificates and
+# requiring a client certificate signed by their CA (the router reads --tls-cert, --tls-key and
+# --tls-client-ca from SPECDEC_ROUTER_TLS_*). The right client certificate gets tokens; none, one
+# of another CA, an expired one, the wrong CA or plaintext are refused.
+command -v openssl >/dev/null || { echo "run_test: openssl is needed for the mTLS part" >&2; exit 1; }
+certs="$SPECDEC_RUN_DIR/certs"
+mkdir -p "$certs"
+bash tests/services/common/make_test_certs.sh "$certs" ||
+  { echo "run_test: make_test_certs.sh failed" >&2; exit 1; }
+bash deploy/local/cluster.sh stop >/dev/null
+if ! SPECDEC_ROUTER_TLS_CERT="$certs/server.pem" SPECDEC_ROUTER_TLS_KEY="$certs/server.key" \
+     SPECDEC_ROUTER_TLS_CLIENT_CA="$certs/ca.pem" bash deploy/local/cluster.sh start; then
+  echo "run_test: the cluster with an mTLS router did not start" >&2
+  exit 1
+fi
+SPECDEC_ADDRESS="127.0.0.1:$SPECDEC_PORT_BASE" SPECDEC_TLS_CERTS="$certs" PYTHONDONTWRITEBYTECODE=1 \
+  "$PYTHON" tests/clients/python/test_sdk.py TlsRouterTest

@@ -4,19 +4,25 @@ Run through run_test.sh (which starts and stops a local cluster), or by hand aga
     SPECDEC_ADDRESS=127.0.0.1:50050 /usr/bin/python3 -m unittest -v tests/clients/python/test_sdk.py
 The cluster must serve AR and DRAFT_CHAIN (a target plus an AR draft LM).
 
-RetryTest and ApiKeyTest run against in-process fake routers (no cluster needed):
-    /usr/bin/python3 tests/clients/python/test_sdk.py RetryTest ApiKeyTest
+RetryTest, ApiKeyTest and TlsTest run against in-process fake routers (no cluster needed;
+TlsTest makes its certificates with tests/services/common/make_test_certs.sh, which needs openssl):
+    /usr/bin/python3 tests/clients/python/test_sdk.py RetryTest ApiKeyTest TlsTest
 KeyedRouterTest needs a router started with the keys file this script writes
 (`test_sdk.py --write-api-keys FILE`, then `specdec-router --api-keys FILE` or
 SPECDEC_API_KEYS=FILE); run_test.sh restarts its cluster that way and runs it with
-SPECDEC_KEYED_ROUTER=1 (it is skipped otherwise).
+SPECDEC_KEYED_ROUTER=1 (it is skipped otherwise). TlsRouterTest needs a router serving mTLS with
+the certificates of make_test_certs.sh in the directory SPECDEC_TLS_CERTS (server.pem/.key,
+--tls-client-ca ca.pem); run_test.sh restarts its cluster that way (it is skipped otherwise).
 """
 
 import dataclasses
 import hashlib
 import json
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 import unittest
 from unittest import mock
@@ -239,17 +245,23 @@ class RetryTest(unittest.TestCase):
 class _KeyCheckingRouter:
     """A fake router that records each call's `authorization` metadata (None when absent) and
     answers Generate with one token and a summary, or, when `refuse` is (code, message,
-    trailing metadata), refuses it before any answer."""
+    trailing metadata), refuses it before any answer. With `server_credentials` it serves TLS
+    and records, per call, the transport security type and the client certificate's common
+    name (`peers`: (b"ssl", b"client") or (b"ssl", None) without a client certificate)."""
 
-    def __init__(self, refuse=None):
+    def __init__(self, refuse=None, server_credentials=None):
         from concurrent import futures
         from specdec.v1 import router_pb2, router_pb2_grpc
 
         self.generate_auth = []
         self.info_auth = []
+        self.peers = []
         outer = self
 
         def authorization(context):
+            auth = context.auth_context()
+            outer.peers.append((auth.get("transport_security_type", [None])[0],
+                                auth.get("x509_common_name", [None])[0]))
             values = [v for k, v in context.invocation_metadata() if k == "authorization"]
             return values[0] if len(values) == 1 else (values or None)
 
@@ -273,7 +285,10 @@ class _KeyCheckingRouter:
 
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
         router_pb2_grpc.add_RouterServicer_to_server(Servicer(), self.server)
-        self.port = self.server.add_insecure_port("127.0.0.1:0")
+        if server_credentials is None:
+            self.port = self.server.add_insecure_port("127.0.0.1:0")
+        else:
+            self.port = self.server.add_secure_port("127.0.0.1:0", server_credentials)
         self.address = f"127.0.0.1:{self.port}"
         self.server.start()
 
@@ -405,6 +420,188 @@ class ApiKeyTest(unittest.TestCase):
         self.assertIsNone(SpecdecError(grpc.StatusCode.INTERNAL, "x").retry_after_s)
 
 
+def make_test_certs(directory):
+    """Makes the TLS test certificates (tests/services/common/make_test_certs.sh) in `directory`.
+    Raises RuntimeError, saying so, when openssl is missing or the script fails."""
+    if shutil.which("openssl") is None:
+        raise RuntimeError("the TLS tests need openssl to make their certificates "
+                           "(apt-get install openssl)")
+    script = os.path.join(_REPO, "tests", "services", "common", "make_test_certs.sh")
+    run = subprocess.run(["bash", script, directory], capture_output=True, text=True)
+    if run.returncode != 0:
+        raise RuntimeError(f"{script} {directory} failed (exit {run.returncode}): "
+                           f"{run.stderr.strip()}")
+    return {name: os.path.join(directory, name) for name in os.listdir(directory)}
+
+
+def _read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _tls_server_credentials(certs, require_client_auth):
+    """server.pem/server.key; with `require_client_auth`, clients must present a certificate
+    signed by ca.pem."""
+    return grpc.ssl_server_credentials(
+        [(_read(certs["server.key"]), _read(certs["server.pem"]))],
+        root_certificates=_read(certs["ca.pem"]) if require_client_auth else None,
+        require_client_auth=require_client_auth)
+
+
+class TlsTest(unittest.TestCase):
+    """tls_ca / tls_cert / tls_key against _KeyCheckingRouter serving TLS with the certificates
+    of make_test_certs.sh (a fresh set per run, in a temporary directory)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="specdec-sdk-tls.")
+        try:
+            cls.certs = make_test_certs(cls.tmp)
+        except BaseException:
+            shutil.rmtree(cls.tmp, ignore_errors=True)
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def setUp(self):
+        self.router = None
+
+    def tearDown(self):
+        if self.router is not None:
+            self.router.stop()
+
+    def serve(self, require_client_auth=False):
+        if self.router is not None:
+            self.router.stop()
+        self.router = _KeyCheckingRouter(
+            server_credentials=_tls_server_credentials(self.certs, require_client_auth))
+        return self.router
+
+    def pem(self, name):
+        return self.certs[name]
+
+    def client(self, **kw):
+        kw.setdefault("api_key", "")
+        return Client(self.router.address, timeout=10.0, **kw)
+
+    def assert_served(self, c):
+        """generate(), a streamed generation and info() through `c` all succeed."""
+        opts = GenerateOptions(max_new_tokens=1)
+        self.assertEqual(c.generate([1, 2], opts).tokens, [7])
+        self.assertEqual([t for ch in c.generate_stream("hi", opts) for t in ch.token_ids], [7])
+        self.assertEqual(c.info().default_max_new_tokens, 8)
+
+    def assert_refused(self, c, reason=None):
+        """info() and generate() through `c` fail UNAVAILABLE (the handshake failed) and the
+        router never saw a call; `reason` must then be in the error's message."""
+        with self.assertRaises(SpecdecError) as cm:
+            c.info()
+        self.assertEqual(cm.exception.code, grpc.StatusCode.UNAVAILABLE)
+        if reason is not None:
+            self.assertIn(reason, cm.exception.message)
+        with self.assertRaises(SpecdecError) as cm:
+            c.generate([1], GenerateOptions(max_new_tokens=1))
+        self.assertEqual(cm.exception.code, grpc.StatusCode.UNAVAILABLE)
+        self.assertEqual((self.router.info_auth, self.router.generate_auth), ([], []))
+
+    def test_tls_with_the_right_ca(self):
+        self.serve()
+        with self.client(tls_ca=self.pem("ca.pem"), api_key="k-tls") as c:
+            self.assertTrue(c.uses_tls)
+            self.assertFalse(c.has_client_cert)
+            self.assert_served(c)
+        self.assertEqual(self.router.generate_auth, ["Bearer k-tls"] * 2)  # keys go over TLS too
+        self.assertEqual(self.router.info_auth, [None])
+        self.assertEqual(self.router.peers, [(b"ssl", None)] * 3)
+
+    def test_tls_ca_may_be_a_path_object(self):
+        import pathlib
+        self.serve()
+        with self.client(tls_ca=pathlib.Path(self.pem("ca.pem"))) as c:
+            self.assertEqual(c.info().default_max_new_tokens, 8)
+
+    def test_tls_fails_against_another_ca(self):
+        self.serve()
+        with self.client(tls_ca=self.pem("other_ca.pem")) as c:
+            self.assertTrue(c.uses_tls)
+            self.assert_refused(c, "certificate verify failed")
+
+    def test_plaintext_and_tls_do_not_mix(self):
+        self.serve()
+        with self.client() as c:  # plaintext client, TLS router
+            self.assertFalse(c.uses_tls)
+            self.assert_refused(c)
+        self.router.stop()
+        self.router = _KeyCheckingRouter()  # TLS client, plaintext router
+        with self.client(tls_ca=self.pem("ca.pem")) as c:
+            self.assert_refused(c)
+
+    def test_mtls_with_the_client_certificate(self):
+        self.serve(require_client_auth=True)
+        with self.client(tls_ca=self.pem("ca.pem"), tls_cert=self.pem("client.pem"),
+                         tls_key=self.pem("client.key")) as c:
+            self.assertTrue(c.uses_tls)
+            self.assertTrue(c.has_client_cert)
+            self.assert_served(c)
+        self.assertEqual(self.router.peers, [(b"ssl", b"client")] * 3)
+
+    def test_mtls_fails_without_a_client_certificate(self):
+        self.serve(require_client_auth=True)
+        with self.client(tls_ca=self.pem("ca.pem")) as c:
+            self.assert_refused(c)
+
+    def test_mtls_fails_with_a_certificate_the_router_does_not_trust(self):
+        for name in ("other_client", "expired_client"):
+            with self.subTest(cert=name):
+                self.serve(require_client_auth=True)
+                with self.client(tls_ca=self.pem("ca.pem"), tls_cert=self.pem(f"{name}.pem"),
+                                 tls_key=self.pem(f"{name}.key")) as c:
+                    self.assert_refused(c)
+
+    def test_bad_tls_options_raise_value_error(self):
+        ca, cert, key = self.pem("ca.pem"), self.pem("client.pem"), self.pem("client.key")
+        missing = os.path.join(self.tmp, "missing.pem")
+        not_pem = os.path.join(self.tmp, "not_pem.key")
+        with open(not_pem, "w", encoding="ascii") as f:
+            f.write("private-key-material-0xSECRET\n")
+        cases = [
+            (dict(tls_ca=ca, tls_cert=cert),
+             "tls_cert needs tls_key: a client certificate goes with its private key"),
+            (dict(tls_ca=ca, tls_key=key),
+             "tls_key needs tls_cert: a client certificate goes with its private key"),
+            (dict(tls_cert=cert),
+             "tls_cert needs tls_key: a client certificate goes with its private key"),
+            (dict(tls_cert=cert, tls_key=key),
+             "tls_cert and tls_key need tls_ca (the CA that signed the router's certificate)"),
+            (dict(tls_ca=missing),
+             f"tls_ca: cannot read {missing!r}: No such file or directory"),
+            (dict(tls_ca=ca, tls_cert=missing, tls_key=key),
+             f"tls_cert: cannot read {missing!r}: No such file or directory"),
+            (dict(tls_ca=ca, tls_cert=cert, tls_key=self.tmp),
+             f"tls_key: cannot read {self.tmp!r}: Is a directory"),
+            (dict(tls_ca=ca, tls_cert=cert, tls_key=not_pem),
+             f"tls_key: {not_pem!r} is not a PEM file (no '-----BEGIN' line)"),
+            (dict(tls_ca=""), "tls_ca must be a non-empty path"),
+            (dict(tls_ca=_read(ca)), "tls_ca must be a path (str or os.PathLike), got bytes"),
+        ]
+        for kw, message in cases:
+            with self.subTest(**{k: os.path.basename(str(v)) for k, v in kw.items()}):
+                with self.assertRaises(ValueError) as cm:
+                    Client("127.0.0.1:1", api_key="", **kw)
+                self.assertEqual(str(cm.exception), message)
+        channel = grpc.insecure_channel("127.0.0.1:1")
+        try:
+            with self.assertRaises(ValueError) as cm:
+                Client("127.0.0.1:1", api_key="", channel=channel, tls_ca=ca)
+            self.assertEqual(str(cm.exception), "tls_ca, tls_cert and tls_key go with an address, "
+                                                "not with channel (give the channel its own "
+                                                "credentials)")
+        finally:
+            channel.close()
+
+
 @unittest.skipUnless(os.environ.get("SPECDEC_KEYED_ROUTER") == "1",
                      "needs a router started with the keys file of write_api_keys "
                      "(run_test.sh; SPECDEC_KEYED_ROUTER=1)")
@@ -517,6 +714,72 @@ class KeyedRouterTest(unittest.TestCase):
         self.assertEqual(refusal.retry_after_s, 1.0)
         self.assertEqual(refusal.message, "API key sdk-single has its 1 concurrent requests "
                                           "running; retry later")
+
+
+@unittest.skipUnless(os.environ.get("SPECDEC_TLS_CERTS"),
+                     "needs a router serving mTLS with the certificates of make_test_certs.sh in "
+                     "SPECDEC_TLS_CERTS (run_test.sh)")
+class TlsRouterTest(unittest.TestCase):
+    """A real router started with --tls-cert server.pem --tls-key server.key --tls-client-ca
+    ca.pem, the files of make_test_certs.sh in the directory SPECDEC_TLS_CERTS."""
+
+    @classmethod
+    def setUpClass(cls):
+        d = os.environ["SPECDEC_TLS_CERTS"]
+        cls.certs = {n: os.path.join(d, n) for n in os.listdir(d)}
+        cls.client = cls.mtls("client")
+        deadline = time.monotonic() + 60
+        while True:  # GetInfo is UNAVAILABLE until the target is up
+            try:
+                cls.info = cls.client.info(timeout=5)
+                break
+            except SpecdecError as e:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"router at {ADDRESS} never answered over mTLS: {e}")
+                time.sleep(0.5)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+
+    @classmethod
+    def mtls(cls, name, ca="ca.pem"):
+        return _client(tls_ca=cls.certs[ca], tls_cert=cls.certs[f"{name}.pem"],
+                       tls_key=cls.certs[f"{name}.key"])
+
+    def test_generate_over_mtls(self):
+        self.assertIn("AR", self.info.methods)
+        opts = GenerateOptions(method="AR", max_new_tokens=N, ignore_eos=True)
+        r = self.client.generate(PROMPT, opts)
+        self.assertEqual(len(r.tokens), N)
+        self.assertEqual(r.summary.completion_tokens, N)
+        streamed = [t for ch in self.client.generate_stream(PROMPT, opts) for t in ch.token_ids]
+        self.assertEqual(streamed, r.tokens)
+
+    def assert_refused(self, c):
+        with c:
+            with self.assertRaises(SpecdecError) as cm:
+                c.info(timeout=10)
+            self.assertEqual(cm.exception.code, grpc.StatusCode.UNAVAILABLE)
+            with self.assertRaises(SpecdecError) as cm:
+                c.generate(PROMPT, GenerateOptions(max_new_tokens=2), timeout=10)
+            self.assertEqual(cm.exception.code, grpc.StatusCode.UNAVAILABLE)
+
+    def test_without_a_client_certificate_is_refused(self):
+        self.assert_refused(_client(tls_ca=self.certs["ca.pem"]))
+
+    def test_a_client_certificate_of_another_ca_is_refused(self):
+        self.assert_refused(self.mtls("other_client"))
+
+    def test_an_expired_client_certificate_is_refused(self):
+        self.assert_refused(self.mtls("expired_client"))
+
+    def test_the_wrong_ca_is_refused(self):
+        self.assert_refused(self.mtls("client", ca="other_ca.pem"))
+
+    def test_plaintext_is_refused(self):
+        self.assert_refused(_client())
+
 
 def main(argv):
     if len(argv) == 3 and argv[1] == "--write-api-keys":
