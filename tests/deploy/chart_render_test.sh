@@ -2,10 +2,12 @@
 # Renders the helm/specdec chart with the template engine Helm uses (Go text/template + sprig,
 # through tests/deploy/helm_render, built offline against Debian's Go packages) and checks the
 # manifests (tests/deploy/check_chart.py): the default values, the GPU overlay
-# (values-gpu.yaml), every optional feature on (chart_values/features.yaml) and a minimal
-# target + router release (chart_values/minimal.yaml). Also checks that bad values fail the
-# render with a clear message (required model path, unknown volume type, drafter without a
-# draft model).
+# (values-gpu.yaml), every optional feature on (chart_values/features.yaml), a minimal
+# target + router release (chart_values/minimal.yaml), and TLS with a cert-manager Certificate
+# (chart_values/tls.yaml) or a Secret of yours (chart_values/tls-secret.yaml). Also checks that
+# bad values fail the render with a clear message (required model path, unknown volume type,
+# drafter without a draft model, API keys without a data key, TLS without a certificate source or
+# without a cert-manager issuer).
 #
 #   tests/deploy/chart_render_test.sh
 #
@@ -42,6 +44,8 @@ run default
 run gpu -f "$chart/values-gpu.yaml"
 run features -f "$values/features.yaml"
 run minimal -f "$values/minimal.yaml"
+run tls -f "$values/tls.yaml"
+run tls-secret -f "$values/tls-secret.yaml"
 "$PYTHON" tests/deploy/check_chart.py "$work"
 
 # Bad values must fail the render and say why.
@@ -64,4 +68,12 @@ expect_error "router.apiKeys.key is required with router.apiKeys.existingSecret"
   'router: {apiKeys: {existingSecret: keys, key: ""}}'
 expect_error "router.apiKeys.key must be a data key of the Secret, not a path" \
   'router: {apiKeys: {existingSecret: keys, key: a/keys.json}}'
+expect_error "tls.enabled needs tls.secretName (a kubernetes.io/tls Secret with tls.crt, tls.key and ca.crt) or tls.certManager.enabled" \
+  'tls: {enabled: true}'
+expect_error "tls.enabled needs tls.secretName" \
+  'tls: {enabled: true, secretName: "", certManager: {enabled: false, issuerRef: {name: ca}}}'
+expect_error "tls.certManager.issuerRef.name is required with tls.certManager.enabled" \
+  'tls: {enabled: true, certManager: {enabled: true}}'
+expect_error "tls.certManager.issuerRef.name is required with tls.certManager.enabled" \
+  'tls: {enabled: true, secretName: mine, certManager: {enabled: true, issuerRef: {name: ""}}}'
 echo "chart_render_test: PASS"

@@ -20,9 +20,21 @@ unless router.headlessBackends is off), the target's batch size and the router's
 come from the values; the API keys Secret (router.apiKeys, features only): a read-only secret
 volume of that key, mounted as a directory in the router container only, readable by the pod's
 fsGroup, and SPECDEC_API_KEYS naming the file in it (no secret volume, mount or
-SPECDEC_API_KEYS anywhere in the other scenarios); volumes, security contexts, GPU resources/tolerations/node selectors (GPU overlay
-only), HPAs (autoscaling/v2 Pods metrics that the services export as gauges), the ServiceMonitor
-and NOTES.txt. It also lints values.yaml: every key has a comment and is read by a template.
+SPECDEC_API_KEYS anywhere in the other scenarios); TLS (tls.enabled, the tls and tls-secret
+scenarios only): every container mounts the TLS Secret read-only as a directory at
+/etc/specdec/tls with the files it reads (readable by the pod's fsGroup, or 0444 without one),
+its ConfigMap points SPECDEC_<SERVICE>_TLS_CERT/KEY at them, _TLS_CLIENT_CA at ca.crt exactly
+where mTLS is asked for (backends with tls.mutual, the router with tls.routerMutual), the router's
+SPECDEC_BACKEND_TLS_CA at ca.crt and, with tls.mutual, SPECDEC_BACKEND_TLS_CERT/KEY at the same
+certificate; the probes that are gRPC probes without TLS are tcpSocket probes on the port named
+grpc (the router's readiness stays GET /health); with cert-manager, one cert-manager.io/v1
+Certificate into that Secret, from the configured issuer, for server and client auth, whose DNS
+names hold every Service name of the release (headless ones too) in all four in-cluster forms,
+the host of every address the router dials, and the extra names; in the other scenarios no TLS
+volume, mount, variable or Certificate. Volumes, security contexts, GPU resources/tolerations/node
+selectors (GPU overlay only), HPAs (autoscaling/v2 Pods metrics that the services export as
+gauges), the ServiceMonitor and NOTES.txt (with TLS: the Secret, how to get ca.crt, --tls-ca).
+It also lints values.yaml: every key has a comment and is read by a template.
 """
 import glob
 import os
@@ -36,7 +48,7 @@ import deploy_inventory as inv
 CHART = os.path.join(inv.REPO, "helm/specdec")
 API = {"Deployment": "apps/v1", "Service": "v1", "ConfigMap": "v1", "PersistentVolumeClaim": "v1",
        "PodDisruptionBudget": "policy/v1", "HorizontalPodAutoscaler": "autoscaling/v2",
-       "ServiceMonitor": "monitoring.coreos.com/v1"}
+       "ServiceMonitor": "monitoring.coreos.com/v1", "Certificate": "cert-manager.io/v1"}
 SELECTOR_KEYS = {"app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component"}
 
 # scenario: (release fullname, components, volume type, GPU, HPAs, ServiceMonitor, PDBs)
@@ -45,6 +57,8 @@ SCENARIOS = {
     "gpu": ("demo-specdec", ["target", "drafter", "policy", "router"], "pvc", True, False, False, True),
     "features": ("demo-specdec", ["target", "drafter", "policy", "router"], "emptyDir", False, True, True, True),
     "minimal": ("sd", ["target", "router"], "hostPath", False, False, False, False),
+    "tls": ("demo-specdec", ["target", "drafter", "policy", "router"], "pvc", False, False, False, True),
+    "tls-secret": ("demo-specdec", ["target", "policy", "router"], "pvc", False, False, False, True),
 }
 # scenario: (router.headlessBackends, clusterDomain, target.maxBatch, router.healthIntervalMs,
 #            router.httpPort, router.service.httpPort)
@@ -53,6 +67,8 @@ OPTIONS = {
     "gpu": (True, "cluster.local", "32", "1000", 8000, 8000),
     "features": (True, "example.internal", "8", "250", 8080, 80),
     "minimal": (False, "cluster.local", "32", "1000", 8000, 8000),
+    "tls": (True, "cluster.local", "32", "1000", 8000, 8000),
+    "tls-secret": (False, "cluster.local", "32", "1000", 8000, 8000),
 }
 # scenario: (router.apiKeys.existingSecret, router.apiKeys.key), or None without API keys
 API_KEYS = {
@@ -60,8 +76,21 @@ API_KEYS = {
     "gpu": None,
     "features": ("specdec-api-keys", "tokens.json"),
     "minimal": None,
+    "tls": None,
+    "tls-secret": None,
 }
 API_KEYS_DIR = "/etc/specdec/api-keys"
+# scenario: (Secret, tls.mutual, tls.routerMutual, (issuer kind, issuer name) with cert-manager
+# or None, tls.certManager.extraDnsNames), or None without TLS
+TLS = {
+    "default": None,
+    "gpu": None,
+    "features": None,
+    "minimal": None,
+    "tls": ("demo-specdec-tls", True, False, ("ClusterIssuer", "specdec-ca"), ["localhost", "specdec.example.com"]),
+    "tls-secret": ("specdec-tls", False, True, None, []),
+}
+TLS_DIR = "/etc/specdec/tls"
 NAMESPACE = "inference"  # chart_render_test.sh renders with -namespace inference
 
 errors = []
@@ -74,11 +103,21 @@ def check(cond, msg):
 
 
 def main_cc_options(component):
-    """(env var names, long flag names) that services/<component>/main.cc accepts."""
+    """(env var names, long flag names) that services/<component>/main.cc accepts, including the
+    server TLS flags that AddServerTlsFlags (services/common/tls_flags.h) adds with its prefix."""
     with open(os.path.join(inv.REPO, f"services/{component}/main.cc")) as f:
         text = f.read()
     envs = set(re.findall(r'envname\("([A-Z0-9_]+)"\)', text))
     flags = set(re.findall(r'add_(?:option|flag)\("(--[a-z0-9-]+)', text))
+    prefixes = re.findall(r'AddServerTlsFlags\(\s*app\s*,[^;]*?"([A-Z0-9_]+)"\s*\)', text)
+    if prefixes:
+        with open(os.path.join(inv.REPO, "services/common/tls_flags.h")) as f:
+            helper = f.read()
+        suffixes = re.findall(r'envname\(env_prefix \+ "([A-Z0-9_]+)"\)', helper)
+        check(suffixes, "tls_flags.h: no envname(env_prefix + \"...\") found")
+        for p in prefixes:
+            envs |= {p + sfx for sfx in suffixes}
+        flags |= set(re.findall(r'add_(?:option|flag)\("(--[a-z0-9-]+)', helper))
     return envs, flags
 
 
@@ -115,6 +154,9 @@ def check_render(scenario, docs, notes):
         expect["Service"] += 1
     if voltype == "pvc":
         expect["PersistentVolumeClaim"] = 1
+    tls = TLS[scenario]
+    if tls and tls[3]:
+        expect["Certificate"] = 1
     check(kinds == expect, f"{scenario}: kinds {kinds}, expected {expect}")
 
     exported = inv.defined_metrics()
@@ -176,6 +218,12 @@ def check_render(scenario, docs, notes):
                     check(handlers == {"httpGet"}, f"{where(dep)}: {probe} handlers {handlers}")
                     check(pr.get("httpGet") == {"path": "/health", "port": "http"} and "http" in ports,
                           f"{where(dep)}: {probe} httpGet {pr.get('httpGet')}")
+                    continue
+                if tls:
+                    # The kubelet's gRPC probe cannot do TLS: a TCP connect to the gRPC port.
+                    check(handlers == {"tcpSocket"}, f"{where(dep)}: {probe} handlers {handlers} with TLS")
+                    check(pr.get("tcpSocket") == {"port": "grpc"} and "grpc" in ports,
+                          f"{where(dep)}: {probe} tcpSocket {pr.get('tcpSocket')}")
                     continue
                 check(handlers == {"grpc"}, f"{where(dep)}: {probe} handlers {handlers}")
                 check(pr.get("grpc", {}).get("port") == ports.get("grpc") and isinstance(pr["grpc"]["port"], int),
@@ -272,7 +320,7 @@ def check_render(scenario, docs, notes):
         # API keys: the router alone mounts the Secret, as a directory (a subPath mount would
         # never see an updated Secret), and reads the file through SPECDEC_API_KEYS.
         api_keys = API_KEYS[scenario] if c == "router" else None
-        secret_vols = [v for v in ps.get("volumes", []) if "secret" in v]
+        secret_vols = [v for v in ps.get("volumes", []) if "secret" in v and v["name"] != "tls"]
         keys_env = data.get("SPECDEC_API_KEYS")
         env_names = [e["name"] for e in ct.get("env", [])]
         check("SPECDEC_API_KEYS" not in env_names, f"{where(dep)}: SPECDEC_API_KEYS in env (the ConfigMap sets it)")
@@ -301,6 +349,48 @@ def check_render(scenario, docs, notes):
                                                        for m in ct.get("volumeMounts", [])),
                   f"{where(dep)}: api-keys mount {mounts.get('api-keys')}")
             check(keys_env is None, f"{where(cm)}: SPECDEC_API_KEYS={keys_env}")
+
+        # TLS: the Secret as a read-only directory (renewals reach the pod), the files this
+        # service reads, and the ConfigMap's variables naming them.
+        tls_keys = {k: v for k, v in data.items() if "_TLS_" in k}
+        tv = vols.get("tls", {})
+        tm = mounts.get("tls", {})
+        if tls:
+            secret, mutual, router_mutual, _, _ = tls
+            is_router = c == "router"
+            files = ["tls.crt", "tls.key"] + (["ca.crt"] if is_router or mutual else [])
+            sv = tv.get("secret", {})
+            check(set(tv) == {"name", "secret"} and sv.get("secretName") == secret
+                  and sv.get("items") == [{"key": f, "path": f} for f in files] and not sv.get("optional"),
+                  f"{where(dep)}: tls volume {tv}, expected Secret {secret} with {files}")
+            mode = sv.get("defaultMode")
+            check(isinstance(mode, int) and mode & 0o222 == 0 and mode & 0o440 == 0o440
+                  and (mode & 0o004 or isinstance(sc.get("fsGroup"), int)),
+                  f"{where(dep)}: tls defaultMode {mode!r} (fsGroup {sc.get('fsGroup')}): "
+                  f"read-only, and readable by uid {sc.get('runAsUser')}")
+            check(tm.get("mountPath") == TLS_DIR and tm.get("readOnly") is True and "subPath" not in tm,
+                  f"{where(dep)}: tls mount {tm}")
+            prefix = f"SPECDEC_{c.upper()}"
+            want = {f"{prefix}_TLS_CERT": f"{TLS_DIR}/tls.crt", f"{prefix}_TLS_KEY": f"{TLS_DIR}/tls.key"}
+            if (router_mutual if is_router else mutual):
+                want[f"{prefix}_TLS_CLIENT_CA"] = f"{TLS_DIR}/ca.crt"
+            if is_router:
+                want["SPECDEC_BACKEND_TLS_CA"] = f"{TLS_DIR}/ca.crt"
+                if mutual:
+                    want["SPECDEC_BACKEND_TLS_CERT"] = f"{TLS_DIR}/tls.crt"
+                    want["SPECDEC_BACKEND_TLS_KEY"] = f"{TLS_DIR}/tls.key"
+            check(tls_keys == want, f"{where(cm)}: TLS variables {tls_keys}, expected {want}")
+            for k, v in tls_keys.items():
+                check(v.startswith(tm.get("mountPath", "?") + "/")
+                      and v.rsplit("/", 1)[1] in [i["path"] for i in sv.get("items", [])],
+                      f"{where(cm)}: {k}={v} is not a file of the tls mount")
+        else:
+            check(not tv and "tls" not in mounts and not any(m["mountPath"].startswith(TLS_DIR)
+                                                            for m in ct.get("volumeMounts", [])),
+                  f"{where(dep)}: tls volume {tv} or mount {tm} without TLS")
+            check(not tls_keys, f"{where(cm)}: TLS variables {tls_keys} without TLS")
+        check(not any("_TLS_" in e["name"] for e in ct.get("env", [])),
+              f"{where(dep)}: TLS variables in env (the ConfigMap sets them)")
 
         # GPU scheduling only where asked for.
         res = ct.get("resources", {})
@@ -352,6 +442,38 @@ def check_render(scenario, docs, notes):
         check(addr == want, f"{scenario}: router {key}={addr}, expected {want}")
     check(rcm.get("SPECDEC_TOKENIZER") == "/models/specdec-pycode/target", f"{scenario}: router tokenizer")
 
+    # cert-manager Certificate: into the mounted Secret, usable as server and client certificate,
+    # naming every Service (all in-cluster forms) and whatever the router dials.
+    certs = [d for d in docs if d.get("kind") == "Certificate"]
+    if tls and tls[3]:
+        secret, _, _, (issuer_kind, issuer_name), extra = tls
+        if check(len(certs) == 1, f"{scenario}: {len(certs)} Certificates"):
+            cs = certs[0]["spec"]
+            check(cs.get("secretName") == secret, f"{where(certs[0])}: secretName {cs.get('secretName')}, expected {secret}")
+            check(cs.get("issuerRef") == {"name": issuer_name, "kind": issuer_kind, "group": "cert-manager.io"},
+                  f"{where(certs[0])}: issuerRef {cs.get('issuerRef')}")
+            usages = cs.get("usages", [])
+            check({"server auth", "client auth"} <= set(usages), f"{where(certs[0])}: usages {usages}")
+            names = cs.get("dnsNames", [])
+            check(len(names) == len(set(names)), f"{where(certs[0])}: duplicate dnsNames {names}")
+            domain = OPTIONS[scenario][1].rstrip(".")
+            for (kind, sname), d in by.items():
+                if kind != "Service" or not any(p["name"] == "grpc" for p in d["spec"]["ports"]):
+                    continue
+                for form in (sname, f"{sname}.{NAMESPACE}", f"{sname}.{NAMESPACE}.svc",
+                             f"{sname}.{NAMESPACE}.svc.{domain}"):
+                    check(form in names, f"{where(certs[0])}: dnsNames lack {form}")
+            for key, addr in rcm.items():
+                if key.endswith("_ENDPOINT"):
+                    for a in addr.split(","):
+                        host = a.split("///", 1)[-1].rsplit(":", 1)[0]
+                        check(host in names, f"{where(certs[0])}: the router dials {a} ({key}), "
+                                             f"but dnsNames lack {host}")
+            for n in extra:
+                check(n in names, f"{where(certs[0])}: dnsNames lack the extra name {n}")
+    else:
+        check(not certs, f"{scenario}: Certificate rendered without tls.certManager")
+
     for d in docs:
         if d.get("kind") == "HorizontalPodAutoscaler":
             s = d["spec"]
@@ -387,6 +509,16 @@ def check_render(scenario, docs, notes):
         secret, key = API_KEYS[scenario]
         check(f"{API_KEYS_DIR}/{key}" in notes and f"Secret {secret}" in notes,
               f"{scenario}: NOTES.txt does not name the API keys Secret {secret} and file")
+    if tls:
+        secret, _, router_mutual, _, _ = tls
+        check("TLS is on" in notes and f"get secret {secret} " in notes and "ca\\.crt" in notes
+              and "--router localhost:50050 --tls-ca ca.crt " in notes and "tcpSocket" in notes,
+              f"{scenario}: NOTES.txt does not explain TLS (Secret {secret}, ca.crt, --tls-ca, probes)")
+        check(("--tls-cert client.crt --tls-key client.key" in notes) == router_mutual,
+              f"{scenario}: NOTES.txt client certificate shown = {not router_mutual}")
+    else:
+        check("TLS" not in notes and "--tls-ca" not in notes and "--router 127.0.0.1:50050 " in notes,
+              f"{scenario}: NOTES.txt mentions TLS without tls.enabled")
     check("<no value>" not in notes and "<no value>" not in text, f"{scenario}: <no value> in the output")
 
 

@@ -140,3 +140,109 @@ changes, applies it without a restart.
 {{- printf "%s/%s" (include "specdec.apiKeysDir" .) $key }}
 {{- end }}
 {{- end }}
+
+{{/*
+TLS (tls.enabled). Every pod mounts the Secret as a directory here (no subPath: the kubelet then
+swaps in renewed files, tls.crt and tls.key together, and gRPC's file watcher picks them up).
+*/}}
+{{- define "specdec.tlsDir" -}}
+/etc/specdec/tls
+{{- end }}
+
+{{/* Name of the cert-manager Certificate (tls.certManager.enabled). */}}
+{{- define "specdec.tlsCertificateName" -}}
+{{- printf "%s-tls" (include "specdec.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Name of the TLS Secret; fails when tls.enabled has neither a Secret nor cert-manager. */}}
+{{- define "specdec.tlsSecretName" -}}
+{{- $tls := .Values.tls }}
+{{- if $tls.secretName }}
+{{- $tls.secretName }}
+{{- else if $tls.certManager.enabled }}
+{{- include "specdec.tlsCertificateName" . }}
+{{- else }}
+{{- fail "tls.enabled needs tls.secretName (a kubernetes.io/tls Secret with tls.crt, tls.key and ca.crt) or tls.certManager.enabled" }}
+{{- end }}
+{{- end }}
+
+{{/*
+The Secret's files a component reads, space-separated: every gRPC port serves tls.crt/tls.key;
+the router also checks the backends against ca.crt; ca.crt is the client CA of the backends with
+tls.mutual, and of the router with tls.routerMutual.
+*/}}
+{{- define "specdec.tlsFiles" -}}
+{{- $tls := .root.Values.tls }}
+{{- if or (eq .component "router") $tls.mutual }}
+{{- "tls.crt tls.key ca.crt" }}
+{{- else }}
+{{- "tls.crt tls.key" }}
+{{- end }}
+{{- end }}
+
+{{/*
+A component's TLS environment variables (ConfigMap data lines), with tls.enabled. Servers:
+SPECDEC_<COMPONENT>_TLS_CERT/KEY, and _TLS_CLIENT_CA for mTLS. The router's channels to the
+backends: SPECDEC_BACKEND_TLS_CA, and with tls.mutual its client certificate, the same tls.crt
+(so that certificate must allow client auth as well as server auth).
+*/}}
+{{- define "specdec.tlsEnv" -}}
+{{- $tls := .root.Values.tls }}
+{{- $dir := include "specdec.tlsDir" .root }}
+{{- $prefix := printf "SPECDEC_%s" (upper .component) }}
+{{- $isRouter := eq .component "router" }}
+{{ $prefix }}_TLS_CERT: {{ printf "%s/tls.crt" $dir | quote }}
+{{ $prefix }}_TLS_KEY: {{ printf "%s/tls.key" $dir | quote }}
+{{- if ternary $tls.routerMutual $tls.mutual $isRouter }}
+{{ $prefix }}_TLS_CLIENT_CA: {{ printf "%s/ca.crt" $dir | quote }}
+{{- end }}
+{{- if $isRouter }}
+SPECDEC_BACKEND_TLS_CA: {{ printf "%s/ca.crt" $dir | quote }}
+{{- if $tls.mutual }}
+SPECDEC_BACKEND_TLS_CERT: {{ printf "%s/tls.crt" $dir | quote }}
+SPECDEC_BACKEND_TLS_KEY: {{ printf "%s/tls.key" $dir | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+DNS names the certificate must hold: every Service of the release (the router dials the policy,
+and the target and drafter without router.headlessBackends, by their short names; the target
+and drafter with it by their headless Services' full names), each as <name>, <name>.<namespace>,
+<name>.<namespace>.svc and <name>.<namespace>.svc.<clusterDomain>; then
+tls.certManager.extraDnsNames.
+*/}}
+{{- define "specdec.tlsDnsNames" -}}
+{{- $root := . }}
+{{- $ns := .Release.Namespace }}
+{{- $domain := trimSuffix "." .Values.clusterDomain }}
+{{- $names := list }}
+{{- range $component := splitList " " (include "specdec.components" $root) }}
+{{- $ctx := dict "root" $root "component" $component }}
+{{- $svcs := list (include "specdec.componentName" $ctx) }}
+{{- if has $component (list "target" "drafter") }}
+{{- $svcs = append $svcs (include "specdec.headlessName" $ctx) }}
+{{- end }}
+{{- range $svc := $svcs }}
+{{- $names = concat $names (list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.%s" $svc $ns $domain)) }}
+{{- end }}
+{{- end }}
+{{- $names = concat $names (.Values.tls.certManager.extraDnsNames | default (list)) }}
+{{- toYaml (uniq $names) }}
+{{- end }}
+
+{{/*
+Handler of the probes on the gRPC port: (dict "root" $ "tls" bool). Plaintext: a native gRPC
+probe of the standard health service (SERVING or not). TLS: a tcpSocket probe of the port,
+because the kubelet's gRPC probe cannot do TLS; it only sees whether the port accepts
+connections (the port opens once the models are loaded).
+*/}}
+{{- define "specdec.grpcProbe" -}}
+{{- if .tls -}}
+tcpSocket:
+  port: grpc
+{{- else -}}
+grpc:
+  port: {{ .root.Values.ports.grpc | int }}
+{{- end }}
+{{- end }}
