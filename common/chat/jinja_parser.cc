@@ -37,6 +37,56 @@ class Parser {
   }
 
  private:
+  // ---- Limits ----
+  // Bounds on what one template may nest, so that parsing, rendering and freeing the syntax tree
+  // recurse a bounded depth whatever the source: brackets, unary operators, conditional
+  // expressions and blocks nest at most kMaxNesting levels; one chain of binary operators,
+  // postfixes or filters holds at most kMaxChain of them; an expression's tree is at most
+  // kMaxExprDepth deep.
+  static constexpr int kMaxNesting = 32;
+  static constexpr int kMaxChain = 64;
+  static constexpr int kMaxExprDepth = 256;
+
+  // Counts one open recursive construct while it lives.
+  class Nested {
+   public:
+    explicit Nested(Parser& p) : p_(p) { ++p_.nesting_; }
+    ~Nested() { --p_.nesting_; }
+    Nested(const Nested&) = delete;
+    Nested& operator=(const Nested&) = delete;
+
+   private:
+    Parser& p_;
+  };
+  absl::Status CheckNesting() {
+    if (nesting_ <= kMaxNesting) return absl::OkStatus();
+    return Error(Peek(), absl::StrCat("nested deeper than ", kMaxNesting, " levels"));
+  }
+  absl::Status CheckChain(int links, const Token& at) {
+    if (links <= kMaxChain) return absl::OkStatus();
+    return Error(
+        at, absl::StrCat("more than ", kMaxChain, " operators, filters or postfixes in a row"));
+  }
+  // The depth of `root`'s tree, walked without recursion.
+  absl::Status CheckDepth(const Expr& root) {
+    std::vector<std::pair<const Expr*, int>> stack = {{&root, 1}};
+    while (!stack.empty()) {
+      auto [e, depth] = stack.back();
+      stack.pop_back();
+      if (depth > kMaxExprDepth) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "line ", e->line, ": expression nested deeper than ", kMaxExprDepth, " levels"));
+      }
+      for (const ExprPtr& a : e->args) {
+        if (a) stack.push_back({a.get(), depth + 1});
+      }
+      for (const auto& [name, a] : e->keywords) {
+        if (a) stack.push_back({a.get(), depth + 1});
+      }
+    }
+    return absl::OkStatus();
+  }
+
   // ---- Token helpers ----
   const Token& Peek(size_t ahead = 0) const {
     return tokens_[std::min(pos_ + ahead, tokens_.size() - 1)];
@@ -107,6 +157,8 @@ class Parser {
 
   // Parses until end of input or a block tag named in `end_tags`, which is left unconsumed.
   absl::StatusOr<Body> ParseBody(EndTags end_tags) {
+    Nested nested(*this);
+    RETURN_IF_ERROR(CheckNesting());
     Body body;
     while (true) {
       const Token& t = Peek();
@@ -304,7 +356,18 @@ class Parser {
 
   // ---- Expressions ----
 
+  // An expression; the outermost one of a tag has its tree's depth checked.
   absl::StatusOr<ExprPtr> ParseExpression(bool with_condition = true) {
+    const bool outermost = expressions_open_++ == 0;
+    absl::StatusOr<ExprPtr> expr = ParseNestedExpression(with_condition);
+    --expressions_open_;
+    if (outermost && expr.ok() && *expr) RETURN_IF_ERROR(CheckDepth(**expr));
+    return expr;
+  }
+
+  absl::StatusOr<ExprPtr> ParseNestedExpression(bool with_condition) {
+    Nested nested(*this);
+    RETURN_IF_ERROR(CheckNesting());
     if (!with_condition) return ParseOr();
     ASSIGN_OR_RETURN(ExprPtr expr, ParseOr());
     while (AtName("if")) {
@@ -336,11 +399,12 @@ class Parser {
                                          std::initializer_list<std::string_view> ops,
                                          bool name_ops) {
     ASSIGN_OR_RETURN(ExprPtr left, (this->*operand)());
-    while (true) {
+    for (int links = 1;; ++links) {
       const Token& t = Peek();
       const bool match = t.kind == (name_ops ? TokenKind::kName : TokenKind::kOperator) &&
                          std::find(ops.begin(), ops.end(), t.value) != ops.end();
       if (!match) return left;
+      RETURN_IF_ERROR(CheckChain(links, t));
       Next();
       ASSIGN_OR_RETURN(ExprPtr right, (this->*operand)());
       left = MakeBinary(t, t.value, std::move(left), std::move(right));
@@ -352,6 +416,8 @@ class Parser {
 
   absl::StatusOr<ExprPtr> ParseNot() {
     if (!AtName("not")) return ParseCompare();
+    Nested nested(*this);
+    RETURN_IF_ERROR(CheckNesting());
     auto node = Make<Expr>(Expr::Kind::kUnary, Next());
     node->name = "not";
     ASSIGN_OR_RETURN(ExprPtr operand, ParseNot());
@@ -403,6 +469,8 @@ class Parser {
   absl::StatusOr<ExprPtr> ParseUnary(bool with_filter) {
     ExprPtr node;
     if (AtOp("-") || AtOp("+")) {
+      Nested nested(*this);
+      RETURN_IF_ERROR(CheckNesting());
       node = Make<Expr>(Expr::Kind::kUnary, Peek());
       node->name = Next().value;
       ASSIGN_OR_RETURN(ExprPtr operand, ParseUnary(false));
@@ -500,7 +568,8 @@ class Parser {
   }
 
   absl::StatusOr<ExprPtr> ParsePostfix(ExprPtr node) {
-    while (true) {
+    for (int links = 1;; ++links) {
+      if (AtOp(".") || AtOp("[") || AtOp("(")) RETURN_IF_ERROR(CheckChain(links, Peek()));
       if (AtOp(".")) {
         ASSIGN_OR_RETURN(node, ParseDot(std::move(node)));
       } else if (AtOp("[")) {
@@ -588,7 +657,8 @@ class Parser {
   }
 
   absl::StatusOr<ExprPtr> ParseFilterExpr(ExprPtr node) {
-    while (true) {
+    for (int links = 1;; ++links) {
+      if (AtOp("|") || AtName("is") || AtOp("(")) RETURN_IF_ERROR(CheckChain(links, Peek()));
       if (AtOp("|")) {
         ASSIGN_OR_RETURN(node, ParseFilter(std::move(node)));
       } else if (AtName("is")) {
@@ -641,6 +711,8 @@ class Parser {
   std::vector<Token> tokens_;
   size_t pos_ = 0;
   int loop_depth_ = 0;
+  int nesting_ = 0;           // recursive constructs open now (Nested)
+  int expressions_open_ = 0;  // ParseExpression calls open now
 };
 
 }  // namespace

@@ -116,6 +116,8 @@ def main():
     }
     for name, body in bodies.items():
         out("openai_request_fuzzer", name, json.dumps(body))
+    # Found by the fuzzer: 10,000 unary '+' overflowed the parser's stack (now refused).
+    out("jinja_parse_fuzzer", "regression_deep_unary", "{{- x " + "+" * 10000 + "y }}")
     for name in ("qwen3", "llama3", "llama3_2"):
         src = os.path.join(ROOT, "tests/data/chat_templates", name + ".jinja")
         out("jinja_parse_fuzzer", name, open(src, "rb").read())

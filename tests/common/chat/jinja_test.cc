@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "common/chat/jinja_json.h"
 #include "common/chat/jinja_lexer.h"
 #include "common/chat/jinja_parser.h"
@@ -405,6 +406,45 @@ TEST(JinjaTest, OneParsedTemplateRendersWithDifferentGlobals) {
   SPECDEC_ASSERT_OK_AND_ASSIGN(std::string b, RenderTemplate(*tpl, second));
   EXPECT_EQ(a, "Hi, you");
   EXPECT_EQ(b, "Hi, Ann");
+}
+
+}  // namespace
+}  // namespace specdec::chat::jinja
+
+namespace specdec::chat::jinja {
+namespace {
+
+std::string Repeat(std::string_view s, int n) {
+  std::string out;
+  for (int i = 0; i < n; ++i) out += s;
+  return out;
+}
+
+// A fuzzer found that 10,000 unary '+' overflowed the parser's stack; every way of nesting deep
+// is now refused with a status, and real templates stay far inside the bounds.
+TEST(JinjaLimitsTest, DeepNestingIsRefusedNotACrash) {
+  const std::vector<std::string> deep = {
+      "{{ " + Repeat("+", 10000) + "x }}",
+      "{{ " + Repeat("(", 10000) + "x" + Repeat(")", 10000) + " }}",
+      "{{ " + Repeat("[", 10000) + Repeat("]", 10000) + " }}",
+      "{{ " + Repeat("not ", 10000) + "x }}",
+      "{{ x" + Repeat(" + x", 10000) + " }}",
+      "{{ x" + Repeat("|lower", 10000) + " }}",
+      "{{ x" + Repeat(".a", 10000) + " }}",
+      Repeat("{% if x %}", 10000) + Repeat("{% endif %}", 10000),
+      "{{ " + Repeat("x if y else ", 10000) + "z }}",
+  };
+  for (const std::string& source : deep) {
+    auto tpl = ParseTemplate(source);
+    ASSERT_FALSE(tpl.ok()) << source.substr(0, 40);
+    EXPECT_EQ(tpl.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(absl::StrContains(tpl.status().message(), "deeper than") ||
+                absl::StrContains(tpl.status().message(), "in a row"))
+        << tpl.status();
+  }
+  // Within the bounds: 30 brackets, a chain of 60 operators.
+  EXPECT_TRUE(ParseTemplate("{{ " + Repeat("(", 30) + "1" + Repeat(")", 30) + " }}").ok());
+  EXPECT_TRUE(ParseTemplate("{{ 1" + Repeat(" + 1", 60) + " }}").ok());
 }
 
 }  // namespace
