@@ -6,6 +6,8 @@
 
 #include <cstdlib>
 
+#include "tests/services/common/health_check.h"
+
 namespace specdec::services {
 namespace {
 
@@ -19,25 +21,7 @@ class ServerTest : public ::testing::Test {
   }
   // grpc.health.v1.Health/Check of the server, on `channel`.
   static grpc::Status Check(const std::shared_ptr<grpc::Channel>& channel, int timeout_ms) {
-    grpc::GenericStub stub(channel);
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
-    grpc::Slice empty(std::string(""));
-    grpc::ByteBuffer request(&empty, 1), response;
-    std::mutex mu;
-    std::condition_variable cv;
-    bool done = false;
-    grpc::Status status;
-    stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
-                   [&](grpc::Status s) {
-                     std::lock_guard<std::mutex> lock(mu);
-                     status = s;
-                     done = true;
-                     cv.notify_all();
-                   });
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return done; });
-    return status;
+    return testing_util::HealthCheck(channel, timeout_ms);
   }
 };
 

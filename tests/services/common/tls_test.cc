@@ -2,12 +2,13 @@
 // (make_test_certs.sh): what connects and what is refused.
 #include "services/common/tls.h"
 
-#include <grpcpp/generic/generic_stub.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdlib>
 
 #include "services/common/server.h"
+#include "tests/services/common/health_check.h"
 
 namespace specdec::services {
 namespace {
@@ -15,7 +16,8 @@ namespace {
 class TlsTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new std::string(::testing::TempDir() + "/tls_test_certs");
+    // One directory per process: ctest runs each test in its own process, at once.
+    dir_ = new std::string(::testing::TempDir() + "/tls_test_certs." + std::to_string(::getpid()));
     const std::string cmd = "rm -rf '" + *dir_ + "' && mkdir -p '" + *dir_ + "' && bash '" +
                             SPECDEC_SOURCE_DIR "/tests/services/common/make_test_certs.sh' '" +
                             *dir_ + "'";
@@ -32,26 +34,8 @@ class TlsTest : public ::testing::Test {
   // grpc.health.v1.Health/Check over a channel with `credentials`.
   static grpc::Status Check(int port,
                             const std::shared_ptr<grpc::ChannelCredentials>& credentials) {
-    auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(port), credentials);
-    grpc::GenericStub stub(channel);
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
-    grpc::Slice empty(std::string(""));
-    grpc::ByteBuffer request(&empty, 1), response;
-    std::mutex mu;
-    std::condition_variable cv;
-    bool done = false;
-    grpc::Status status;
-    stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
-                   [&](grpc::Status s) {
-                     std::lock_guard<std::mutex> lock(mu);
-                     status = s;
-                     done = true;
-                     cv.notify_all();
-                   });
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return done; });
-    return status;
+    return testing_util::HealthCheck(
+        grpc::CreateChannel("127.0.0.1:" + std::to_string(port), credentials), 3000);
   }
   static std::shared_ptr<grpc::ChannelCredentials> Creds(const TlsFiles& f) {
     auto c = MakeChannelCredentials(f);

@@ -1,6 +1,8 @@
 // The router over mTLS to a target that requires client certificates, with TLS on its own port:
 // generation works end to end, and a router without a client certificate is refused by the
 // target. Certificates are made by openssl in the test (make_test_certs.sh).
+#include <unistd.h>
+
 #include <cstdlib>
 #include <fstream>
 
@@ -12,7 +14,9 @@ namespace {
 
 std::string CertDir() {
   static const std::string* dir = [] {
-    auto* d = new std::string(::testing::TempDir() + "/tls_cluster_test_certs");
+    // One directory per process: ctest runs each test in its own process, at once.
+    auto* d = new std::string(::testing::TempDir() + "/tls_cluster_test_certs." +
+                              std::to_string(::getpid()));
     const std::string cmd = "rm -rf '" + *d + "' && mkdir -p '" + *d + "' && bash '" +
                             SPECDEC_SOURCE_DIR "/tests/services/common/make_test_certs.sh' '" + *d +
                             "'";
