@@ -75,7 +75,7 @@ inline float HorizontalSum(F16 v) {
 }
 
 struct Scratch {
-  std::vector<float> q, scores, keys, values;
+  std::vector<float> q, scores, keys, values, compact;
   std::vector<uint16_t> qh, probs;  // the pair path: bf16 queries and probabilities
   std::vector<int64_t> block_keys;
   std::vector<uint8_t> visible;
@@ -198,6 +198,25 @@ __attribute__((always_inline)) inline void AllWeightedValues(const float* pr, in
   }
 }
 
+// The lane sums of tree row i's exponentials `sc` as the causal row holding only the context
+// and i's ancestors (the row AR decoding computes at i's position) lays them out: context key j
+// in slot j, the k-th ancestor in slot past + k. Summed where they lie in the tree pass, the
+// ancestors would fall into other lanes, and the sum, so the row's probabilities, would depend on
+// the shape of the tree around it.
+inline F16 CausalLayoutSum(const AttentionSequence& s, int64_t i, const float* sc,
+                           Scratch& scratch) {
+  const int64_t n = s.n;
+  std::vector<float>& row = scratch.compact;
+  row.assign(sc, sc + s.past);
+  for (int64_t jn = 0; jn <= i; ++jn) {
+    if (scratch.visible[i * n + jn]) row.push_back(sc[s.past + jn]);
+  }
+  row.resize((row.size() + kLanes - 1) / kLanes * kLanes, 0.f);
+  F16 sum = {};
+  for (size_t j = 0; j < row.size(); j += kLanes) sum += LoadF16(row.data() + j);
+  return sum;
+}
+
 // Scores to probabilities, row by row: masks the keys past each row's limit in its last vector
 // (padding, later new rows) and in a tree the earlier new rows that are not its ancestors, then
 // a softmax (every row sees at least itself, so the maximum is finite); zero past the limit.
@@ -230,6 +249,7 @@ __attribute__((always_inline)) inline void Softmax(const AttentionSequence& s, i
       StoreF16(sc + j, e);
       sum += e;
     }
+    if (tree && i > 0) sum = CausalLayoutSum(s, i, sc, scratch);
     const F16 inv = Splat(1.f / HorizontalSum(sum));
     for (int64_t j = 0; j < lpad; j += kLanes) StoreF16(sc + j, LoadF16(sc + j) * inv);
     std::fill(sc + lpad, sc + mpad, 0.f);

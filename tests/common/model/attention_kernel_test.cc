@@ -201,6 +201,56 @@ TEST(AttentionKernelTest, ARowDoesNotDependOnTheRowsBesideIt) {
   }
 }
 
+// A row of a token tree equals, bit for bit, the causal row of its context and its ancestors:
+// the row AR decoding computes at its position once the ancestors are committed (so the greedy
+// verification of a tree commits AR's tokens whatever the tree's shape).
+void CheckTreeRowsEqualCausal(at::ScalarType dt, int64_t dim, bool pair_path) {
+  at::manual_seed(13);
+  const std::vector<int32_t> parents = {-1, 0, 0, 1, 1, 2, 3, 3, 5, 4, -1, 10, 6, 12, 13, 2, 15};
+  const int64_t past = 21, n = static_cast<int64_t>(parents.size()), capacity = 64;
+  const at::Tensor k = at::randn({kKvHeads, capacity, dim}).to(dt);
+  const at::Tensor v = at::randn({kKvHeads, capacity, dim}).to(dt);
+  const at::Tensor nk = at::randn({n, kKvHeads, dim}).to(dt);
+  const at::Tensor nv = at::randn({n, kKvHeads, dim}).to(dt);
+  const at::Tensor q = at::randn({n, kHeads, dim}).to(dt);
+  const KernelDType kdt = dt == at::kFloat ? KernelDType::kF32 : KernelDType::kBF16;
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dim)));
+  auto run = [&](const Case& c, const at::Tensor& rq, const at::Tensor& rk, const at::Tensor& rv,
+                 at::Tensor keys, at::Tensor values) {
+    at::Tensor out = at::zeros({c.n, kHeads * dim}, at::TensorOptions().dtype(dt));
+    std::vector<AttentionSequence> seqs = {Sequence(c, dim, rq, rk, rv, keys, values, out)};
+    AttentionProblem p{seqs, kHeads, kKvHeads, dim, kdt, scale, pair_path};
+    RunAttention(p, 0, AttentionWorkItems(p));
+    return out;
+  };
+  const Case tree{past, n, capacity, parents};
+  const at::Tensor whole = run(tree, q, nk, nv, k.clone(), v.clone());
+  for (int64_t i = 0; i < n; ++i) {
+    std::vector<int64_t> ancestors;  // root first, without i
+    for (int32_t j = parents[i]; j >= 0; j = parents[j]) ancestors.insert(ancestors.begin(), j);
+    at::Tensor kc = k.clone(), vc = v.clone();
+    for (size_t a = 0; a < ancestors.size(); ++a) {
+      kc.select(1, past + a).copy_(nk[ancestors[a]]);
+      vc.select(1, past + a).copy_(nv[ancestors[a]]);
+    }
+    const Case causal{past + static_cast<int64_t>(ancestors.size()), 1, capacity, {}};
+    const at::Tensor row = run(causal, q.narrow(0, i, 1).contiguous(),
+                               nk.narrow(0, i, 1).contiguous(), nv.narrow(0, i, 1).contiguous(),
+                               kc, vc);
+    EXPECT_TRUE(row.equal(whole.narrow(0, i, 1)))
+        << "row " << i << " (depth " << ancestors.size() << ")";
+  }
+}
+
+TEST(AttentionKernelTest, ATreeRowEqualsTheCausalRowOfItsAncestors) {
+  for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
+    for (int64_t dim : {20, 64}) {
+      SCOPED_TRACE(testing::Message() << dt << " dim " << dim << ", float path");
+      CheckTreeRowsEqualCausal(dt, dim, /*pair_path=*/false);
+    }
+  }
+}
+
 // The pair path's AVX-512 BF16 functions compute the portable loops' float operations: equal
 // scores and float outputs (before rounding) bit for bit, over causal, tree and bidirectional rows,
 // odd and even key counts.
