@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Dict, List, Optional, Sequence
 
-from . import plots, prom, prompts, report
+from . import ar_check, plots, prom, prompts, report
 from .procwatch import RssWatcher, parse_pids
 
 _REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -50,7 +50,8 @@ transport:
   CA); --tls-cert CERT.pem --tls-key KEY.pem add the client certificate of a router that
   requires one (mTLS). They go with --router, whichever transport carries the requests.
 
-exit status: 0 ok; 1 a check failed (--check-handles, --max-rss-growth, --fail-on-error) or the
+exit status: 0 ok; 1 a check failed (--check-handles, --max-rss-growth, --fail-on-error,
+--check-ar) or the
 run was interrupted; 2 bad usage, router not reachable, or a method it does not serve.
 
 examples:
@@ -227,6 +228,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fail (exit 1) when a watched process grew by more than PCT percent")
     g.add_argument("--fail-on-error", action="store_true",
                    help="fail (exit 1) when any request ended with an unexpected error")
+    g.add_argument("--check-ar", action="store_true",
+                   help="greedy only: run every prompt once with AR alone first, then fail "
+                        "(exit 1) when any request's tokens differ from its prompt's AR tokens")
     return p
 
 
@@ -235,6 +239,8 @@ def _check_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         return
     if not a.router and not a.http:
         p.error("--router or --http is required")
+    if a.check_ar and a.temperature != 0:
+        p.error("--check-ar compares greedy outputs: it needs --temperature 0")
     if a.model and not a.http:
         p.error("--model goes with --http")
     tls_given = [f for f, v in (("--tls-ca", a.tls_ca), ("--tls-cert", a.tls_cert),
@@ -448,7 +454,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         top_k=a.top_k, top_p=a.top_p, seed=a.seed, block_size=a.block_size,
         draft_length=a.draft_length, timeout_s=a.timeout, cancel_fraction=a.cancel_fraction,
         warmup_s=a.warmup, duration_s=a.duration, max_requests=a.requests,
-        max_inflight=a.max_inflight)
+        max_inflight=a.max_inflight, keep_tokens=a.check_ar)
     watcher = RssWatcher(pids, a.watch_interval, a.rss_window).start() if pids else None
     runner = Runner(client, prompt_list, cfg,
                     on_window_open=watcher.mark_baseline if watcher else None)
@@ -462,6 +468,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     load_start = _loadavg()
     cells: List[Dict[str, object]] = []
     failures: List[str] = []
+    refs = None
+    if a.check_ar:
+        try:
+            refs = ar_check.references(runner, a.timeout)
+        except Exception as e:  # noqa: BLE001 - no reference, no check
+            print(f"specdec_loadtest: --check-ar: the AR reference failed: {e}", file=sys.stderr)
+            client.close()
+            return 2
+        _log(a.quiet, f"specdec_loadtest: AR references of {len(refs)} prompts")
     _log(a.quiet, f"specdec_loadtest: {len(plan)} cells against {target} "
                   f"({len(prompt_list)} prompts, {_tokens_desc(a)} new tokens)")
     try:
@@ -479,10 +494,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                     ignore_eos=a.ignore_eos, timeline_bucket_s=a.timeline,
                                     metrics=metrics)
             cell["loadavg_1m_before"] = load1
+            if refs is not None:
+                cell["ar_check"] = ar_check.compare(run.records, refs, a.max_new_tokens)
+                if cell["ar_check"]["differ"]:
+                    failures.append(f"{mode} {label} {method}: {cell['ar_check']['differ']} of "
+                                    f"{cell['ar_check']['checked']} requests differ from AR: "
+                                    f"{cell['ar_check']['examples'][:2]}")
             cells.append(cell)
             _log(a.quiet, f"[{i}/{len(plan)}] {mode} {label} {method}: "
                           f"{cell['requests']} requests, {cell['throughput_tok_s']:.1f} tok/s, "
-                          f"{cell['unexpected_errors']} errors")
+                          f"{cell['unexpected_errors']} errors"
+                          + (f", {cell['ar_check']['equal']}/{cell['ar_check']['checked']} equal "
+                             "to AR" if refs is not None else ""))
     except KeyboardInterrupt:
         failures.append("interrupted")
     client.close()

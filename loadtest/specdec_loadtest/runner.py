@@ -53,6 +53,7 @@ class LoadConfig:
     duration_s: float = 20.0          # 0 = bounded by max_requests only (closed loop)
     max_requests: int = 0             # closed loop: measured requests per cell, 0 = no limit
     max_inflight: int = 512           # open loop: arrivals beyond this many in flight are dropped
+    keep_tokens: bool = False         # keep each request's token ids (RequestRecord.token_ids)
 
 
 @dataclass
@@ -167,6 +168,7 @@ class Runner:
         times = rec.chunk_times
         ntoks = rec.chunk_tokens
         cancel_after = rec.cancel_after
+        kept = rec.token_ids if self.cfg.keep_tokens else None
         got = 0
         bs_sum = bs_steps = 0
         stream = None
@@ -181,6 +183,8 @@ class Runner:
                 times.append(perf_counter())
                 n = len(chunk.token_ids)
                 ntoks.append(n)
+                if kept is not None:
+                    kept.extend(chunk.token_ids)
                 got += n
                 step = chunk.step
                 if step is not None and step.batch_size:

@@ -69,6 +69,8 @@ class RequestRecord:
     # Target batch sizes reported in the chunks' StepStats (0 = not reported).
     batch_size_sum: int = 0
     batch_size_steps: int = 0
+    # The streamed token ids (LoadConfig.keep_tokens only; else empty).
+    token_ids: List[int] = field(default_factory=list)
 
     @property
     def streamed_tokens(self) -> int:

@@ -2,6 +2,7 @@
 
     check_results.py sweep DIR N      closed-loop sweep of AR and DFLASH_ADAPTIVE, N new tokens
     check_results.py http DIR N       the same methods at concurrency 2 over --http, with cancels
+    check_results.py ar DIR N         the other methods at concurrency 3, checked against AR
     check_results.py poisson DIR N    open-loop run with client cancels
 
 Exit status 0 when every check passes, 1 otherwise (each failed check is printed).
@@ -29,7 +30,7 @@ def check(kind: str, out_dir: str, max_new_tokens: int) -> list:
     if not doc["router"].get("info", {}).get("methods"):
         bad.append("router GetInfo missing from results.json")
     cells = doc["cells"]
-    want_mode = "closed" if kind in ("sweep", "http") else "open"
+    want_mode = "closed" if kind in ("sweep", "http", "ar") else "open"
     if not cells:
         bad.append("no cells")
     for c in cells:
@@ -66,6 +67,10 @@ def check(kind: str, out_dir: str, max_new_tokens: int) -> list:
             bad.append(f"{name}: no throughput or latency samples")
         if kind == "poisson" and c["cancelled"] < 1:
             bad.append(f"{name}: no client cancels recorded")
+        if kind in ("sweep", "http", "ar"):  # run with --check-ar
+            arc = c.get("ar_check") or {}
+            if arc.get("differ") != 0 or arc.get("checked", 0) < c["completed"]:
+                bad.append(f"{name}: AR check {arc}, expected every completion equal to AR")
     if kind == "sweep":
         levels = sorted({(c["method"], c["level"]) for c in cells})
         want = sorted((m, float(lv)) for m in ("AR", "DFLASH_ADAPTIVE") for lv in (1, 2))
@@ -100,6 +105,11 @@ def check(kind: str, out_dir: str, max_new_tokens: int) -> list:
             if ok < c["completed"] or sum(http.values()) < c["requests"]:
                 bad.append(f"{name}: specdec_http_requests_total deltas {http}, expected at "
                            f"least {c['completed']} with code 200 of {c['requests']}")
+    if kind == "ar":
+        methods = sorted(c["method"] for c in cells)
+        want = sorted(["DFLASH", "DRAFT_CHAIN", "DYSPEC_TREE", "NGRAM"])
+        if methods != want:
+            bad.append(f"methods {methods}, expected {want}")
     if kind == "poisson":
         mem = doc.get("memory") or {}
         if len(mem) < 3 or any(m["baseline_mib"] is None or not m["alive"] for m in mem.values()):

@@ -2,7 +2,8 @@
 # Integration test of the load tester (loadtest/specdec_loadtest): starts a local cluster on the
 # embedded pack (target, AR draft, DFlash drafter, BlockPilot policy) on a free port base, runs a
 # tiny closed-loop sweep (concurrency 1,2; AR and DFLASH_ADAPTIVE; 32 tokens), the same methods at
-# concurrency 2 over the router's HTTP front (--http) with client cancels, and a tiny Poisson
+# concurrency 2 over the router's HTTP front (--http) with client cancels, the other methods at
+# concurrency 3 (every completion checked against AR's, --check-ar), and a tiny Poisson
 # run with client cancels (its rate and window scaled to the speed the sweep measured), checks their results.json (tests/loadtest/check_results.py), checks
 # that --check-handles fails on an endpoint that does not answer, and always stops the cluster.
 #
@@ -98,7 +99,7 @@ fail=0
 echo "== closed-loop sweep"
 # shellcheck disable=SC2086
 "${LT[@]}" --prompts $prompts --concurrency 1,2 --methods AR,DFLASH_ADAPTIVE --requests 4 \
-  --duration 0 --warmup 0.5 --cooldown 0.2 --out "$OUT/sweep" \
+  --duration 0 --warmup 0.5 --cooldown 0.2 --out "$OUT/sweep" --check-ar \
   --metrics-url "127.0.0.1:$MBASE,127.0.0.1:$((MBASE + 1))" --check-handles "$HANDLES" \
   || { echo "run_integration: the sweep exited $?" >&2; fail=1; }
 "$PYTHON" tests/loadtest/check_results.py sweep "$OUT/sweep" "$N" || fail=1
@@ -111,9 +112,19 @@ echo "== closed loop over the HTTP front (--http) with client cancels"
 "${LT[@]}" --http "http://127.0.0.1:$SPECDEC_HTTP_PORT" --prompts $prompts --concurrency 2 \
   --methods AR,DFLASH_ADAPTIVE --requests 4 --duration 0 --warmup 0 --cooldown 0.2 \
   --cancel-fraction 0.5 --seed 3 --out "$OUT/http" --metrics-url "127.0.0.1:$MBASE" \
-  --check-handles "$HANDLES" \
+  --check-handles "$HANDLES" --check-ar \
   || { echo "run_integration: the HTTP run exited $?" >&2; fail=1; }
 "$PYTHON" tests/loadtest/check_results.py http "$OUT/http" "$N" || fail=1
+
+echo "== every method under load equals AR (--check-ar)"
+# Three requests in flight of one method at a time, each request's tokens against its prompt's
+# AR completion alone: batch-invariant decoding, chains and trees included.
+# shellcheck disable=SC2086
+"${LT[@]}" --prompts $prompts --concurrency 3 --methods DFLASH,DRAFT_CHAIN,DYSPEC_TREE,NGRAM \
+  --requests 6 --duration 0 --warmup 0 --cooldown 0.2 --check-ar --out "$OUT/ar" \
+  --check-handles "$HANDLES" \
+  || { echo "run_integration: the AR check exited $?" >&2; fail=1; }
+"$PYTHON" tests/loadtest/check_results.py ar "$OUT/ar" "$N" || fail=1
 
 # The open-loop load follows this machine's speed, as the sweep measured it: at most 3 requests/s
 # and half the rate 2 concurrent DFLASH_ADAPTIVE requests sustained, for a window of at least

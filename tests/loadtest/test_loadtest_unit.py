@@ -32,7 +32,7 @@ _REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(_REPO, "loadtest"))
 
 from specdec_loadtest import (  # noqa: E402
-    http_client, plots, prom, prompts, report, schedule, stats)
+    ar_check, http_client, plots, prom, prompts, report, schedule, stats)
 from specdec_loadtest.cli import build_parser  # noqa: E402
 from specdec_loadtest.procwatch import (  # noqa: E402
     RssWatcher, baseline_and_last, parse_pids, read_rss_kib)
@@ -628,6 +628,41 @@ def _sdk_available():
         return False
 
 
+class ArCheckTest(unittest.TestCase):
+    REF = [5, 6, 7, 8, 9, 10]
+
+    def record(self, tokens, status=stats.OK, asked=6, seq=0):
+        r = RequestRecord(seq=seq, prompt_index=0, measured=True, t_start=0.0,
+                          asked_tokens=asked)
+        r.token_ids, r.status = list(tokens), status
+        return r
+
+    def test_completed_requests_must_equal_the_reference_prefix_they_asked_for(self):
+        self.assertIsNone(ar_check.check_record(self.record(self.REF), self.REF, 6))
+        self.assertIsNone(ar_check.check_record(self.record([5, 6, 7], asked=3), self.REF, 6))
+        problem = ar_check.check_record(self.record([5, 6, 1, 8, 9, 10]), self.REF, 6)
+        self.assertIn("first difference at token 2", problem)
+        # too short or too long for what it asked
+        self.assertIsNotNone(ar_check.check_record(self.record([5, 6, 7], asked=6), self.REF, 6))
+        self.assertIsNotNone(ar_check.check_record(self.record(self.REF, asked=4), self.REF, 6))
+
+    def test_a_reference_that_stopped_early_bounds_every_completion(self):
+        ref = [5, 6, 1]  # AR met a stop token after 3 tokens
+        self.assertIsNone(ar_check.check_record(self.record(ref, asked=6), ref, 6))
+        self.assertIsNotNone(ar_check.check_record(self.record([5, 6, 1, 2], asked=6), ref, 6))
+
+    def test_failed_requests_are_checked_on_what_they_streamed(self):
+        err = stats.ERROR
+        self.assertIsNone(ar_check.check_record(self.record([5, 6], status=err), self.REF, 6))
+        self.assertIsNotNone(ar_check.check_record(self.record([5, 9], status=err), self.REF, 6))
+        cell = [self.record(self.REF, seq=0), self.record([5, 0, 7, 8, 9, 10], seq=1),
+                self.record([], status=err, seq=2), self.record([5], status=stats.CANCELLED,
+                                                                  seq=3)]
+        got = ar_check.compare(cell, [self.REF], 6)
+        self.assertEqual((got["checked"], got["equal"], got["differ"]), (3, 2, 1))
+        self.assertEqual(len(got["examples"]), 1)
+
+
 class FakeStream:
     """Yields `tokens` one-token chunks, one every `gap` seconds; honours cancel()."""
 
@@ -687,6 +722,21 @@ class FakeClient:
 
 @unittest.skipUnless(_sdk_available(), "the specdec Python SDK (grpc) does not import")
 class RunnerTest(unittest.TestCase):
+    def test_check_ar_compares_each_kept_completion_with_its_prompts_ar_tokens(self):
+        from specdec_loadtest.runner import LoadConfig, Runner
+        cfg = LoadConfig(max_new_tokens=6, warmup_s=0, duration_s=0, max_requests=6,
+                         keep_tokens=True)
+        runner = Runner(FakeClient(gap=0.001), ["p1", "p2"], cfg)
+        refs = ar_check.references(runner)
+        self.assertEqual(refs, [[0, 1, 2, 3, 4, 5]] * 2)
+        measured = [r for r in runner.closed_loop("DFLASH", 2).records if r.measured]
+        self.assertEqual(len(measured), 6)
+        self.assertEqual(ar_check.compare(measured, refs, 6)["differ"], 0)
+        refs[1][3] = 99  # as if prompt 1's requests had strayed from AR
+        got = ar_check.compare(measured, refs, 6)
+        self.assertEqual(got["differ"], 3)
+        self.assertIn("first difference at token 3", got["examples"][0])
+
     def test_closed_loop_keeps_concurrency_and_counts(self):
         from specdec_loadtest.runner import LoadConfig, Runner
         client = FakeClient(gap=0.002)
