@@ -29,6 +29,11 @@ ReplicaSet::ReplicaSet(Options options) : options_(std::move(options)) {
     // streams are then spread over them too.
     grpc::ChannelArguments args;
     args.SetLoadBalancingPolicyName("round_robin");
+    // A restarted backend is reconnected to within about a second: gRPC's default backoff
+    // (1 s growing to 120 s, for clients across the internet) left a drafter that had flapped
+    // three times unused for 7.7 s after it came back (docs/results/2026-11-25-chaos.md).
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 250);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
     r->channel = grpc::CreateCustomChannel(
         a, options_.credentials ? options_.credentials : grpc::InsecureChannelCredentials(), args);
     replicas_.push_back(std::move(r));
