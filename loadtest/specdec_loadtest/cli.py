@@ -245,8 +245,10 @@ def _check_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         p.error("--model goes with --http")
     tls_given = [f for f, v in (("--tls-ca", a.tls_ca), ("--tls-cert", a.tls_cert),
                                 ("--tls-key", a.tls_key)) if v is not None]
-    if tls_given and not a.router:
-        p.error(f"{', '.join(tls_given)}: the TLS options go with --router (the gRPC connection)")
+    https = bool(a.http) and a.http.lower().startswith("https://")
+    if tls_given and not a.router and not https:
+        p.error(f"{', '.join(tls_given)}: the TLS options go with --router (the gRPC connection) "
+                "or an https:// --http URL")
     if (a.tls_cert is None) != (a.tls_key is None):
         p.error("--tls-cert and --tls-key go together (a client certificate and its key)")
     if a.tls_cert is not None and a.tls_ca is None:
@@ -331,13 +333,17 @@ def _connect(address: str, timeout: float, wait_s: float, api_key: str = "",
             time.sleep(0.5)
 
 
-def _connect_http(url: str, model: str, api_key: str, timeout: float, wait_s: float):
+def _connect_http(url: str, model: str, api_key: str, timeout: float, wait_s: float,
+                  tls: Optional[Dict[str, Optional[str]]] = None):
     """An HttpClient whose router answered GET /health with 200, and the ids of its
-    GET /v1/models. Without ``model`` the client sends the first of them."""
+    GET /v1/models. Without ``model`` the client sends the first of them. ``tls``: the CA and
+    client certificate of an https:// URL (tls_options; ignored for http://)."""
     from .http_client import HttpClient, HttpError
+    https = url.lower().startswith("https://")
     try:
-        client = HttpClient(url, model=model, api_key=api_key, timeout=timeout)
-    except ValueError as e:
+        client = HttpClient(url, model=model, api_key=api_key, timeout=timeout,
+                            **((tls or {}) if https else {}))
+    except (ValueError, OSError) as e:
         raise RuntimeError(str(e)) from None
     deadline = time.monotonic() + wait_s
     while True:
@@ -419,7 +425,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     info = None
     try:
         if a.http:
-            client, models = _connect_http(a.http, a.model, a.api_key, a.timeout, a.wait_ready)
+            client, models = _connect_http(a.http, a.model, a.api_key, a.timeout, a.wait_ready,
+                                           tls=tls_options(a))
             transport: Dict[str, object] = {"kind": "http", "url": client.url,
                                             "model": client.model, "models": models}
             target = f"POST {client.url}/v1/completions (model {client.model})"

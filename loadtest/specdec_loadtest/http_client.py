@@ -29,6 +29,7 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import ssl
 import threading
 import time
 import urllib.parse
@@ -452,7 +453,8 @@ class HttpClient:
     error_cls = HttpError
 
     def __init__(self, url: str, model: str = "", api_key: str = "",
-                 timeout: Optional[float] = 300.0):
+                 timeout: Optional[float] = 300.0, tls_ca: Optional[str] = None,
+                 tls_cert: Optional[str] = None, tls_key: Optional[str] = None):
         u = urllib.parse.urlsplit(url if "://" in url else "http://" + url)
         if u.scheme not in ("http", "https") or not u.hostname:
             raise ValueError(f"--http wants http://HOST:PORT, got {url!r}")
@@ -468,10 +470,22 @@ class HttpClient:
         self.model = model
         self.api_key = api_key
         self.timeout = timeout
+        # https:// verifies the router's certificate against tls_ca (else the system's CAs) and
+        # presents tls_cert/tls_key when given (a router started with --tls-client-ca).
+        self._ssl_context = None
+        if tls_ca or tls_cert or tls_key:
+            if not self._https:
+                raise ValueError(f"--tls-ca/--tls-cert/--tls-key need an https:// URL, got {url!r}")
+        if self._https:
+            self._ssl_context = ssl.create_default_context(cafile=tls_ca)
+            if tls_cert or tls_key:
+                self._ssl_context.load_cert_chain(tls_cert, tls_key)
 
     def _connection(self, timeout: Optional[float]) -> http.client.HTTPConnection:
-        cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-        return cls(self._host, self._port, timeout=timeout)
+        if self._https:
+            return http.client.HTTPSConnection(self._host, self._port, timeout=timeout,
+                                               context=self._ssl_context)
+        return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
 
     def _headers(self, extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
         h = {"User-Agent": "specdec-loadtest"}

@@ -30,8 +30,8 @@ absl::Status Check(const TlsFiles& f) {
 std::shared_ptr<grpc::experimental::CertificateProviderInterface> Provider(const TlsFiles& f) {
   using grpc::experimental::FileWatcherCertificateProvider;
   if (f.cert.empty())
-    return std::make_shared<FileWatcherCertificateProvider>(f.ca, kTlsRefreshSeconds);
-  return std::make_shared<FileWatcherCertificateProvider>(f.key, f.cert, f.ca, kTlsRefreshSeconds);
+    return std::make_shared<FileWatcherCertificateProvider>(f.ca, f.refresh_seconds);
+  return std::make_shared<FileWatcherCertificateProvider>(f.key, f.cert, f.ca, f.refresh_seconds);
 }
 
 }  // namespace

@@ -20,10 +20,10 @@ struct TlsFiles {
   // Server: the CA whose client certificates are required (mTLS); empty = no client certificate.
   // Client: the CA that must have signed the server's certificate.
   std::string ca;
+  // How often the files are checked for changes (gRPC ports and channels; the router's HTTP front
+  // checks at most once a second).
+  unsigned refresh_seconds = 60;
 };
-
-// How often certificate files are checked for changes.
-inline constexpr unsigned kTlsRefreshSeconds = 60;
 
 // Server credentials: plaintext without cert and key; TLS with them; mTLS (a client certificate
 // signed by `ca` required and verified) when `ca` is set too. INVALID_ARGUMENT when only one of

@@ -12,7 +12,8 @@ namespace specdec::services {
 // --tls-cert, --tls-key, --tls-client-ca (env <PREFIX>_TLS_CERT, ...) for the gRPC port.
 inline void AddServerTlsFlags(CLI::App& app, TlsFiles* tls, const std::string& env_prefix) {
   app.add_option("--tls-cert", tls->cert,
-                 "PEM certificate chain of the gRPC port (empty: plaintext)")
+                 "PEM certificate chain of the gRPC port, and of the router's HTTP API "
+                 "(empty: plaintext)")
       ->envname(env_prefix + "_TLS_CERT");
   app.add_option("--tls-key", tls->key, "PEM private key of --tls-cert")
       ->envname(env_prefix + "_TLS_KEY");

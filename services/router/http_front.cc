@@ -19,6 +19,7 @@
 #include "prometheus/counter.h"
 #include "prometheus/histogram.h"
 #include "services/router/api_keys.h"
+#include "services/router/http_tls.h"
 #include "services/router/openai_request.h"
 #include "services/router/openai_response.h"
 #include "services/router/request_conversion.h"
@@ -117,7 +118,8 @@ bool WriteEvent(SseState& s, const v1::GenerateResponse& r, httplib::DataSink& s
 struct HttpFront::Impl {
   HttpFrontOptions options;
   HttpBackend backend;
-  httplib::Server server;
+  std::unique_ptr<HttpTlsContext> tls;  // null: plaintext; outlives the server
+  std::unique_ptr<httplib::Server> server;
   std::thread listener;
   int port = 0;
   const std::string instance = absl::StrFormat("%08x", std::random_device()());
@@ -288,13 +290,13 @@ void HttpFront::Impl::StartStream(std::unique_ptr<HttpStream> stream, const Open
 }
 
 void HttpFront::Impl::Routes() {
-  server.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+  server->Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
     Generate(ApiKind::kCompletion, req, res);
   });
-  server.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+  server->Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
     Generate(ApiKind::kChat, req, res);
   });
-  server.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
+  server->Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
     if (backend.authenticate) {
       if (absl::Status s = backend.authenticate(req.get_header_value("Authorization")); !s.ok()) {
         return ReplyError(res, s);
@@ -310,13 +312,13 @@ void HttpFront::Impl::Routes() {
     }
     ReplyJson(res, 200, nlohmann::json{{"object", "list"}, {"data", data}}.dump());
   });
-  server.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+  server->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     const bool up = backend.healthy();
     ReplyJson(
         res, up ? 200 : 503,
         up ? R"({"status":"ok"})" : R"({"status":"unavailable","reason":"no healthy target"})");
   });
-  server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+  server->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     const absl::Status s =
         res.status == 404   ? absl::NotFoundError(absl::StrCat("no route ", req.path))
@@ -340,12 +342,26 @@ absl::StatusOr<std::unique_ptr<HttpFront>> HttpFront::Start(const HttpFrontOptio
                          .Name("specdec_http_request_duration_seconds")
                          .Help("HTTP request duration, to the last byte of a stream")
                          .Register(registry);
+  if (!options.tls.cert.empty() || !options.tls.key.empty()) {
+    auto tls = HttpTlsContext::Create(options.tls);
+    if (!tls.ok()) return tls.status();
+    impl->tls = *std::move(tls);
+    HttpTlsContext* ctx = impl->tls.get();
+    impl->server = std::make_unique<httplib::SSLServer>(
+        [ctx](SSL_CTX& ssl_ctx) { return ctx->Configure(&ssl_ctx); });
+    if (!impl->server->is_valid()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the HTTP front cannot use the client CA '", options.tls.ca, "'"));
+    }
+  } else {
+    impl->server = std::make_unique<httplib::Server>();
+  }
   const int threads = std::max(1, options.threads);
-  impl->server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  impl->server.set_payload_max_length(options.max_body_bytes);
-  impl->server.set_keep_alive_timeout(std::max(1, options.idle_timeout_s));
-  impl->server.set_read_timeout(std::max(1, options.io_timeout_s), 0);
-  impl->server.set_write_timeout(std::max(1, options.io_timeout_s), 0);
+  impl->server->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  impl->server->set_payload_max_length(options.max_body_bytes);
+  impl->server->set_keep_alive_timeout(std::max(1, options.idle_timeout_s));
+  impl->server->set_read_timeout(std::max(1, options.io_timeout_s), 0);
+  impl->server->set_write_timeout(std::max(1, options.io_timeout_s), 0);
   impl->Routes();
   const size_t colon = options.address.rfind(':');
   int port = 0;
@@ -355,17 +371,17 @@ absl::StatusOr<std::unique_ptr<HttpFront>> HttpFront::Start(const HttpFrontOptio
   }
   const std::string host = options.address.substr(0, colon);
   if (port == 0) {
-    impl->port = impl->server.bind_to_any_port(host);
-  } else if (impl->server.bind_to_port(host, port)) {
+    impl->port = impl->server->bind_to_any_port(host);
+  } else if (impl->server->bind_to_port(host, port)) {
     impl->port = port;
   }
   if (impl->port <= 0) {
     return absl::UnavailableError(absl::StrCat("cannot bind the HTTP front to ", options.address));
   }
   Impl* raw = impl.get();
-  impl->listener = std::thread([raw] { raw->server.listen_after_bind(); });
+  impl->listener = std::thread([raw] { raw->server->listen_after_bind(); });
   // stop() is a no-op until the loop runs: a Shutdown right after Start must not miss it.
-  while (!impl->server.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  while (!impl->server->is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   return std::unique_ptr<HttpFront>(new HttpFront(std::move(impl)));
 }
 
@@ -375,7 +391,7 @@ int HttpFront::port() const { return impl_->port; }
 
 void HttpFront::Shutdown() {
   if (!impl_ || !impl_->listener.joinable()) return;
-  impl_->server.stop();
+  impl_->server->stop();
   const auto until = SteadyClock::now() + std::chrono::milliseconds(impl_->options.drain_ms);
   for (;;) {
     {

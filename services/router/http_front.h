@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "prometheus/registry.h"
+#include "services/common/tls.h"
 #include "services/router/outbox.h"
 #include "services/router/remote_sides.h"
 
@@ -34,6 +35,9 @@ struct HttpFrontOptions {
   int drain_ms = 2000;                     // Shutdown: wait this long, then cancel what runs
   int idle_timeout_s = 5;  // a kept-alive connection with no new request is closed after this
   int io_timeout_s = 30;   // reading a request or writing a response stalls at most this long
+  // HTTPS with cert and key (re-read when they change), requiring a client certificate signed by
+  // `ca` when set (services/router/http_tls.h); plaintext without them.
+  TlsFiles tls;
 };
 
 // What the front needs of the router.

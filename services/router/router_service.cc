@@ -377,6 +377,7 @@ absl::Status RouterServer::Impl::StartHttp() {
   ho.request_timeout_ms = options.http_request_timeout_ms;
   ho.default_max_tokens = options.default_max_new_tokens;
   ho.drain_ms = options.drain_ms;
+  ho.tls = options.tls;  // the client port's certificate, and client CA, on both fronts
   HttpBackend hb;
   hb.spawn = [this](std::shared_ptr<Outbox> box, v1::GenerateRequest request, Deadline deadline,
                     std::string authorization) {

@@ -27,7 +27,8 @@ its ConfigMap points SPECDEC_<SERVICE>_TLS_CERT/KEY at them, _TLS_CLIENT_CA at c
 where mTLS is asked for (backends with tls.mutual, the router with tls.routerMutual), the router's
 SPECDEC_BACKEND_TLS_CA at ca.crt and, with tls.mutual, SPECDEC_BACKEND_TLS_CERT/KEY at the same
 certificate; the probes that are gRPC probes without TLS are tcpSocket probes on the port named
-grpc (the router's readiness stays GET /health); with cert-manager, one cert-manager.io/v1
+grpc (the router's readiness is GET /health over HTTPS, or a TCP connect to its http port with
+tls.routerMutual); with cert-manager, one cert-manager.io/v1
 Certificate into that Secret, from the configured issuer, for server and client auth, whose DNS
 names hold every Service name of the release (headless ones too) in all four in-cluster forms,
 the host of every address the router dials, and the extra names; in the other scenarios no TLS
@@ -213,11 +214,21 @@ def check_render(scenario, docs, notes):
             pr = ct.get(probe)
             if check(pr, f"{where(dep)}: no {probe}"):
                 handlers = {"grpc", "httpGet", "tcpSocket", "exec"} & set(pr)
+                if c == "router" and probe == "readinessProbe" and tls and tls[2]:
+                    # HTTPS requiring client certificates, which the kubelet cannot present.
+                    check(handlers == {"tcpSocket"}, f"{where(dep)}: {probe} handlers {handlers}")
+                    check(pr.get("tcpSocket") == {"port": "http"} and "http" in ports,
+                          f"{where(dep)}: {probe} tcpSocket {pr.get('tcpSocket')}")
+                    continue
                 if c == "router" and probe == "readinessProbe":
-                    # Ready while the HTTP API answers /health with 200 (a target is reachable).
+                    # Ready while the HTTP API answers /health with 200 (a target is reachable),
+                    # over HTTPS with TLS.
+                    want = {"path": "/health", "port": "http"}
+                    if tls:
+                        want["scheme"] = "HTTPS"
                     check(handlers == {"httpGet"}, f"{where(dep)}: {probe} handlers {handlers}")
-                    check(pr.get("httpGet") == {"path": "/health", "port": "http"} and "http" in ports,
-                          f"{where(dep)}: {probe} httpGet {pr.get('httpGet')}")
+                    check(pr.get("httpGet") == want and "http" in ports,
+                          f"{where(dep)}: {probe} httpGet {pr.get('httpGet')}, expected {want}")
                     continue
                 if tls:
                     # The kubelet's gRPC probe cannot do TLS: a TCP connect to the gRPC port.

@@ -1120,6 +1120,54 @@ class GrpcTlsTest(unittest.TestCase):
                                                "answer GetInfo: UNAVAILABLE: "), err)
                 self.assertEqual(srv.info_auth + srv.generate_auth, [])
 
+    def https_front(self, require_client_cert):
+        """A local HTTPS server answering GET /health with 200 (the router's HTTP front with
+        --tls-cert/--tls-key, and --tls-client-ca when `require_client_cert`)."""
+        import ssl
+
+        class Health(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802
+                self.send_response(200)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            def log_message(self, *args):
+                pass
+
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(self.certs["server.pem"], self.certs["server.key"])
+        if require_client_cert:
+            ctx.verify_mode = ssl.CERT_REQUIRED
+            ctx.load_verify_locations(self.certs["ca.pem"])
+        srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Health)
+        srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        self.addCleanup(srv.server_close)
+        self.addCleanup(srv.shutdown)
+        return f"https://127.0.0.1:{srv.server_address[1]}"
+
+    def test_https_front_with_a_ca_and_a_client_certificate(self):
+        url = self.https_front(require_client_cert=False)
+        ok = http_client.HttpClient(url, tls_ca=self.certs["ca.pem"])
+        self.assertEqual(ok.get("/health", timeout=5.0)[0], 200)
+        wrong = http_client.HttpClient(url, tls_ca=self.certs["other_ca.pem"])
+        with self.assertRaises(OSError):  # ssl.SSLCertVerificationError
+            wrong.get("/health", timeout=5.0)
+        mtls = self.https_front(require_client_cert=True)
+        with_cert = http_client.HttpClient(mtls, tls_ca=self.certs["ca.pem"],
+                                           tls_cert=self.certs["client.pem"],
+                                           tls_key=self.certs["client.key"])
+        self.assertEqual(with_cert.get("/health", timeout=5.0)[0], 200)
+        without = http_client.HttpClient(mtls, tls_ca=self.certs["ca.pem"])
+        with self.assertRaises(OSError):  # the server refuses the handshake
+            without.get("/health", timeout=5.0)
+        with self.assertRaises(ValueError):
+            http_client.HttpClient("http://127.0.0.1:1", tls_ca=self.certs["ca.pem"])
+        p = build_parser()
+        from specdec_loadtest import cli
+        cli._check_args(p, p.parse_args(["--http", url, "--tls-ca", self.certs["ca.pem"]]))
+
     def test_bad_tls_options(self):
         import contextlib
         import io
@@ -1134,7 +1182,8 @@ class GrpcTlsTest(unittest.TestCase):
              "--tls-cert and --tls-key need --tls-ca (the CA that signed the router's "
              "certificate)"),
             (["--http", "http://h:8000", "--tls-ca", ca],
-             "--tls-ca: the TLS options go with --router (the gRPC connection)"),
+             "--tls-ca: the TLS options go with --router (the gRPC connection) or an https:// "
+             "--http URL"),
         ]
         for argv, message in usage:
             with self.subTest(argv=argv):

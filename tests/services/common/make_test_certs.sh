@@ -20,6 +20,7 @@ ca ca
 ca other_ca
 printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' > server.ext
 signed server ca 2 server.ext
+signed other_server other_ca 2 server.ext
 signed client ca 2
 signed other_client other_ca 2
 signed expired_client ca -1

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <thread>
 
 #include "services/common/server.h"
 #include "tests/services/common/health_check.h"
@@ -67,6 +69,35 @@ TEST_F(TlsTest, MutualTlsRefusesMissingForeignAndExpiredClientCertificates) {
   EXPECT_FALSE(Check(server->port, Creds(Client("expired_client"))).ok())
       << "an expired client certificate";
   EXPECT_FALSE(Check(server->port, grpc::InsecureChannelCredentials()).ok());
+  server->server->Shutdown();
+}
+
+// Certificate files replaced on disk are served without a restart: a client trusting only the
+// other CA is refused until the server's files hold a certificate of that CA.
+TEST_F(TlsTest, ReplacedCertificateFilesAreServedWithoutARestart) {
+  const std::string cert = F("rotating.pem"), key = F("rotating.key");
+  auto copy = [&](const std::string& from) {
+    ASSERT_EQ(std::system(("cp '" + F(from + ".pem") + "' '" + cert + "' && cp '" +
+                           F(from + ".key") + "' '" + key + "'")
+                              .c_str()),
+              0);
+  };
+  copy("server");
+  TlsFiles files{cert, key, ""};
+  files.refresh_seconds = 1;
+  auto server = StartServer("127.0.0.1:0", {}, {}, files);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const TlsFiles other_ca{"", "", F("other_ca.pem")};
+  EXPECT_TRUE(Check(server->port, Creds(Client(""))).ok());
+  EXPECT_FALSE(Check(server->port, Creds(other_ca)).ok());
+  copy("other_server");
+  bool served = false;
+  for (int i = 0; i < 50 && !served; ++i) {  // the files are checked every second
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    served = Check(server->port, Creds(other_ca)).ok();
+  }
+  EXPECT_TRUE(served) << "the replaced certificate was not served within 5 s";
+  EXPECT_FALSE(Check(server->port, Creds(Client(""))).ok()) << "the old certificate is gone";
   server->server->Shutdown();
 }
 
