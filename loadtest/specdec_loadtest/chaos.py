@@ -234,6 +234,7 @@ def summarize(fault, records, refs, a, in_flight, t_fault, t_fault_end, t_recove
     """The scenario's row: outcomes by status, AR agreement, handles, recovery, verdict."""
     outcomes: Counter = Counter()
     late_failures, unexpected, differ = [], [], []
+    examples: Dict[str, str] = {}  # the first message of each failure status
     for rec in records:
         if rec.status == ABORTED:
             outcomes["aborted at the end"] += 1
@@ -243,6 +244,7 @@ def summarize(fault, records, refs, a, in_flight, t_fault, t_fault_end, t_recove
         if problem:
             differ.append(problem)
         if rec.status == ERROR:
+            examples.setdefault(rec.error_code, rec.error_message)
             if rec.error_code not in EXPECTED_CODES:
                 unexpected.append(f"{rec.error_code}: {rec.error_message}")
             if rec.t_start > t_recovered + 1.0:
@@ -268,7 +270,8 @@ def summarize(fault, records, refs, a, in_flight, t_fault, t_fault_end, t_recove
             "differ_from_ar": len(differ), "fault_s": round(t_fault_end - t_fault, 3),
             "recovery_s": None if recovery is None else round(recovery, 3),
             "handles_after": handles_after[0] if len(handles_after) == 1 else handles_after,
-            "handles_waited_s": handles["waited_s"], "passed": not problems,
+            "handles_waited_s": handles["waited_s"], "error_examples": examples,
+            "passed": not problems,
             "problems": problems}
 
 
