@@ -2,6 +2,7 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -11,6 +12,9 @@ namespace specdec::model {
 int ConfigureComputeThreads(int threads) {
   if (threads <= 0) threads = static_cast<int>(std::thread::hardware_concurrency());
   if (threads <= 0) threads = 1;
+  if (const char* cap = std::getenv("SPECDEC_MAX_COMPUTE_THREADS"); cap != nullptr) {
+    if (const int n = std::atoi(cap); n > 0) threads = std::min(threads, n);
+  }
   at::set_num_threads(threads);
   return at::get_num_threads();
 }

@@ -5,7 +5,9 @@
 namespace specdec::model {
 
 // Sets the intra-op thread count (libtorch starts with 1 here). `threads <= 0` means the number of
-// online cores. Returns the count now in force. Call once at startup, before any forward pass.
+// online cores. SPECDEC_MAX_COMPUTE_THREADS in the environment caps it (a container's CPU quota;
+// the TSan runs, which cannot see the OpenMP pool's synchronization, set it to 1). Returns the
+// count now in force. Call once at startup, before any forward pass.
 int ConfigureComputeThreads(int threads);
 
 // Bounds the kernel caches of oneDNN (which ATen's bf16 matrix products go through): oneDNN's

@@ -39,6 +39,7 @@ int64_t TcmallocProperty(const Tcmalloc& t, const char* name) {
 }  // namespace
 
 const char* HeapAllocatorName() {
+  if (kSanitizerHeap) return "sanitizer";
   if (FindTcmalloc().present()) return "tcmalloc";
 #if defined(__GLIBC__)
   return "glibc";
@@ -49,6 +50,7 @@ const char* HeapAllocatorName() {
 
 HeapStats ReadHeapStats() {
   HeapStats s;
+  if (kSanitizerHeap) return s;
   if (const Tcmalloc& t = FindTcmalloc(); t.present()) {
     s.in_use_bytes = TcmallocProperty(t, "generic.current_allocated_bytes");
     // Free pages still mapped (page heap), not the small per-size caches.
@@ -64,6 +66,7 @@ HeapStats ReadHeapStats() {
 }
 
 bool TrimHeapIfWorthIt(int64_t min_free_bytes) {
+  if (kSanitizerHeap) return false;
   if (const Tcmalloc& t = FindTcmalloc(); t.present()) {
     if (ReadHeapStats().free_bytes < min_free_bytes) return false;
     t.release_free_memory();

@@ -17,12 +17,26 @@
 
 namespace specdec::services {
 
+// Whether the process allocates through a sanitizer's allocator (the ASan and TSan builds of
+// scripts/sanitize.sh): it keeps its own books, so the trimmer reads nothing and does nothing.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr bool kSanitizerHeap = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+inline constexpr bool kSanitizerHeap = true;
+#else
+inline constexpr bool kSanitizerHeap = false;
+#endif
+#else
+inline constexpr bool kSanitizerHeap = false;
+#endif
+
 struct HeapStats {
   int64_t in_use_bytes = 0;  // allocated and not freed (arenas and mmapped chunks)
   int64_t free_bytes = 0;    // freed but still held by the allocator's arenas
 };
 
-// The allocator this process uses: "tcmalloc", "glibc" or "unknown".
+// The allocator this process uses: "tcmalloc", "glibc", "sanitizer" or "unknown".
 const char* HeapAllocatorName();
 
 // The allocator's current statistics (all zero with an unknown allocator).

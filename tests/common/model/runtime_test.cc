@@ -1,5 +1,6 @@
 // ConfigureKernelCache: bounds oneDNN's kernel caches through their environment variables,
-// leaving values the operator set alone.
+// leaving values the operator set alone. ConfigureComputeThreads: SPECDEC_MAX_COMPUTE_THREADS
+// caps the count asked for.
 #include "common/model/runtime.h"
 
 #include <gtest/gtest.h>
@@ -23,6 +24,17 @@ TEST(ConfigureKernelCacheTest, SetsBothCachesUnlessTheEnvironmentAlreadyDoes) {
   setenv("LRU_CACHE_CAPACITY", "7", 1);
   EXPECT_EQ(ConfigureKernelCache(256), 12);
   EXPECT_STREQ(std::getenv("LRU_CACHE_CAPACITY"), "7");
+}
+
+TEST(ConfigureComputeThreadsTest, TheEnvironmentCapsTheCount) {
+  unsetenv("SPECDEC_MAX_COMPUTE_THREADS");
+  EXPECT_EQ(ConfigureComputeThreads(3), 3);
+  setenv("SPECDEC_MAX_COMPUTE_THREADS", "2", 1);
+  EXPECT_EQ(ConfigureComputeThreads(3), 2);
+  EXPECT_EQ(ConfigureComputeThreads(1), 1) << "a cap is not a floor";
+  setenv("SPECDEC_MAX_COMPUTE_THREADS", "junk", 1);
+  EXPECT_EQ(ConfigureComputeThreads(3), 3) << "an unreadable cap is ignored";
+  unsetenv("SPECDEC_MAX_COMPUTE_THREADS");
 }
 
 }  // namespace

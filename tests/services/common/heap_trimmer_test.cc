@@ -50,9 +50,18 @@ void FreeAll(std::vector<char*>& blocks) {
 #define SPECDEC_EXPECTED_ALLOCATOR "glibc"
 #endif
 
+// Under a sanitizer (scripts/sanitize.sh) its allocator is detected and nothing is trimmed.
+TEST(HeapTrimmerTest, ASanitizersAllocatorIsLeftAlone) {
+  if (!kSanitizerHeap) GTEST_SKIP() << "not a sanitizer build";
+  EXPECT_STREQ(HeapAllocatorName(), "sanitizer");
+  EXPECT_EQ(ReadHeapStats().in_use_bytes, 0);
+  EXPECT_FALSE(TrimHeapIfWorthIt(0));
+}
+
 #if defined(SPECDEC_EXPECTED_ALLOCATOR)
 // The binary linked against tcmalloc (the services' allocator) really allocates with it.
 TEST(HeapTrimmerTest, DetectsTheProcessAllocator) {
+  if (kSanitizerHeap) GTEST_SKIP() << "a sanitizer's allocator (ASanitizersAllocatorIsLeftAlone)";
   EXPECT_STREQ(HeapAllocatorName(), SPECDEC_EXPECTED_ALLOCATOR);
   void* p = std::malloc(1 << 20);
   std::memset(p, 1, 1 << 20);
@@ -63,6 +72,7 @@ TEST(HeapTrimmerTest, DetectsTheProcessAllocator) {
 
 #if defined(__GLIBC__)
 TEST(HeapTrimmerTest, TrimReturnsFragmentedFreeMemoryToTheOs) {
+  if (kSanitizerHeap) GTEST_SKIP() << "a sanitizer's allocator (ASanitizersAllocatorIsLeftAlone)";
   constexpr int64_t kTotal = 96 << 20;
   std::vector<char*> kept = FragmentHeap(kTotal);
   EXPECT_GE(ReadHeapStats().free_bytes, kTotal / 2) << "the freed blocks stay in the heap";
@@ -79,6 +89,7 @@ TEST(HeapTrimmerTest, DoesNothingBelowTheThreshold) {
 }
 
 TEST(HeapTrimmerTest, BackgroundThreadTrimsPeriodically) {
+  if (kSanitizerHeap) GTEST_SKIP() << "a sanitizer's allocator (ASanitizersAllocatorIsLeftAlone)";
   std::vector<char*> kept = FragmentHeap(32 << 20);
   HeapTrimmer trimmer(std::chrono::milliseconds(10), 1 << 20);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);

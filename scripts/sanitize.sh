@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The test suites under sanitizers, each build in its own directory (gcc, ccache):
+#   scripts/sanitize.sh asan [ctest args...]   ASan + UBSan (build-asan): every unit and
+#                                              integration test
+#   scripts/sanitize.sh tsan [ctest args...]   TSan (build-tsan): the concurrency tests of the
+#                                              services and the engine (TSAN_SUITES below)
+# Extra arguments go to ctest (for example -R ClusterTest). What each run found and how it was
+# fixed: docs/results/2026-11-25-sanitizers.md. Suppressions (libraries built without the
+# sanitizer, never the project's own code): tests/sanitizers/.
+# Environment: JOBS (build jobs, default nproc). Exit status: the build's or ctest's.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+kind=${1:?usage: scripts/sanitize.sh asan|tsan [ctest args...]}
+shift
+export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache} CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=1
+supp=$PWD/tests/sanitizers
+# The services, engine and router suites that run threads against each other: handle tables,
+# session loops, batching, cancellation, admission, the HTTP front, and whole in-process clusters.
+TSAN_TARGETS=(tokenizer_test step_loop_test chat_template_test handle_table_test
+              batch_coalescer_test session_loop_test server_test policy_service_test
+              target_service_test drafter_service_test cluster_test replica_set_test
+              admission_test cancel_signal_test http_front_test api_keys_test)
+TSAN_SUITES='^(ByteLevelBpeTest.EncodeIsThreadSafe|StepLoopTest|ChatTemplateTest|HandleTableTest|'\
+'BatchCoalescerTest|SessionLoopTest|ServerTest|PolicyServiceTest|TargetServiceTest|'\
+'DrafterServiceTest|ClusterTest|ReplicaSetTest|AdmissionQueue|CancelSignalTest|HttpFrontTest|'\
+'ApiKeysTest)'
+case "$kind" in
+  asan)
+    dir=build-asan
+    cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DSPECDEC_SANITIZE=address,undefined >/dev/null
+    ninja -C "$dir" -j "${JOBS:-$(nproc)}"
+    export ASAN_OPTIONS=detect_leaks=1:check_initialization_order=1:strict_init_order=1
+    export LSAN_OPTIONS=suppressions=$supp/lsan.supp:print_suppressions=0
+    export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+    labels='unit|integration'
+    filter=()
+    ;;
+  tsan)
+    dir=build-tsan
+    cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DSPECDEC_SANITIZE=thread >/dev/null
+    ninja -C "$dir" -j "${JOBS:-$(nproc)}" "${TSAN_TARGETS[@]}"
+    # The OpenMP pool of libtorch is not instrumented: TSan cannot see its barriers, so the
+    # forward passes run on the calling thread (every service thread still runs concurrently).
+    export SPECDEC_MAX_COMPUTE_THREADS=1
+    export TSAN_OPTIONS=suppressions=$supp/tsan.supp:halt_on_error=1:second_deadlock_stack=1
+    labels='unit|integration'
+    filter=(-R "$TSAN_SUITES")
+    ;;
+  *) echo "usage: scripts/sanitize.sh asan|tsan [ctest args...]" >&2; exit 2 ;;
+esac
+ctest --test-dir "$dir" -L "$labels" "${filter[@]}" --output-on-failure -j "$(nproc)" \
+  --timeout 1800 "$@"
