@@ -57,6 +57,9 @@ struct DecodeStats {
   int32_t planned_ar_steps = 0;                // steps a planning hook ran as AR (load awareness)
   std::string note;  // human-readable remark (e.g. why a fallback happened)
   double prefill_ms = 0, policy_ms = 0, draft_ms = 0, verify_ms = 0, total_ms = 0;
+  // Remote targets only (0 in process): time in the target's queue, and the target round trips'
+  // time outside the target (StepResult), summed over the prefill and every step.
+  double queue_ms = 0, network_ms = 0;
   double decode_ms = 0;    // wall time of the steps after prefill (drafting and verifying)
   double ttft_ms = 0;      // from the start of the request to its first token
   double mean_itl_ms = 0;  // mean time between committed tokens after the first

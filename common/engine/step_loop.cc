@@ -69,6 +69,8 @@ class StepLoop {
     ASSIGN_OR_RETURN(prefill_, parts_.target->Prefill(prompt_, want_logits));
     hosted_ = IsDflash(options_.method) && parts_.target->HostedBlockSize() > 0;
     stats_.prefill_ms = MsSince(t0);
+    stats_.queue_ms += prefill_.queue_ms;
+    stats_.network_ms += prefill_.network_ms;
     StepResult first;
     first.committed = {prefill_.first_token};
     first.verify_ms = stats_.prefill_ms;
@@ -246,6 +248,8 @@ class StepLoop {
     stats_.accepted_tokens += step.accepted;
     stats_.verify_ms += step.verify_ms;
     stats_.draft_ms += step.draft_ms;
+    stats_.queue_ms += step.queue_ms;
+    stats_.network_ms += step.network_ms;
     stats_.decode_ms += step.wall_ms >= 0 ? step.wall_ms : step.verify_ms + step.draft_ms;
     if (!step.draft_error.empty()) {
       if (stats_.hosted_draft_failures++ == 0 && stats_.note.empty()) {
@@ -262,8 +266,8 @@ class StepLoop {
       ++stats_.drafted_per_position[i];
       if (static_cast<int32_t>(i) < step.accepted) ++stats_.accepted_per_position[i];
     }
-    return StepInfo{stats_.verify_steps, step.drafted,  step.accepted, step.positions, block,
-                    step.batch_size,     step.draft_ms, step.verify_ms};
+    return StepInfo{stats_.verify_steps, step.drafted,  step.accepted,  step.positions, block,
+                    step.batch_size,     step.draft_ms, step.verify_ms, step.network_ms};
   }
 
   void RecordLatency(size_t kept) {

@@ -25,6 +25,10 @@ namespace specdec::engine {
 struct PrefillResult {
   int32_t first_token = -1;        // sampled from the last prompt position
   std::vector<float> last_logits;  // raw logits of the last prompt position, when asked for
+  // A remote target's report (0 in process): the time the prefill waited in the target's queue,
+  // and the round trip's time outside the target (round trip - queue - compute).
+  double queue_ms = 0;
+  double network_ms = 0;
 };
 
 // What one target pass committed, as the target side reports it.
@@ -37,6 +41,10 @@ struct StepResult {
   double draft_ms = 0;             // drafting time of the step (hosted drafting: the target's)
   double wall_ms = -1;             // the whole step's wall time; < 0: unknown
   int32_t batch_size = 1;          // sequences in the target pass that served the step
+  // A remote target's report (0 in process): the step's wait in the target's queue, and its
+  // round trip's time outside the target (round trip - queue - compute - hosted drafting).
+  double queue_ms = 0;
+  double network_ms = 0;
   // The passes behind the step, where the side knows them (a target's report; else 0): the
   // rows and compute time of the target's forward pass (all its sequences'), and the rows of the
   // drafter pass that drafted the step.
@@ -155,6 +163,7 @@ struct StepInfo {
   int32_t batch_size = 1;  // sequences in the target pass
   double draft_ms = 0;
   double verify_ms = 0;  // prefill time for step 0
+  double network_ms = 0;  // StepResult::network_ms
   // The completion's text this step released, when the loop decodes text (LoopParts). The loop
   // ends with a text-only call (no tokens, step -1) for text held back to the end.
   std::string text;

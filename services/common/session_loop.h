@@ -49,9 +49,10 @@ class SessionLoop {
     // With execute_batch: the longest a batch is held for streams expected back soon (see
     // BatchCoalescer; zero: never held).
     std::chrono::microseconds batch_wait_max{0};
-    // After every operation: (request, status, queue seconds, compute seconds; for a batched
-    // operation the batch's compute time).
-    std::function<void(const Req&, const absl::Status&, double, double)> observe;
+    // After every operation, before its response is sent: (request, status, queue seconds,
+    // compute seconds (for a batched operation the batch's compute time), the response, which
+    // the hook may annotate).
+    std::function<void(const Req&, const absl::Status&, double, double, Resp*)> observe;
     // Optional server-side continuation: called after an operation ran, before its response is
     // sent. A returned request is queued for the same stream (to run in a later pass, like an
     // operation the client sent) and answered on the stream like one; the hook may also adjust
@@ -287,7 +288,7 @@ class SessionLoop {
       Resp& resp = resps[i];
       const absl::Status& s = ops[i].status;
       const double queued = std::chrono::duration<double>(t0 - w.enqueued).count();
-      if (hooks_.observe) hooks_.observe(w.request, s, queued, compute[i]);
+      if (hooks_.observe) hooks_.observe(w.request, s, queued, compute[i], &resp);
       std::optional<Req> next;
       if (hooks_.follow_up) {
         const double elapsed = std::chrono::duration<double>(Clock::now() - w.enqueued).count();

@@ -21,6 +21,7 @@
 #include "services/common/server.h"
 #include "services/common/session_loop.h"
 #include "services/common/tensor_proto.h"
+#include "services/common/weights_revision.h"
 #include "specdec/v1/drafter.grpc.pb.h"
 
 namespace specdec::services {
@@ -120,7 +121,8 @@ class DrafterCore {
     };
     h.max_batch = static_cast<size_t>(std::max(1, max_batch));
     h.batch_wait_max = std::chrono::microseconds(std::max(0, batch_wait_max_us));
-    h.observe = [this](const v1::DrafterRequest& r, const absl::Status& s, double, double c) {
+    h.observe = [this](const v1::DrafterRequest& r, const absl::Status& s, double, double c,
+                       v1::DrafterResponse*) {
       const char* op = OpName(r.op_case());
       metrics_->ops.Add({{"op", op}, {"code", absl::StatusCodeToString(s.code())}}).Increment();
       metrics_->compute
@@ -361,7 +363,11 @@ class DrafterCore {
 
 class DrafterServiceImpl final : public v1::Drafter::CallbackService {
  public:
-  explicit DrafterServiceImpl(DrafterCore* core) : core_(core) {}
+  // `lm_revision`, `dflash_revision`: WeightsRevision of the draft checkpoints ("" when absent).
+  DrafterServiceImpl(DrafterCore* core, std::string lm_revision, std::string dflash_revision)
+      : core_(core),
+        lm_revision_(std::move(lm_revision)),
+        dflash_revision_(std::move(dflash_revision)) {}
   grpc::ServerBidiReactor<v1::DrafterRequest, v1::DrafterResponse>* Session(
       grpc::CallbackServerContext*) override {
     return core_->NewReactor();
@@ -375,11 +381,13 @@ class DrafterServiceImpl final : public v1::Drafter::CallbackService {
       v1::DraftModelInfo* dm = all.add_draft_models();
       dm->set_kind(v1::AR_DRAFT_LM);
       FillTransformerInfo(*lm, "draft", dm->mutable_model());
+      dm->mutable_model()->set_revision(lm_revision_);
     }
     if (const model::DFlashDrafter* d = core_->dflash()) {
       v1::DraftModelInfo* dm = all.add_draft_models();
       dm->set_kind(v1::DFLASH_DRAFTER);
       FillDFlashInfo(*d, dm->mutable_model());
+      dm->mutable_model()->set_revision(dflash_revision_);
     }
     if (all.draft_models_size() > 0) {
       *info = all.draft_models(all.draft_models_size() - 1).model();
@@ -392,6 +400,7 @@ class DrafterServiceImpl final : public v1::Drafter::CallbackService {
 
  private:
   DrafterCore* core_;
+  const std::string lm_revision_, dflash_revision_;
 };
 
 }  // namespace
@@ -439,7 +448,15 @@ absl::StatusOr<std::unique_ptr<DrafterServer>> DrafterServer::Start(
   impl->core = std::make_unique<DrafterCore>(std::move(target), std::move(dflash),
                                              std::move(draft_lm), to, impl->metrics.get(),
                                              options.max_batch, options.batch_wait_max_us);
-  impl->service = std::make_unique<DrafterServiceImpl>(impl->core.get());
+  std::string lm_revision, dflash_revision;
+  if (!options.draft_lm_dir.empty()) {
+    ASSIGN_OR_RETURN(lm_revision, WeightsRevision(options.draft_lm_dir));
+  }
+  if (!options.dflash_dir.empty()) {
+    ASSIGN_OR_RETURN(dflash_revision, WeightsRevision(options.dflash_dir));
+  }
+  impl->service = std::make_unique<DrafterServiceImpl>(impl->core.get(), std::move(lm_revision),
+                                                       std::move(dflash_revision));
   if (!options.metrics_address.empty()) {
     RETURN_IF_ERROR(impl->metrics_server.Listen(options.metrics_address));
   }

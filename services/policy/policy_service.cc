@@ -16,6 +16,7 @@
 #include "services/common/run_server.h"
 #include "services/common/server.h"
 #include "services/common/tensor_proto.h"
+#include "services/common/weights_revision.h"
 #include "specdec/v1/policy.grpc.pb.h"
 
 namespace specdec::services {
@@ -61,8 +62,13 @@ struct PolicyMetrics {
 // all pending requests with one batched forward pass.
 class PolicyServiceImpl final : public v1::Policy::CallbackService {
  public:
-  PolicyServiceImpl(std::unique_ptr<model::BlockPilot> policy, PolicyMetrics* metrics)
-      : policy_(std::move(policy)), metrics_(metrics), loop_([this] { Loop(); }) {}
+  // `revision`: WeightsRevision of the checkpoint, also every prediction's policy_version.
+  PolicyServiceImpl(std::unique_ptr<model::BlockPilot> policy, PolicyMetrics* metrics,
+                    std::string revision)
+      : policy_(std::move(policy)),
+        metrics_(metrics),
+        revision_(std::move(revision)),
+        loop_([this] { Loop(); }) {}
 
   ~PolicyServiceImpl() override {
     {
@@ -112,6 +118,7 @@ class PolicyServiceImpl final : public v1::Policy::CallbackService {
     info->set_hidden_size(c.hidden_size);
     info->set_block_size(c.training_block_size);
     for (int32_t b : c.block_sizes) info->add_block_sizes(b);
+    info->set_revision(revision_);
     auto* reactor = ctx->DefaultReactor();
     reactor->Finish(grpc::Status::OK);
     return reactor;
@@ -149,7 +156,7 @@ class PolicyServiceImpl final : public v1::Policy::CallbackService {
         it.resp->set_block_size(p.block_size);
         for (int32_t b : policy_->config().block_sizes) it.resp->add_candidates(b);
         for (float s : p.scores) it.resp->add_scores(s);
-        it.resp->set_policy_version("blockpilot-v1");
+        it.resp->set_policy_version(revision_);
         metrics_->predicted.Add({{"block_size", std::to_string(p.block_size)}}).Increment();
         metrics_->ok.Increment();
         metrics_->latency.Observe(std::chrono::duration<double>(Clock::now() - it.start).count());
@@ -160,6 +167,7 @@ class PolicyServiceImpl final : public v1::Policy::CallbackService {
 
   std::unique_ptr<model::BlockPilot> policy_;
   PolicyMetrics* metrics_;
+  const std::string revision_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Item> queue_;
@@ -189,7 +197,9 @@ absl::StatusOr<std::unique_ptr<PolicyServer>> PolicyServer::Start(
   impl->options = options;
   ASSIGN_OR_RETURN(auto policy, model::BlockPilot::Load(options.policy_dir));
   impl->metrics = std::make_unique<PolicyMetrics>(impl->metrics_server.registry());
-  impl->service = std::make_unique<PolicyServiceImpl>(std::move(policy), impl->metrics.get());
+  ASSIGN_OR_RETURN(std::string revision, WeightsRevision(options.policy_dir));
+  impl->service = std::make_unique<PolicyServiceImpl>(std::move(policy), impl->metrics.get(),
+                                                      std::move(revision));
   if (!options.metrics_address.empty()) {
     RETURN_IF_ERROR(impl->metrics_server.Listen(options.metrics_address));
   }

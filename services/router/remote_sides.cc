@@ -70,6 +70,7 @@ absl::StatusOr<engine::PrefillResult> RemoteTarget::Prefill(std::span<const int3
                                                             bool want_logits) {
   absl::StatusOr<v1::TargetResponse> got = absl::UnavailableError("no target replica tried");
   std::vector<size_t> tried;
+  auto t0 = SteadyClock::now();
   while (true) {
     replica_ = backends_.Pick(backends_.targets(), "target", tried);
     if (!replica_) {
@@ -82,6 +83,7 @@ absl::StatusOr<engine::PrefillResult> RemoteTarget::Prefill(std::span<const int3
     auto opened = TargetClient::Open(backends_.target_stub(*replica_), scope_);
     if (opened.ok()) {
       client_ = *std::move(opened);
+      t0 = SteadyClock::now();
       got = client_->Call(PrefillRequest(prompt, want_logits), "target prefill");
     } else {
       got = opened.status();
@@ -99,6 +101,8 @@ absl::StatusOr<engine::PrefillResult> RemoteTarget::Prefill(std::span<const int3
   AppendRows(p.features(), &features_);
   engine::PrefillResult r;
   r.first_token = p.first_token();
+  r.queue_ms = p.queue_ms();
+  r.network_ms = std::max(0.0, MsSince(t0) - p.compute_ms() - p.queue_ms());
   if (p.has_last_logits()) {
     ASSIGN_OR_RETURN(r.last_logits, TensorToFloats(p.last_logits(), "prefill.last_logits"));
   }
@@ -137,6 +141,8 @@ engine::StepResult RemoteTarget::FromResult(const v1::TargetVerifyResult& v, dou
   step.pass_rows = v.pass_rows();
   step.pass_ms = v.compute_ms();
   step.draft_rows = v.draft_pass_rows();
+  step.queue_ms = v.queue_ms();
+  step.network_ms = std::max(0.0, ms - v.compute_ms() - v.queue_ms() - v.draft_ms());
   AppendRows(v.features(), &features_);
   return step;
 }

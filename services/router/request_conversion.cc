@@ -156,6 +156,8 @@ v1::RequestStats ToProto(const engine::DecodeStats& s) {
   t->set_draft_ms(s.draft_ms);
   t->set_verify_ms(s.verify_ms);
   t->set_total_ms(s.total_ms);
+  t->set_network_ms(s.network_ms);
+  t->set_queue_ms(s.queue_ms);
   return p;
 }
 

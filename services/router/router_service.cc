@@ -294,6 +294,7 @@ engine::CommitCallback RouterServer::Impl::Streamer(const v1::GenerateRequest& r
       s->set_block_size(step.block_size);
       s->set_draft_ms(step.draft_ms);
       s->set_verify_ms(step.verify_ms);
+      s->set_network_ms(step.network_ms);
       s->set_batch_size(step.batch_size);
     }
     Push(box, std::move(r));

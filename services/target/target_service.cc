@@ -30,6 +30,7 @@
 #include "services/common/server.h"
 #include "services/common/session_loop.h"
 #include "services/common/tensor_proto.h"
+#include "services/common/weights_revision.h"
 #include "services/target/pass_planner.h"
 #include "services/target/server_run.h"
 #include "services/target/target_metrics.h"
@@ -95,7 +96,14 @@ class TargetCore {
     h.max_batch = static_cast<size_t>(std::max(1, max_batch));
     h.batch_wait_max = std::chrono::microseconds(std::max(0, batch_wait_max_us));
     h.observe = [this](const v1::TargetRequest& r, const absl::Status& s, double queued,
-                       double compute) {
+                       double compute, v1::TargetResponse* resp) {
+      // The wait in the queue, for the router's StageTimings.queue_ms.
+      if (resp->has_prefill()) resp->mutable_prefill()->set_queue_ms(queued * 1000.0);
+      if (resp->has_verify()) resp->mutable_verify()->set_queue_ms(queued * 1000.0);
+      if (s.ok() && resp->has_verify() && resp->verify().pass_rows() == 1) {
+        const double ms = resp->verify().compute_ms(), prev = ar_step_ms_.load();
+        ar_step_ms_.store(prev == 0 ? ms : 0.95 * prev + 0.05 * ms);
+      }
       const char* op = OpName(r.op_case());
       metrics_->queue.Observe(queued);
       metrics_->compute.Add({{"op", op}}, TargetMetrics::Buckets()).Observe(compute);
@@ -127,6 +135,8 @@ class TargetCore {
 
   const model::Transformer& model() const { return *model_; }
   const model::DFlashDrafter* drafter() const { return drafter_.get(); }
+  // Running mean of the compute of lone one-row passes (ModelInfo.ar_step_ms), 0 until one ran.
+  double ar_step_ms() const { return ar_step_ms_.load(); }
   HandleTable<TargetEntry>& table() { return table_; }
   TargetMetrics& metrics() { return *metrics_; }
 
@@ -542,6 +552,7 @@ class TargetCore {
   std::unique_ptr<model::Transformer> model_;
   std::unique_ptr<model::DFlashDrafter> drafter_;  // bound to *model_; optional
   HandleTable<TargetEntry> table_;
+  std::atomic<double> ar_step_ms_{0};  // written on the scheduler thread only
   TargetMetrics* metrics_;
   const int64_t batch_prefill_max_rows_;
   std::unique_ptr<Loop> loop_;  // last: stops first
@@ -549,7 +560,9 @@ class TargetCore {
 
 class TargetServiceImpl final : public v1::Target::CallbackService {
  public:
-  explicit TargetServiceImpl(TargetCore* core) : core_(core) {}
+  // `revision`, `dflash_revision`: WeightsRevision of the checkpoints ("" when unknown).
+  TargetServiceImpl(TargetCore* core, std::string revision, std::string dflash_revision)
+      : core_(core), revision_(std::move(revision)), dflash_revision_(std::move(dflash_revision)) {}
 
   grpc::ServerBidiReactor<v1::TargetRequest, v1::TargetResponse>* Session(
       grpc::CallbackServerContext*) override {
@@ -559,10 +572,13 @@ class TargetServiceImpl final : public v1::Target::CallbackService {
   grpc::ServerUnaryReactor* GetInfo(grpc::CallbackServerContext* ctx, const v1::GetInfoRequest*,
                                     v1::ModelInfo* info) override {
     FillTransformerInfo(core_->model(), "target", info);
+    info->set_revision(revision_);
+    info->set_ar_step_ms(core_->ar_step_ms());
     if (const model::DFlashDrafter* d = core_->drafter()) {
       v1::DraftModelInfo* dm = info->add_draft_models();
       dm->set_kind(v1::DFLASH_DRAFTER);
       FillDFlashInfo(*d, dm->mutable_model());
+      dm->mutable_model()->set_revision(dflash_revision_);
     }
     auto* reactor = ctx->DefaultReactor();
     reactor->Finish(grpc::Status::OK);
@@ -571,6 +587,7 @@ class TargetServiceImpl final : public v1::Target::CallbackService {
 
  private:
   TargetCore* core_;
+  const std::string revision_, dflash_revision_;
 };
 
 }  // namespace
@@ -610,7 +627,13 @@ absl::StatusOr<std::unique_ptr<TargetServer>> TargetServer::Start(
   impl->core = std::make_unique<TargetCore>(
       std::move(m), std::move(drafter), to, impl->metrics.get(), options.max_batch,
       options.batch_wait_max_us, options.batch_prefill_max_rows);
-  impl->service = std::make_unique<TargetServiceImpl>(impl->core.get());
+  ASSIGN_OR_RETURN(std::string revision, WeightsRevision(options.model_dir));
+  std::string dflash_revision;
+  if (!options.dflash_dir.empty()) {
+    ASSIGN_OR_RETURN(dflash_revision, WeightsRevision(options.dflash_dir));
+  }
+  impl->service = std::make_unique<TargetServiceImpl>(impl->core.get(), std::move(revision),
+                                                      std::move(dflash_revision));
   if (!options.metrics_address.empty()) {
     RETURN_IF_ERROR(impl->metrics_server.Listen(options.metrics_address));
   }

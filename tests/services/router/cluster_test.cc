@@ -335,6 +335,21 @@ TEST_F(ClusterTest, MetricsAgreeWithWhatClientsSaw) {
   EXPECT_LE(Sum(reg, "specdec_spec_decode_num_drafts_total"), steps);
 }
 
+// The Summary splits the target round trips the router measured into the target's compute, its
+// queue and the rest (network): positive network time, never more than the round trips.
+TEST_F(ClusterTest, TimingsSplitTargetRoundTripsIntoQueueAndNetwork) {
+  for (v1::Method m : {v1::AR, v1::DRAFT_CHAIN}) {
+    Result r = Generate(Request({3, 1, 4, 1, 5}, m, 12));
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    const v1::StageTimings& t = r.summary.stats().timings();
+    EXPECT_GT(t.network_ms(), 0) << v1::Method_Name(m);
+    EXPECT_GE(t.queue_ms(), 0) << v1::Method_Name(m);
+    EXPECT_LE(t.network_ms() + t.queue_ms(), t.prefill_ms() + t.verify_ms() + 1e-6)
+        << v1::Method_Name(m);
+    EXPECT_LT(t.network_ms(), t.total_ms()) << v1::Method_Name(m);
+  }
+}
+
 // Sum of the counter or gauge values of `name` whose label `label` equals `value`.
 double Labelled(prometheus::Registry& r, const std::string& name, const std::string& label,
                 const std::string& value) {

@@ -14,6 +14,7 @@
 #include "common/engine/decoder.h"
 #include "common/tokenizer/tokenizer.h"
 #include "tests/common/tokenizer/test_util.h"
+#include "specdec/v1/target.grpc.pb.h"
 #include "tests/services/router/cluster_fixture.h"
 
 namespace specdec::services {
@@ -259,6 +260,27 @@ TEST_F(RequestContractTest, GetInfoAndHealthDescribeEveryService) {
     // A name no service has is NOT_FOUND (no answer).
     EXPECT_EQ(HealthCheck(Addr(port), "specdec.v1.Nothing"), "");
   }
+  // Every model's revision: 16 hex digits of its weights' content, distinct per checkpoint.
+  auto hex16 = [](const std::string& r) {
+    return r.size() == 16 && r.find_first_not_of("0123456789abcdef") == std::string::npos;
+  };
+  std::set<std::string> revisions = {info.target().revision(), info.policy().revision()};
+  EXPECT_TRUE(hex16(info.target().revision())) << info.target().revision();
+  EXPECT_TRUE(hex16(info.policy().revision())) << info.policy().revision();
+  for (const v1::DraftModelInfo& dm : info.drafter().draft_models()) {
+    EXPECT_TRUE(hex16(dm.model().revision())) << dm.model().name();
+    revisions.insert(dm.model().revision());
+  }
+  EXPECT_EQ(revisions.size(), 2u + info.drafter().draft_models_size());
+  // The target's running mean of one-token steps, once an AR request ran there.
+  ASSERT_TRUE(Generate(Request(TestPrompt(1), v1::AR, 8)).status.ok());
+  grpc::ClientContext tctx;
+  v1::ModelInfo target;
+  auto target_stub = v1::Target::NewStub(
+      grpc::CreateChannel(Addr(target_->port()), grpc::InsecureChannelCredentials()));
+  ASSERT_TRUE(target_stub->GetInfo(&tctx, v1::GetInfoRequest(), &target).ok());
+  EXPECT_GT(target.ar_step_ms(), 0);
+  EXPECT_EQ(target.revision(), info.target().revision());
 }
 
 }  // namespace

@@ -134,6 +134,8 @@ TEST(RequestConversionTest, StatisticsTakeTheirWireForm) {
   s.note = "n";
   s.prefill_ms = 1.5;
   s.total_ms = 9;
+  s.network_ms = 0.75;
+  s.queue_ms = 0.25;
   const v1::RequestStats p = ToProto(s);
   EXPECT_EQ(p.method(), v1::DFLASH);
   EXPECT_DOUBLE_EQ(p.tau(), 3.0);
@@ -144,6 +146,8 @@ TEST(RequestConversionTest, StatisticsTakeTheirWireForm) {
   EXPECT_EQ(p.note(), "n");
   EXPECT_DOUBLE_EQ(p.timings().prefill_ms(), 1.5);
   EXPECT_DOUBLE_EQ(p.timings().total_ms(), 9);
+  EXPECT_DOUBLE_EQ(p.timings().network_ms(), 0.75);
+  EXPECT_DOUBLE_EQ(p.timings().queue_ms(), 0.25);
   for (v1::Method m : {v1::AR, v1::DRAFT_CHAIN, v1::DYSPEC_TREE, v1::DFLASH, v1::DFLASH_ADAPTIVE}) {
     EXPECT_EQ(ToProto(ToEngine(m)), m);
   }
