@@ -17,9 +17,10 @@ namespace specdec::services {
 // A certificate chain and its key, with the files' identity when they were read.
 struct HttpTlsContext::Loaded {
   X509* leaf = nullptr;
-  STACK_OF(X509)* chain = nullptr;  // certificates after the leaf
+  STACK_OF(X509) * chain = nullptr;  // certificates after the leaf
   EVP_PKEY* key = nullptr;
-  struct timespec cert_mtime {}, key_mtime {};
+  struct timespec cert_mtime {
+  }, key_mtime{};
   off_t cert_size = 0, key_size = 0;
 
   ~Loaded() {
@@ -47,7 +48,8 @@ bool SameStat(const struct stat& st, const struct timespec& mtime, off_t size) {
 
 absl::StatusOr<std::shared_ptr<const HttpTlsContext::Loaded>> Load(const TlsFiles& f) {
   auto out = std::make_shared<HttpTlsContext::Loaded>();
-  struct stat cs {}, ks {};
+  struct stat cs {
+  }, ks{};
   if (stat(f.cert.c_str(), &cs) != 0 || stat(f.key.c_str(), &ks) != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot read the TLS certificate '", f.cert, "' or its key '", f.key, "'"));
@@ -60,7 +62,8 @@ absl::StatusOr<std::shared_ptr<const HttpTlsContext::Loaded>> Load(const TlsFile
   if (cf == nullptr) return absl::InvalidArgumentError(absl::StrCat("cannot open '", f.cert, "'"));
   out->leaf = PEM_read_X509(cf, nullptr, nullptr, nullptr);
   out->chain = sk_X509_new_null();
-  while (X509* extra = PEM_read_X509(cf, nullptr, nullptr, nullptr)) sk_X509_push(out->chain, extra);
+  while (X509* extra = PEM_read_X509(cf, nullptr, nullptr, nullptr))
+    sk_X509_push(out->chain, extra);
   ERR_clear_error();  // the loop ends at the end of the file
   std::fclose(cf);
   if (out->leaf == nullptr) {
@@ -77,9 +80,8 @@ absl::StatusOr<std::shared_ptr<const HttpTlsContext::Loaded>> Load(const TlsFile
   }
   if (X509_check_private_key(out->leaf, out->key) != 1) {
     ERR_clear_error();
-    return absl::InvalidArgumentError(absl::StrCat("the key '", f.key,
-                                                   "' does not belong to the certificate '",
-                                                   f.cert, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the key '", f.key, "' does not belong to the certificate '", f.cert, "'"));
   }
   return out;
 }
@@ -109,7 +111,8 @@ std::shared_ptr<const HttpTlsContext::Loaded> HttpTlsContext::Current() {
   const auto now = std::chrono::steady_clock::now();
   if (now - checked_ < recheck_) return loaded_;
   checked_ = now;
-  struct stat cs {}, ks {};
+  struct stat cs {
+  }, ks{};
   if (stat(files_.cert.c_str(), &cs) != 0 || stat(files_.key.c_str(), &ks) != 0 ||
       (SameStat(cs, loaded_->cert_mtime, loaded_->cert_size) &&
        SameStat(ks, loaded_->key_mtime, loaded_->key_size))) {

@@ -234,9 +234,9 @@ void CheckTreeRowsEqualCausal(at::ScalarType dt, int64_t dim, bool pair_path) {
       vc.select(1, past + a).copy_(nv[ancestors[a]]);
     }
     const Case causal{past + static_cast<int64_t>(ancestors.size()), 1, capacity, {}};
-    const at::Tensor row = run(causal, q.narrow(0, i, 1).contiguous(),
-                               nk.narrow(0, i, 1).contiguous(), nv.narrow(0, i, 1).contiguous(),
-                               kc, vc);
+    const at::Tensor row =
+        run(causal, q.narrow(0, i, 1).contiguous(), nk.narrow(0, i, 1).contiguous(),
+            nv.narrow(0, i, 1).contiguous(), kc, vc);
     EXPECT_TRUE(row.equal(whole.narrow(0, i, 1)))
         << "row " << i << " (depth " << ancestors.size() << ")";
   }

@@ -165,8 +165,7 @@ TEST_P(BatchInvarianceTest, ATreeRowsLogitsAreTheArStepsAtItsPosition) {
       auto out = model_->Forward(std::span<const SequenceInput>(&step, 1));
       ASSERT_TRUE(out.ok()) << out.status();
       EXPECT_TRUE((*out)[0].logits.equal(verified[0].narrow(0, i, 1)))
-          << "context " << tree.context.size() << ", node " << i << " at depth "
-          << path.size() - 1;
+          << "context " << tree.context.size() << ", node " << i << " at depth " << path.size() - 1;
     }
   }
 }
