@@ -11,21 +11,16 @@
 
 #include "services/common/server.h"
 #include "tests/services/common/health_check.h"
+#include "tests/services/common/test_certs.h"
 
 namespace specdec::services {
 namespace {
 
 class TlsTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    // One directory per process: ctest runs each test in its own process, at once.
-    dir_ = new std::string(::testing::TempDir() + "/tls_test_certs." + std::to_string(::getpid()));
-    const std::string cmd = "rm -rf '" + *dir_ + "' && mkdir -p '" + *dir_ + "' && bash '" +
-                            SPECDEC_SOURCE_DIR "/tests/services/common/make_test_certs.sh' '" +
-                            *dir_ + "'";
-    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  static std::string F(const std::string& name) {
+    return ::specdec::testing_util::TestCertDir("tls_test_certs") + "/" + name;
   }
-  static std::string F(const std::string& name) { return *dir_ + "/" + name; }
   static TlsFiles Server(bool mutual) {
     return {F("server.pem"), F("server.key"), mutual ? F("ca.pem") : ""};
   }
@@ -44,9 +39,7 @@ class TlsTest : public ::testing::Test {
     EXPECT_TRUE(c.ok()) << c.status();
     return c.ok() ? *c : nullptr;
   }
-  static std::string* dir_;
 };
-std::string* TlsTest::dir_ = nullptr;
 
 TEST_F(TlsTest, TlsServesVerifiedClientsAndRefusesPlaintext) {
   auto server = StartServer("127.0.0.1:0", {}, {}, Server(/*mutual=*/false));

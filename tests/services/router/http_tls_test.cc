@@ -14,21 +14,16 @@
 
 #include "prometheus/registry.h"
 #include "services/router/http_front.h"
+#include "tests/services/common/test_certs.h"
 
 namespace specdec::services {
 namespace {
 
 class HttpTlsTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    // One directory per process: ctest runs each test in its own process, at once.
-    dir_ = new std::string(::testing::TempDir() + "/http_tls_certs." + std::to_string(::getpid()));
-    const std::string cmd = "rm -rf '" + *dir_ + "' && mkdir -p '" + *dir_ + "' && bash '" +
-                            SPECDEC_SOURCE_DIR "/tests/services/common/make_test_certs.sh' '" +
-                            *dir_ + "'";
-    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  static std::string F(const std::string& name) {
+    return ::specdec::testing_util::TestCertDir("http_tls_certs") + "/" + name;
   }
-  static std::string F(const std::string& name) { return *dir_ + "/" + name; }
 
   // A front that answers /health (no cluster behind it: nothing else is asked here).
   std::unique_ptr<HttpFront> Start(const TlsFiles& tls) {
@@ -64,9 +59,7 @@ class HttpTlsTest : public ::testing::Test {
   }
 
   prometheus::Registry registry_;
-  static std::string* dir_;
 };
-std::string* HttpTlsTest::dir_ = nullptr;
 
 TEST_F(HttpTlsTest, HttpsServesVerifiedClientsAndRefusesPlaintext) {
   auto front = Start({F("server.pem"), F("server.key"), ""});

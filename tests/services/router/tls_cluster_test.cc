@@ -7,25 +7,15 @@
 #include <fstream>
 
 #include "clients/cpp/client.h"
+#include "tests/services/common/test_certs.h"
 #include "tests/services/router/cluster_fixture.h"
 
 namespace specdec::services::cluster_testing {
 namespace {
 
-std::string CertDir() {
-  static const std::string* dir = [] {
-    // One directory per process: ctest runs each test in its own process, at once.
-    auto* d = new std::string(::testing::TempDir() + "/tls_cluster_test_certs." +
-                              std::to_string(::getpid()));
-    const std::string cmd = "rm -rf '" + *d + "' && mkdir -p '" + *d + "' && bash '" +
-                            SPECDEC_SOURCE_DIR "/tests/services/common/make_test_certs.sh' '" + *d +
-                            "'";
-    if (std::system(cmd.c_str()) != 0) ADD_FAILURE() << cmd;
-    return d;
-  }();
-  return *dir;
+std::string F(const std::string& name) {
+  return ::specdec::testing_util::TestCertDir("tls_cluster_test_certs") + "/" + name;
 }
-std::string F(const std::string& name) { return CertDir() + "/" + name; }
 
 std::unique_ptr<TargetServer> StartMutualTlsTarget() {
   TargetServerOptions to;
