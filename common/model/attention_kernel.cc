@@ -9,6 +9,7 @@
 #include <limits>
 #include <vector>
 
+#include "common/model/target_clones.h"
 #include "common/model/vec16.h"
 
 namespace specdec::model {
@@ -601,8 +602,8 @@ __attribute__((always_inline)) inline void RunFloatItem(const AttentionProblem& 
 
 // Items [begin, end); the pair path's scores and float outputs of the last item also into
 // `trace` when given.
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void RunItems(
-    const AttentionProblem& p, int64_t begin, int64_t end, Pairs mode, AttentionPairTrace* trace) {
+SPECDEC_TARGET_CLONES void RunItems(const AttentionProblem& p, int64_t begin, int64_t end,
+                                    Pairs mode, AttentionPairTrace* trace) {
   thread_local Scratch scratch;
   const int64_t d = p.head_dim, group = p.heads / p.kv_heads;
   // Rows of head_dim floats are padded with zeros to whole vectors.

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/model/target_clones.h"
 #include "common/model/vec16.h"
 
 namespace specdec::model {
@@ -165,8 +166,8 @@ struct PortableBlock {
   }
 };
 
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void RunPanelPortable(
-    const LinearProblem& p, const float* panel, int64_t r0, int64_t rows) {
+SPECDEC_TARGET_CLONES void RunPanelPortable(const LinearProblem& p, const float* panel, int64_t r0,
+                                            int64_t rows) {
   RunPanelBlocks<PortableBlock>(p, panel, r0, rows);
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/model/target_clones.h"
 #include "common/model/vec16.h"
 
 namespace specdec::model {
@@ -41,8 +42,8 @@ const std::array<uint16_t, 65536>& SiluBf16Table() {
 
 }  // namespace
 
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void RmsNormRows(
-    const RowSet& x, const void* weight, float eps, KernelDType dt, void* out) {
+SPECDEC_TARGET_CLONES void RmsNormRows(const RowSet& x, const void* weight, float eps,
+                                       KernelDType dt, void* out) {
   const int64_t d = x.dim;
   int64_t r = 0;
   for (int64_t o = 0; o < x.outer; ++o) {
@@ -75,8 +76,8 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
   }
 }
 
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void SwiGluRows(
-    const void* gu, int64_t rows, int64_t row_stride, int64_t inter, KernelDType dt, void* out) {
+SPECDEC_TARGET_CLONES void SwiGluRows(const void* gu, int64_t rows, int64_t row_stride,
+                                      int64_t inter, KernelDType dt, void* out) {
   if (dt == KernelDType::kF32) {
     for (int64_t r = 0; r < rows; ++r) {
       const float* g = static_cast<const float*>(gu) + r * row_stride;
@@ -103,8 +104,8 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
   }
 }
 
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void RopeRows(
-    const RowSet& x, const float* cos, const float* sin, KernelDType dt, void* out) {
+SPECDEC_TARGET_CLONES void RopeRows(const RowSet& x, const float* cos, const float* sin,
+                                    KernelDType dt, void* out) {
   const int64_t d = x.dim, half = d / 2;
   int64_t r = 0;
   for (int64_t o = 0; o < x.outer; ++o) {

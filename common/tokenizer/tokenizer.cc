@@ -5,6 +5,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <queue>
 #include <sstream>
 #include <utility>
@@ -14,7 +15,6 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "absl/synchronization/mutex.h"
 #include "common/tokenizer/byte_level.h"
 #include "common/tokenizer/regex.h"
 #include "common/tokenizer/utf8.h"
@@ -288,8 +288,10 @@ struct Tokenizer::Impl {
   std::optional<int32_t> bos, eos, pad;
   bool add_bos_by_default = false;
 
-  mutable absl::Mutex cache_mu;
-  mutable StrMap<std::vector<int32_t>> cache ABSL_GUARDED_BY(cache_mu);
+  // A std::mutex like the rest of the project's (TSan sees it; Debian's abseil is not built
+  // with TSan, which then cannot see an absl::Mutex).
+  mutable std::mutex cache_mu;
+  mutable StrMap<std::vector<int32_t>> cache;  // guarded by cache_mu
 
   std::optional<int32_t> Lookup(std::string_view piece) const {
     if (auto it = added_by_content.find(piece); it != added_by_content.end()) return it->second;
@@ -821,7 +823,7 @@ void Tokenizer::Impl::EncodeWord(std::string_view word, std::vector<int32_t>& ou
   }
   const bool cacheable = word.size() <= kMaxCachedWordBytes;
   if (cacheable) {
-    absl::MutexLock lock(&cache_mu);
+    std::lock_guard<std::mutex> lock(cache_mu);
     if (auto it = cache.find(word); it != cache.end()) {
       out.insert(out.end(), it->second.begin(), it->second.end());
       return;
@@ -831,7 +833,7 @@ void Tokenizer::Impl::EncodeWord(std::string_view word, std::vector<int32_t>& ou
   BpeWord(word, ids);
   out.insert(out.end(), ids.begin(), ids.end());
   if (cacheable) {
-    absl::MutexLock lock(&cache_mu);
+    std::lock_guard<std::mutex> lock(cache_mu);
     if (cache.size() >= kMaxCacheEntries) cache.clear();
     cache.emplace(word, std::move(ids));
   }
