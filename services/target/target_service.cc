@@ -97,8 +97,12 @@ class TargetCore {
     h.batch_wait_max = std::chrono::microseconds(std::max(0, batch_wait_max_us));
     h.observe = [this](const v1::TargetRequest& r, const absl::Status& s, double queued,
                        double compute, v1::TargetResponse* resp) {
-      // The wait in the queue, for the router's StageTimings.queue_ms.
-      if (resp->has_prefill()) resp->mutable_prefill()->set_queue_ms(queued * 1000.0);
+      // The wait in the queue, for the router's StageTimings.queue_ms, and a prefill's compute
+      // (its pass's; a verify reports its pass itself).
+      if (resp->has_prefill()) {
+        resp->mutable_prefill()->set_queue_ms(queued * 1000.0);
+        resp->mutable_prefill()->set_compute_ms(compute * 1000.0);
+      }
       if (resp->has_verify()) resp->mutable_verify()->set_queue_ms(queued * 1000.0);
       if (s.ok() && resp->has_verify() && resp->verify().pass_rows() == 1) {
         const double ms = resp->verify().compute_ms(), prev = ar_step_ms_.load();

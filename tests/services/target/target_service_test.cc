@@ -180,6 +180,8 @@ TEST_F(TargetServiceTest, PrefillAndVerifyEqualTheInProcessSession) {
   ASSERT_TRUE(r.has_prefill()) << r.error().message();
   EXPECT_EQ(r.prefill().first_token(), lp->first_token);
   EXPECT_EQ(r.prefill().handle().length(), 5);
+  EXPECT_GT(r.prefill().compute_ms(), 0) << "the prefill's compute, for the router's timings";
+  EXPECT_GE(r.prefill().queue_ms(), 0);
   const std::string h = r.prefill().handle().id();
   EXPECT_EQ(h.rfind("t0/", 0), 0u);
   // The lease as the handle reports it: its idle timeout, and when it ends unless renewed.
