@@ -38,13 +38,13 @@ inline void StoreRow(const float* src, int64_t d, KernelDType dt, void* base, in
 
 typedef int32_t I16 __attribute__((vector_size(kLanes * sizeof(int32_t))));
 
-inline F16 Splat(float x) { return F16{} + x; }
+SPECDEC_VECTOR_FN F16 Splat(float x) { return F16{} + x; }
 
-inline F16 Max(F16 a, F16 b) { return a > b ? a : b; }
+SPECDEC_VECTOR_FN F16 Max(F16 a, F16 b) { return a > b ? a : b; }
 
 // exp(x) for x <= 0 (scores less their row's maximum): Cephes' single-precision polynomial after
 // a range reduction by powers of two, about 1 ulp; exactly 0 below -87 (masked scores are -inf).
-inline F16 Exp(F16 x) {
+SPECDEC_VECTOR_FN F16 Exp(F16 x) {
   const I16 under = x < Splat(-87.f);
   x = under ? Splat(-87.f) : x;
   const F16 fx = x * 1.44269504088896341f + 0.5f;
@@ -63,13 +63,13 @@ inline F16 Exp(F16 x) {
   return under ? Splat(0.f) : y * scale;
 }
 
-inline float HorizontalMax(F16 v) {
+SPECDEC_VECTOR_FN float HorizontalMax(F16 v) {
   float m = v[0];
   for (int l = 1; l < kLanes; ++l) m = std::max(m, v[l]);
   return m;
 }
 
-inline float HorizontalSum(F16 v) {
+SPECDEC_VECTOR_FN float HorizontalSum(F16 v) {
   float s = 0.f;
   for (int l = 0; l < kLanes; ++l) s += v[l];
   return s;
@@ -204,8 +204,10 @@ __attribute__((always_inline)) inline void AllWeightedValues(const float* pr, in
 // in slot j, the k-th ancestor in slot past + k. Summed where they lie in the tree pass, the
 // ancestors would fall into other lanes, and the sum, so the row's probabilities, would depend on
 // the shape of the tree around it.
-inline F16 CausalLayoutSum(const AttentionSequence& s, int64_t i, const float* sc,
-                           Scratch& scratch) {
+// Returns a float, not the F16 lane sums: this function is not inlined, and a 64-byte vector
+// crosses a call in a zmm register in the AVX-512 clone of its caller but in memory in its own
+// baseline body (the mismatch crashed every tree row on AVX-512 machines).
+float CausalLayoutSum(const AttentionSequence& s, int64_t i, const float* sc, Scratch& scratch) {
   const int64_t n = s.n;
   std::vector<float>& row = scratch.compact;
   row.assign(sc, sc + s.past);
@@ -215,7 +217,7 @@ inline F16 CausalLayoutSum(const AttentionSequence& s, int64_t i, const float* s
   row.resize((row.size() + kLanes - 1) / kLanes * kLanes, 0.f);
   F16 sum = {};
   for (size_t j = 0; j < row.size(); j += kLanes) sum += LoadF16(row.data() + j);
-  return sum;
+  return HorizontalSum(sum);
 }
 
 // Scores to probabilities, row by row: masks the keys past each row's limit in its last vector
@@ -250,8 +252,8 @@ __attribute__((always_inline)) inline void Softmax(const AttentionSequence& s, i
       StoreF16(sc + j, e);
       sum += e;
     }
-    if (tree && i > 0) sum = CausalLayoutSum(s, i, sc, scratch);
-    const F16 inv = Splat(1.f / HorizontalSum(sum));
+    const float total = tree && i > 0 ? CausalLayoutSum(s, i, sc, scratch) : HorizontalSum(sum);
+    const F16 inv = Splat(1.f / total);
     for (int64_t j = 0; j < lpad; j += kLanes) StoreF16(sc + j, LoadF16(sc + j) * inv);
     std::fill(sc + lpad, sc + mpad, 0.f);
   }

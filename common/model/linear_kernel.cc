@@ -14,7 +14,7 @@ namespace specdec::model {
 namespace {
 
 // Rounds the 16 sums of `sums` and stores sum k at y[(k / nb) * y_stride + k % nb].
-inline void StoreSums(F16 sums, int nb, uint16_t* y, int64_t y_stride) {
+SPECDEC_VECTOR_FN void StoreSums(F16 sums, int nb, uint16_t* y, int64_t y_stride) {
   const H16 h = RoundBf16(sums);
   for (int k = 0; k < kLanes; ++k) y[(k / nb) * y_stride + k % nb] = h[k];
 }

@@ -14,6 +14,11 @@ namespace specdec::model {
 
 inline constexpr int64_t kLanes = 16;
 
+// Every function that takes or returns a vector by value is forced inline: the kernels are
+// compiled as target clones, and an out-of-line call between an AVX-512 clone and a baseline body
+// passes a 64-byte vector in a zmm register on one side and in memory on the other.
+#define SPECDEC_VECTOR_FN inline __attribute__((always_inline))
+
 // Whether this CPU has AVX-512 BF16 dot products (and the AVX-512 subsets the kernels' paths
 // for them use).
 inline bool CpuHasAvx512Bf16() {
@@ -40,16 +45,16 @@ inline uint16_t FloatToBf16(float f) {
 inline float ToFloat(float x) { return x; }
 inline float ToFloat(uint16_t b) { return Bf16ToFloat(b); }
 
-inline F16 LoadF16(const float* p) {
+SPECDEC_VECTOR_FN F16 LoadF16(const float* p) {
   F16 v;
   std::memcpy(&v, p, sizeof(v));
   return v;
 }
 
-inline void StoreF16(float* p, F16 v) { std::memcpy(p, &v, sizeof(v)); }
+SPECDEC_VECTOR_FN void StoreF16(float* p, F16 v) { std::memcpy(p, &v, sizeof(v)); }
 
 // 16 bf16 values as floats.
-inline F16 WidenBf16(H16 h) {
+SPECDEC_VECTOR_FN F16 WidenBf16(H16 h) {
   const U16 u = __builtin_convertvector(h, U16) << 16;
   F16 v;
   std::memcpy(&v, &u, sizeof(v));
@@ -57,8 +62,8 @@ inline F16 WidenBf16(H16 h) {
 }
 
 // 16 elements of a float or bf16 row as floats.
-inline F16 LoadAny(const float* p) { return LoadF16(p); }
-inline F16 LoadAny(const uint16_t* p) {
+SPECDEC_VECTOR_FN F16 LoadAny(const float* p) { return LoadF16(p); }
+SPECDEC_VECTOR_FN F16 LoadAny(const uint16_t* p) {
   H16 h;
   std::memcpy(&h, p, sizeof(h));
   return WidenBf16(h);
@@ -66,7 +71,7 @@ inline F16 LoadAny(const uint16_t* p) {
 
 // The 32 bf16 elements at p as two float vectors: lane l of `odd` is element 2l + 1, of `even`
 // element 2l (a little-endian pair of bf16 is one 32-bit word: high half odd, low half even).
-inline void LoadPairs(const uint16_t* p, F16* odd, F16* even) {
+SPECDEC_VECTOR_FN void LoadPairs(const uint16_t* p, F16* odd, F16* even) {
   U16 u;
   std::memcpy(&u, p, sizeof(u));
   const U16 hi = u & 0xFFFF0000u, lo = u << 16;
@@ -75,7 +80,7 @@ inline void LoadPairs(const uint16_t* p, F16* odd, F16* even) {
 }
 
 // FloatToBf16 on 16 lanes.
-inline H16 RoundBf16(F16 v) {
+SPECDEC_VECTOR_FN H16 RoundBf16(F16 v) {
   U16 u;
   std::memcpy(&u, &v, sizeof(u));
   const U16 rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
@@ -85,7 +90,7 @@ inline H16 RoundBf16(F16 v) {
 
 // Lane k of the result is the sum of the lanes of v[k]: a transposing tree of shuffles and adds
 // (15 steps for 16 vectors instead of 16 horizontal sums).
-inline F16 Reduce16(const F16* v) {
+SPECDEC_VECTOR_FN F16 Reduce16(const F16* v) {
   F16 u[8], w[4], z[2];
   for (int k = 0; k < 8; ++k) {
     u[k] = __builtin_shufflevector(v[2 * k], v[2 * k + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19,
