@@ -43,6 +43,7 @@ struct BenchArgs {
   float tree_threshold = 0.f;
   int block_size = 0;
   int threads = 0;
+  std::string dtype = "auto", device = "cpu";
   std::string json_path, png_path, samples_path;
 };
 
@@ -122,7 +123,12 @@ struct BenchTotals {
 
 // Loads the target, its tokenizer and the optional draft model, DFlash drafter and policy.
 absl::Status LoadBenchModels(const BenchArgs& a, BenchModels& m) {
-  auto target = model::Transformer::Load(a.target);
+  auto lo = model::LoadOptions::ForDtype(a.dtype);
+  if (!lo.ok()) return lo.status();
+  auto device = model::LoadOptions::ParseDevice(a.device);
+  if (!device.ok()) return device.status();
+  lo->device = *device;
+  auto target = model::Transformer::Load(a.target, *lo);
   if (!target.ok()) return target.status();
   m.target = *std::move(target);
   auto tok = tokenizer::Tokenizer::FromFile(a.target + "/tokenizer.json");
@@ -130,7 +136,7 @@ absl::Status LoadBenchModels(const BenchArgs& a, BenchModels& m) {
   m.tok = *std::move(tok);
   m.em = engine::EngineModels{m.target.get()};
   if (!a.draft.empty()) {
-    auto d = model::Transformer::Load(a.draft);
+    auto d = model::Transformer::Load(a.draft, *lo);
     if (!d.ok()) return d.status();
     m.draft = *std::move(d);
     m.em.draft_lm = m.draft.get();
@@ -359,6 +365,8 @@ void RegisterBenchCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--tree-threshold", a->tree_threshold, "DYSPEC_TREE threshold variant (> 0)");
   cmd->add_option("--block-size", a->block_size, "DFLASH block size (0 = training size)");
   cmd->add_option("--threads", a->threads, "compute threads (0 = all cores)");
+  cmd->add_option("--dtype", a->dtype, "compute dtype: auto (the checkpoint's), f32 or bf16");
+  cmd->add_option("--device", a->device, "cpu, cuda or cuda:N (a CUDA-enabled libtorch)");
   cmd->add_option("--json", a->json_path, "write results as JSON");
   cmd->add_option("--png", a->png_path, "write a speedup/tau plot (gnuplot)");
   cmd->add_option("--samples", a->samples_path,

@@ -176,8 +176,9 @@ absl::StatusOr<VerifyOutcome> TargetSession::FinishVerify(const Prepared& prep,
   }
   o.committed.push_back(o.result.next_token);
   if (req.want_features && features.defined()) {
-    o.features = tree ? features.index_select(0, at::tensor(kept_rows, at::kLong))
-                      : features.narrow(0, 0, o.result.num_accepted + 1);
+    o.features =
+        tree ? features.index_select(0, at::tensor(kept_rows, at::kLong).to(features.device()))
+             : features.narrow(0, 0, o.result.num_accepted + 1);
   }
   return o;
 }

@@ -71,7 +71,8 @@ absl::Status ValidateDraftInput(const DraftInput& in, size_t s, uint64_t drafter
 
 // Lays out `rows.batch`'s rows: offsets, counts, positions, block tokens (row 0 the last token,
 // the others the mask token) and features in dtype `dt`; reserves each cache's room.
-void GatherDraftRows(DraftRows& rows, int32_t mask_token_id, at::ScalarType dt) {
+void GatherDraftRows(DraftRows& rows, int32_t mask_token_id, at::ScalarType dt,
+                     c10::Device device) {
   const std::span<const DraftInput> batch = rows.batch;
   rows.ctx_off.resize(batch.size());
   rows.blk_off.resize(batch.size());
@@ -95,10 +96,40 @@ void GatherDraftRows(DraftRows& rows, int32_t mask_token_id, at::ScalarType dt) 
       rows.blk_pos[rows.blk_off[s] + i] = start + i;
       rows.blk_tok[rows.blk_off[s] + i] = i == 0 ? in.last_token : mask_token_id;
     }
-    if (rows.ctx_n[s] > 0) rows.feats.push_back(in.new_features.to(dt));
+    if (rows.ctx_n[s] > 0) rows.feats.push_back(in.new_features.to(device, dt));
     // Room for the context rows, and for the block's rows as scratch for the fused kernel.
     in.cache->Reserve(rows.ctx_n[s] + in.block_size);
   }
+  if (!device.is_cpu()) {
+    rows.ctx_pos = rows.ctx_pos.to(device);
+    rows.blk_pos = rows.blk_pos.to(device);
+    rows.blk_tok = rows.blk_tok.to(device);
+  }
+}
+
+// Every block row attends to its sequence's context and its whole block (bidirectional). The
+// block's keys and values go to scratch slots past the context, which BlockLogitsAndCommit never
+// commits: on the CPU one fused call for all sequences, elsewhere ATen's matmuls per sequence.
+void BlockAttention(const DraftRows& rows, int64_t l, const at::Tensor& q, const at::Tensor& k_b,
+                    const at::Tensor& v_b, at::Tensor& attn) {
+  const std::span<const DraftInput> batch = rows.batch;
+  if (!q.device().is_cpu()) {
+    for (size_t s = 0; s < batch.size(); ++s) {
+      KvCache* cache = batch[s].cache;
+      const int64_t past = cache->length() + rows.ctx_n[s], b = batch[s].block_size;
+      cache->WriteAt(l, past, k_b.narrow(0, rows.blk_off[s], b), v_b.narrow(0, rows.blk_off[s], b));
+      attn.narrow(0, rows.blk_off[s], b)
+          .copy_(Attention(q.narrow(0, rows.blk_off[s], b), cache->Keys(l, past + b),
+                           cache->Values(l, past + b), at::Tensor()));
+    }
+    return;
+  }
+  std::vector<FusedAttentionInput> inputs(batch.size());
+  for (size_t s = 0; s < batch.size(); ++s) {
+    inputs[s] = {batch[s].cache,      rows.blk_off[s], batch[s].cache->length() + rows.ctx_n[s],
+                 batch[s].block_size, nullptr,         /*bidirectional=*/true};
+  }
+  FusedAttention(q, k_b, v_b, l, inputs, attn);
 }
 
 // Drafter layer `l` over the block rows: `x` ([n_blk, hidden]) becomes the layer's output. The
@@ -134,15 +165,7 @@ void RunDraftLayer(const DraftLayerWeights& w, const ModelConfig& c, int64_t l,
                             v_c.narrow(0, rows.ctx_off[s], rows.ctx_n[s]));
     }
   }
-  // One fused call for all sequences: each block's keys and values go to scratch slots past
-  // its context (BlockLogitsAndCommit commits only the context rows), and every row of a block
-  // sees its whole context and block.
-  std::vector<FusedAttentionInput> inputs(batch.size());
-  for (size_t s = 0; s < batch.size(); ++s) {
-    inputs[s] = {batch[s].cache,      rows.blk_off[s], batch[s].cache->length() + rows.ctx_n[s],
-                 batch[s].block_size, nullptr,         /*bidirectional=*/true};
-  }
-  FusedAttention(q, k_b, v_b, l, inputs, attn);
+  BlockAttention(rows, l, q, k_b, v_b, attn);
   x = x + Linear(attn, w.o);
   at::Tensor gu = Linear(RmsNorm(x, w.post_norm, c.rms_norm_eps), w.gate_up);
   x = x + Linear(SwiGlu(gu, inter), w.down);
@@ -294,12 +317,13 @@ absl::StatusOr<std::unique_ptr<DFlashDrafter>> DFlashDrafter::FromTensors(
   RETURN_IF_ERROR(CheckTensors(tensors, WeightShapes(config, tc.hidden_size)));
   try {
     const at::ScalarType dt = target.dtype();
-    auto get = [&](const std::string& n) { return tensors.at(n).to(dt).contiguous(); };
+    const c10::Device device = target.device();
+    auto get = [&](const std::string& n) { return tensors.at(n).to(device, dt).contiguous(); };
     auto w = std::make_unique<Weights>();
     w->fc = get("fc.weight");
     w->hidden_norm = get("hidden_norm.weight");
     w->norm = get("norm.weight");
-    w->inv_freq = RopeInvFreq(c);
+    w->inv_freq = RopeInvFreq(c).to(device);
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
       const std::string p = absl::StrCat("layers.", l, ".");
       Weights::Layer layer;
@@ -346,6 +370,7 @@ std::unique_ptr<KvCache> DFlashDrafter::NewCache() const {
   shape.num_kv_heads = config_.layers.num_key_value_heads;
   shape.head_dim = config_.layers.head_dim;
   shape.dtype = target_.dtype();
+  shape.device = target_.device();
   shape.owner_id = id_;
   return std::make_unique<KvCache>(shape);
 }
@@ -363,7 +388,7 @@ absl::StatusOr<std::vector<at::Tensor>> DFlashDrafter::Draft(
   try {
     DraftRows rows;
     rows.batch = batch;
-    GatherDraftRows(rows, config_.mask_token_id, target_.dtype());
+    GatherDraftRows(rows, config_.mask_token_id, target_.dtype(), target_.device());
     if (rows.n_ctx > 0) {
       rows.ctx = RmsNorm(
           Linear(rows.feats.size() == 1 ? rows.feats[0] : at::cat(rows.feats, 0), weights_->fc),

@@ -17,7 +17,7 @@ void KvCache::Reserve(int64_t extra) {
   const int64_t need = length_ + extra;
   if (need <= capacity_) return;
   int64_t new_cap = std::max<int64_t>({need, capacity_ * 2, 64});
-  const auto options = at::TensorOptions().dtype(shape_.dtype);
+  const auto options = at::TensorOptions().dtype(shape_.dtype).device(shape_.device);
   for (int64_t l = 0; l < shape_.num_layers; ++l) {
     at::Tensor k = at::empty({shape_.num_kv_heads, new_cap, shape_.head_dim}, options);
     at::Tensor v = at::empty({shape_.num_kv_heads, new_cap, shape_.head_dim}, options);
@@ -31,10 +31,10 @@ void KvCache::Reserve(int64_t extra) {
   capacity_ = new_cap;
 }
 
-void KvCache::Write(int64_t layer, const at::Tensor& k, const at::Tensor& v) {
+void KvCache::WriteAt(int64_t layer, int64_t slot, const at::Tensor& k, const at::Tensor& v) {
   const int64_t n = k.size(0);
-  keys_[layer].narrow(1, length_, n).copy_(k.transpose(0, 1));
-  values_[layer].narrow(1, length_, n).copy_(v.transpose(0, 1));
+  keys_[layer].narrow(1, slot, n).copy_(k.transpose(0, 1));
+  values_[layer].narrow(1, slot, n).copy_(v.transpose(0, 1));
 }
 
 at::Tensor KvCache::Keys(int64_t layer, int64_t n) const { return keys_[layer].narrow(1, 0, n); }

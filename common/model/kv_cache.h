@@ -3,6 +3,7 @@
 #define SPECDEC_COMMON_MODEL_KV_CACHE_H_
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include <cstdint>
 #include <span>
@@ -18,6 +19,7 @@ struct KvCacheShape {
   int64_t num_kv_heads = 0;
   int64_t head_dim = 0;
   at::ScalarType dtype = at::kFloat;
+  c10::Device device = c10::kCPU;  // where the buffers live: the model's device
   uint64_t owner_id = 0;  // the model instance that created it; Forward rejects foreign caches
 };
 
@@ -36,7 +38,12 @@ class KvCache {
   void Reserve(int64_t extra);
   // Writes `k`/`v` ([n, kv_heads, head_dim]) of `layer` into slots [length, length+n). The length
   // only advances through Commit, after every layer has written.
-  void Write(int64_t layer, const at::Tensor& k, const at::Tensor& v);
+  void Write(int64_t layer, const at::Tensor& k, const at::Tensor& v) {
+    WriteAt(layer, length_, k, v);
+  }
+  // The same into slots [slot, slot+n), which must lie within the capacity: scratch rows past the
+  // length (a DFlash block's keys) that Commit never counts.
+  void WriteAt(int64_t layer, int64_t slot, const at::Tensor& k, const at::Tensor& v);
   void Commit(int64_t n) { length_ += n; }
   // Views of the first `n` slots of a layer: [kv_heads, n, head_dim].
   at::Tensor Keys(int64_t layer, int64_t n) const;

@@ -93,7 +93,7 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight) {
     return at::mv(weight, x.select(0, 0)).unsqueeze(0);
   }
   if (at::Tensor y = KernelLinear(x, weight); y.defined()) return y;
-  if (x.dim() == 2 && x.scalar_type() == at::kBFloat16) {
+  if (x.dim() == 2 && x.scalar_type() == at::kBFloat16 && x.device().is_cpu()) {
     const int64_t rows = x.size(0), padded = GemmRows(rows);
     if (padded != rows) {
       at::Tensor xp = at::empty({padded, x.size(1)}, x.options());

@@ -47,6 +47,7 @@ struct DecoderLayerWeights {
 // shares: positions, masks and which sequences attend through which path.
 struct ForwardRows {
   std::span<const SequenceInput> batch;
+  c10::Device device = c10::kCPU;  // the model's
   int64_t total = 0;               // new rows of all sequences
   at::Tensor tokens, positions;    // int64 [total]
   at::Tensor cos, sin;             // RoPE tables of `positions`
@@ -168,14 +169,20 @@ void GatherRows(ForwardRows& rows) {
     in.cache->Reserve(n);
     off += n;
   }
+  if (!rows.device.is_cpu()) {
+    rows.tokens = rows.tokens.to(rows.device);
+    rows.positions = rows.positions.to(rows.device);
+    for (at::Tensor& mask : rows.masks) {
+      if (mask.defined()) mask = mask.to(rows.device);
+    }
+  }
 }
 
-// Batches of short sequences (decoding and verification rows) attend through the fused
-// kernel; a lone sequence or a long one (prefill) through ATen's matmuls.
 // Short sequences (decoding and verification rows) attend through the fused kernel, all in one
-// call; long ones (prefill) through ATen's matmuls, one sequence at a time.
+// call; long ones (prefill) through ATen's matmuls, one sequence at a time. The kernel is the
+// CPU's: on a CUDA device every sequence attends through ATen.
 void RouteAttention(ForwardRows& rows) {
-  const int64_t kernel_max_rows = KernelMaxRows();
+  const int64_t kernel_max_rows = rows.device.is_cpu() ? KernelMaxRows() : 0;
   const std::span<const SequenceInput> batch = rows.batch;
   for (size_t s = 0; s < batch.size(); ++s) {
     const int64_t n = static_cast<int64_t>(batch[s].tokens.size());
@@ -310,6 +317,34 @@ absl::StatusOr<LoadOptions> LoadOptions::ForDtype(std::string_view dtype) {
   return o;
 }
 
+absl::StatusOr<c10::Device> LoadOptions::ParseDevice(std::string_view device) {
+  c10::Device parsed = c10::kCPU;
+  try {
+    parsed = c10::Device(std::string(device));
+  } catch (const std::exception&) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device must be cpu, cuda or cuda:N, got '", std::string(device), "'"));
+  }
+  if (!parsed.is_cpu() && !parsed.is_cuda()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device must be cpu, cuda or cuda:N, got '", std::string(device), "'"));
+  }
+  if (parsed.is_cuda()) {
+    if (!parsed.has_index()) parsed.set_index(0);  // "cuda" is the first device
+    if (!at::hasCUDA()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("device '", std::string(device),
+                       "': this build's libtorch has no CUDA or no GPU is visible"));
+    }
+    const int64_t count = static_cast<int64_t>(at::getNumGPUs());
+    if (parsed.has_index() && parsed.index() >= count) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("device '", std::string(device), "': only ", count, " CUDA devices"));
+    }
+  }
+  return parsed;
+}
+
 Transformer::Transformer(ModelConfig config, LoadOptions options, std::unique_ptr<Weights> weights)
     : config_(std::move(config)),
       options_(options),
@@ -329,14 +364,19 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::FromTensors(
     return absl::InvalidArgumentError("compute dtype must be float32 or bfloat16");
   }
   const at::ScalarType dt = *opts.dtype;
+  if (opts.device.is_cuda() && !at::hasCUDA()) {
+    return absl::FailedPreconditionError("a CUDA device was asked for, but this libtorch has none");
+  }
   try {
     RETURN_IF_ERROR(CheckTensors(tensors, TransformerTensorSpecs(config)));
-    auto get = [&](const std::string& name) { return tensors.at(name).to(dt).contiguous(); };
+    auto get = [&](const std::string& name) {
+      return tensors.at(name).to(opts.device, dt).contiguous();
+    };
     auto w = std::make_unique<Weights>();
     w->embed = get("model.embed_tokens.weight");
     w->lm_head = config.tie_word_embeddings ? w->embed : get("lm_head.weight");
     w->final_norm = get("model.norm.weight");
-    w->inv_freq = RopeInvFreq(config);
+    w->inv_freq = RopeInvFreq(config).to(opts.device);
     for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
       const std::string p = absl::StrCat("model.layers.", l, ".");
       Weights::Layer layer;
@@ -390,12 +430,14 @@ std::unique_ptr<KvCache> Transformer::NewCache() const {
   shape.num_kv_heads = config_.num_key_value_heads;
   shape.head_dim = config_.head_dim;
   shape.dtype = *options_.dtype;
+  shape.device = options_.device;
   shape.owner_id = id_;
   return std::make_unique<KvCache>(shape);
 }
 
 const ModelConfig& Transformer::config() const { return config_; }
 at::ScalarType Transformer::dtype() const { return *options_.dtype; }
+c10::Device Transformer::device() const { return options_.device; }
 int64_t Transformer::max_context() const { return options_.max_context; }
 int64_t Transformer::kv_bytes_per_token() const {
   return 2 * config_.num_hidden_layers * config_.num_key_value_heads * config_.head_dim *
@@ -403,7 +445,7 @@ int64_t Transformer::kv_bytes_per_token() const {
 }
 
 at::Tensor Transformer::Embed(const at::Tensor& token_ids) const {
-  return weights_->embed.index_select(0, token_ids);
+  return weights_->embed.index_select(0, token_ids.to(weights_->embed.device()));
 }
 
 at::Tensor Transformer::FinalNorm(const at::Tensor& hidden) const {
@@ -411,7 +453,8 @@ at::Tensor Transformer::FinalNorm(const at::Tensor& hidden) const {
 }
 
 at::Tensor Transformer::LmHead(const at::Tensor& normed) const {
-  return Linear(normed, weights_->lm_head).to(at::kFloat);
+  return Linear(normed, weights_->lm_head)
+      .to(at::TensorOptions().device(at::kCPU).dtype(at::kFloat));
 }
 
 absl::StatusOr<std::vector<SequenceOutput>> Transformer::Forward(
@@ -424,6 +467,7 @@ absl::StatusOr<std::vector<SequenceOutput>> Transformer::Forward(
   try {
     ForwardRows rows;
     rows.batch = batch;
+    rows.device = options_.device;
     rows.total = total;
     GatherRows(rows);
     RopeCosSin(weights_->inv_freq, rows.positions, &rows.cos, &rows.sin);
@@ -447,7 +491,7 @@ absl::StatusOr<std::vector<SequenceOutput>> Transformer::Forward(
     if (!logit_rows.empty()) {
       at::Tensor sel = static_cast<int64_t>(logit_rows.size()) == total
                            ? x
-                           : x.index_select(0, at::tensor(logit_rows, at::kLong));
+                           : x.index_select(0, at::tensor(logit_rows, at::kLong).to(x.device()));
       logits = LmHead(FinalNorm(sel));
     }
     return SplitOutputsAndCommit(rows, logits, features);

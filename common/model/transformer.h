@@ -7,6 +7,7 @@
 #define SPECDEC_COMMON_MODEL_TRANSFORMER_H_
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include <cstdint>
 #include <map>
@@ -44,8 +45,8 @@ struct ForwardOptions {
 };
 
 struct SequenceOutput {
-  at::Tensor logits;    // float32 [1 or n, vocab] for kLast / kAll; undefined for kNone
-  at::Tensor features;  // [n, capture_layers.size() * hidden], model dtype; undefined if none
+  at::Tensor logits;    // float32 [1 or n, vocab] on the host for kLast / kAll; else undefined
+  at::Tensor features;  // [n, capture_layers.size() * hidden], model dtype and device; or undefined
 };
 
 struct LoadOptions {
@@ -53,10 +54,17 @@ struct LoadOptions {
   std::optional<at::ScalarType> dtype;
   // Longest sequence (cache + new tokens) accepted; 0 = the config's max_position_embeddings.
   int64_t max_context = 0;
+  // Where the weights, KV caches and activations live: the CPU, or a CUDA device when this
+  // libtorch has one. Logits always come back to the host (float32, see SequenceOutput); features
+  // stay on the device for the drafter that reads them.
+  c10::Device device = c10::kCPU;
 
   // The options of a service's --dtype flag: "auto" (the checkpoint's), "f32" or "bf16";
   // INVALID_ARGUMENT otherwise.
   static absl::StatusOr<LoadOptions> ForDtype(std::string_view dtype);
+  // A service's --device flag: "cpu", "cuda" or "cuda:N". INVALID_ARGUMENT for anything else,
+  // FAILED_PRECONDITION when this libtorch or machine has no such CUDA device.
+  static absl::StatusOr<c10::Device> ParseDevice(std::string_view device);
 };
 
 // An immutable loaded model. Forward is safe to call from several threads at once as long as
@@ -84,14 +92,18 @@ class Transformer {
 
   const ModelConfig& config() const;
   at::ScalarType dtype() const;
+  c10::Device device() const;
   int64_t max_context() const;
   // Bytes of one token's K and V over all layers.
   int64_t kv_bytes_per_token() const;
 
   // Building blocks shared with drafters that reuse the target's embedding and head.
-  at::Tensor Embed(const at::Tensor& token_ids) const;  // int64 [n] -> [n, hidden] model dtype
+  // int64 [n] (any device) -> [n, hidden], model dtype and device.
+  at::Tensor Embed(const at::Tensor& token_ids) const;
   at::Tensor FinalNorm(const at::Tensor& hidden) const;
-  at::Tensor LmHead(const at::Tensor& normed) const;  // [n, hidden] -> float32 [n, vocab]
+  // [n, hidden] -> float32 [n, vocab] on the host: the one place logits leave the device, for
+  // the accept decision and sampling.
+  at::Tensor LmHead(const at::Tensor& normed) const;
 
  private:
   struct Weights;

@@ -18,6 +18,7 @@ void FillDFlashInfo(const model::DFlashDrafter& d, v1::ModelInfo* info) {
   info->set_vocab_size(d.target().config().vocab_size);
   info->set_feature_width(static_cast<int64_t>(d.config().target_layer_ids.size()) *
                           d.target().config().hidden_size);
+  info->set_device(d.target().device().str());
 }
 
 void FillTransformerInfo(const model::Transformer& m, const std::string& name,
@@ -32,7 +33,7 @@ void FillTransformerInfo(const model::Transformer& m, const std::string& name,
   info->set_bos_token_id(c.bos_token_id ? *c.bos_token_id : -1);
   for (int32_t e : c.eos_token_ids) info->add_eos_token_ids(e);
   info->set_dtype(m.dtype() == at::kBFloat16 ? "bf16" : "f32");
-  info->set_device("cpu");
+  info->set_device(m.device().str());
 }
 
 }  // namespace specdec::services

@@ -424,7 +424,8 @@ absl::StatusOr<std::unique_ptr<DrafterServer>> DrafterServer::Start(
   }
   model::ConfigureKernelCache(options.kernel_cache_capacity);
   model::ConfigureComputeThreads(options.threads);
-  ASSIGN_OR_RETURN(const model::LoadOptions lo, model::LoadOptions::ForDtype(options.dtype));
+  ASSIGN_OR_RETURN(model::LoadOptions lo, model::LoadOptions::ForDtype(options.dtype));
+  ASSIGN_OR_RETURN(lo.device, model::LoadOptions::ParseDevice(options.device));
   std::unique_ptr<model::Transformer> target, draft_lm;
   std::unique_ptr<model::DFlashDrafter> dflash;
   if (!options.dflash_dir.empty()) {

@@ -23,6 +23,7 @@ struct DrafterServerOptions {
   std::string dflash_dir;    // optional: DFlash drafter checkpoint
   std::string draft_lm_dir;  // optional: small AR draft model checkpoint
   std::string dtype = "auto";
+  std::string device = "cpu";  // cpu | cuda | cuda:N (the target copy and the drafters)
   std::string replica = "drafter-0";
   int64_t kv_budget_bytes = int64_t{2} << 30;
   int64_t lease_ms = 60000;

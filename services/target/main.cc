@@ -20,6 +20,8 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", o.dtype, "compute dtype")
       ->check(CLI::IsMember({"auto", "f32", "bf16"}))
       ->envname("SPECDEC_TARGET_DTYPE");
+  app.add_option("--device", o.device, "cpu, cuda or cuda:N (a CUDA-enabled libtorch)")
+      ->envname("SPECDEC_TARGET_DEVICE");
   app.add_option("--replica", o.replica, "replica name (prefix of handles)")
       ->envname("SPECDEC_REPLICA");
   app.add_option("--kv-budget-bytes", o.kv_budget_bytes, "KV-cache memory budget")

@@ -277,7 +277,7 @@ class TargetCore {
   }
 
   static v1::Tensor FeaturesToTensor(const at::Tensor& f) {
-    at::Tensor c = f.to(at::kFloat).contiguous();
+    at::Tensor c = f.to(at::TensorOptions().device(at::kCPU).dtype(at::kFloat)).contiguous();
     const int64_t shape[] = {c.size(0), c.size(1)};
     return FloatsToTensor(std::span<const float>(c.data_ptr<float>(), c.numel()), shape, v1::BF16);
   }
@@ -615,7 +615,8 @@ absl::StatusOr<std::unique_ptr<TargetServer>> TargetServer::Start(
   }
   model::ConfigureKernelCache(options.kernel_cache_capacity);
   model::ConfigureComputeThreads(options.threads);
-  ASSIGN_OR_RETURN(const model::LoadOptions lo, model::LoadOptions::ForDtype(options.dtype));
+  ASSIGN_OR_RETURN(model::LoadOptions lo, model::LoadOptions::ForDtype(options.dtype));
+  ASSIGN_OR_RETURN(lo.device, model::LoadOptions::ParseDevice(options.device));
   ASSIGN_OR_RETURN(auto m, model::Transformer::Load(options.model_dir, lo));
   std::unique_ptr<model::DFlashDrafter> drafter;
   if (!options.dflash_dir.empty()) {

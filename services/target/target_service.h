@@ -23,6 +23,7 @@ struct TargetServerOptions {
   // speculative step needs no round trip to a drafter service. Empty = none.
   std::string dflash_dir;
   std::string dtype = "auto";                  // auto | f32 | bf16
+  std::string device = "cpu";                  // cpu | cuda | cuda:N
   std::string replica = "target-0";            // prefix of every handle minted here
   int64_t kv_budget_bytes = int64_t{4} << 30;  // KV-cache memory budget
   int64_t lease_ms = 60000;                    // idle timeout of a handle
