@@ -99,7 +99,14 @@ absl::StatusOr<ModelConfig> ParseJson(const Json& j, const std::string& origin) 
                    "layers <= 1024, intermediate <= 1M)");
   }
   ASSIGN_OR_RETURN(c.rms_norm_eps, GetDouble(j, "rms_norm_eps", origin, 1e-6));
+  // Transformers 5 writes RoPE's settings, theta included, into `rope_parameters`; earlier
+  // versions write `rope_theta` at the top level and the scaling into `rope_scaling`.
+  const auto params_it = j.find("rope_parameters");
+  const bool has_params = params_it != j.end() && params_it->is_object();
   ASSIGN_OR_RETURN(c.rope_theta, GetDouble(j, "rope_theta", origin, 10000.0));
+  if (has_params && params_it->contains("rope_theta")) {
+    ASSIGN_OR_RETURN(c.rope_theta, GetDouble(*params_it, "rope_theta", origin, c.rope_theta));
+  }
   if (!(c.rms_norm_eps > 0) || !(c.rope_theta > 0)) {
     return Invalid(origin, "rms_norm_eps and rope_theta must be > 0");
   }
@@ -113,6 +120,8 @@ absl::StatusOr<ModelConfig> ParseJson(const Json& j, const std::string& origin) 
   }
   if (auto it = j.find("torch_dtype"); it != j.end() && it->is_string()) {
     c.torch_dtype = it->get<std::string>();
+  } else if (auto v5 = j.find("dtype"); v5 != j.end() && v5->is_string()) {
+    c.torch_dtype = v5->get<std::string>();  // Transformers 5's name
   }
   if (auto it = j.find("bos_token_id"); it != j.end() && it->is_number_integer()) {
     c.bos_token_id = it->get<int32_t>();
@@ -126,7 +135,8 @@ absl::StatusOr<ModelConfig> ParseJson(const Json& j, const std::string& origin) 
       }
     }
   }
-  if (auto it = j.find("rope_scaling"); it != j.end() && it->is_object()) {
+  auto it = has_params ? params_it : j.find("rope_scaling");
+  if (it != j.end() && it->is_object()) {
     std::string type = it->value("rope_type", it->value("type", std::string("default")));
     if (type == "default") {
     } else if (type == "linear") {

@@ -27,6 +27,28 @@ TEST(ModelConfig, ParsesQwen3) {
   EXPECT_NEAR(c.NumParameters() / 1e9, 4.02, 0.05);
 }
 
+// Transformers 5 writes theta and the scaling into `rope_parameters` and the dtype as `dtype`.
+TEST(ModelConfig, ReadsTransformers5RopeParametersAndDtype) {
+  SPECDEC_ASSERT_OK_AND_ASSIGN(ModelConfig c, ParseModelConfig(R"({
+    "model_type": "llama", "vocab_size": 320, "hidden_size": 64, "intermediate_size": 160,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+    "dtype": "bfloat16", "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0,
+    "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 64}})",
+                                                               "config.json"));
+  EXPECT_DOUBLE_EQ(c.rope_theta, 500000.0);
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::kLlama3);
+  EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 64);
+  EXPECT_EQ(c.torch_dtype, "bfloat16");
+  SPECDEC_ASSERT_OK_AND_ASSIGN(ModelConfig d, ParseModelConfig(R"({
+    "model_type": "qwen3", "vocab_size": 320, "hidden_size": 64, "intermediate_size": 128,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0}})",
+                                                               "config.json"));
+  EXPECT_DOUBLE_EQ(d.rope_theta, 1e6);
+  EXPECT_EQ(d.rope_scaling.type, RopeScaling::Type::kNone);
+}
+
 TEST(ModelConfig, RoundTripsThroughJson) {
   SPECDEC_ASSERT_OK_AND_ASSIGN(ModelConfig c, ParseModelConfig(kQwen3, "a"));
   SPECDEC_ASSERT_OK_AND_ASSIGN(ModelConfig d, ParseModelConfig(ModelConfigToJson(c), "b"));
