@@ -17,6 +17,7 @@
 #include "common/model/runtime.h"
 #include "common/model/transformer.h"
 #include "common/util/status_matchers.h"
+#include "tests/common/remove_tree.h"
 
 namespace specdec::engine {
 namespace {
@@ -383,7 +384,7 @@ TEST(DecoderStories260K, MethodsEqualArOnRealWeights) {
       }
     }
   }
-  std::filesystem::remove_all(dir);
+  testing_util::RemoveTree(dir);
 }
 
 }  // namespace

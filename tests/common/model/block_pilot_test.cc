@@ -9,6 +9,7 @@
 
 #include "common/io/safetensors.h"
 #include "common/util/status_matchers.h"
+#include "tests/common/remove_tree.h"
 
 namespace specdec::model {
 namespace {
@@ -66,7 +67,7 @@ TEST(BlockPilot, PredictsArgmaxCandidateFromLoadedCheckpoint) {
     for (size_t k = 0; k < ref.size(); ++k) EXPECT_NEAR(pred->scores[k], ref[k], 1e-3);
     ++chosen[pred->block_size];
   }
-  std::filesystem::remove_all(dir);
+  testing_util::RemoveTree(dir);
 }
 
 TEST(BlockPilot, RejectsBadInputAndConfigs) {

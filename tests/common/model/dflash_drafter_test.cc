@@ -14,6 +14,7 @@
 #include "common/io/safetensors.h"
 #include "common/model/runtime.h"
 #include "common/util/status_matchers.h"
+#include "tests/common/remove_tree.h"
 
 namespace specdec::model {
 namespace {
@@ -214,7 +215,7 @@ TEST(DFlashDrafter, LoadsZLabLayoutAndMatchesReference) {
   EXPECT_EQ(dcache->length(), 9);
 
   // A checkpoint missing a layer tensor is rejected with its name.
-  std::filesystem::remove_all(dir);
+  testing_util::RemoveTree(dir);
 }
 
 TEST(DFlashDrafter, DefaultTargetLayersSpreadFromOneToLMinus3) {

@@ -11,6 +11,7 @@
 #include "common/io/gguf_to_hf.h"
 #include "common/model/runtime.h"
 #include "common/util/status_matchers.h"
+#include "tests/common/remove_tree.h"
 
 namespace specdec::model {
 namespace {
@@ -309,7 +310,7 @@ class Stories260KTest : public ::testing::Test {
     ASSERT_TRUE(s.ok()) << s;
   }
   static void TearDownTestSuite() {
-    if (dir_) std::filesystem::remove_all(*dir_);
+    if (dir_) testing_util::RemoveTree(*dir_);
     delete dir_;
     dir_ = nullptr;
   }
