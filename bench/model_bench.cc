@@ -1,8 +1,11 @@
 // Measures the decoder's speed on this machine: AR tokens/s and the cost of a k-token forward
 // (a speculative verify) relative to a 1-token step, for Qwen3-shaped random-weight models.
+// On a CUDA device (--device cuda) it also measures the memory bandwidth, the AR step against the
+// bandwidth floor (weight bytes / bandwidth) and a DFlash drafter's step.
 //
 //   specdec-model-bench [--sizes 30M,100M] [--dtypes f32,bf16] [--context 200] [--reps 15]
-//                       [--json out.json]
+//                       [--device cpu|cuda] [--json out.json]
+//   specdec-model-bench --device cuda --sizes qwen3-0.6b,qwen3-4b --dtypes bf16
 #include <ATen/ATen.h>
 
 #include <CLI/CLI.hpp>
@@ -16,13 +19,35 @@
 #include <vector>
 
 #include "absl/strings/str_split.h"
+#include "common/model/dflash_drafter.h"
 #include "common/model/runtime.h"
 #include "common/model/transformer.h"
+#include "common/model/weights.h"
 
 namespace specdec::model {
 namespace {
 
+// Qwen3-0.6B and Qwen3-4B (their config.json shapes).
+ModelConfig QwenShape(const std::string& size) {
+  ModelConfig c;
+  c.architecture = Architecture::kQwen3;
+  c.qk_norm = true;
+  c.vocab_size = 151936;
+  c.head_dim = 128;
+  c.num_key_value_heads = 8;
+  c.max_position_embeddings = 40960;
+  c.rope_theta = 1e6;
+  c.tie_word_embeddings = true;
+  const bool big = size == "qwen3-4b";
+  c.hidden_size = big ? 2560 : 1024;
+  c.num_hidden_layers = big ? 36 : 28;
+  c.num_attention_heads = big ? 32 : 16;
+  c.intermediate_size = big ? 9728 : 3072;
+  return c;
+}
+
 ModelConfig ShapeFor(const std::string& size) {
+  if (size.rfind("qwen3-", 0) == 0) return QwenShape(size);
   ModelConfig c;
   c.architecture = Architecture::kQwen3;
   c.qk_norm = true;
@@ -58,13 +83,14 @@ double Median(std::vector<double> v) {
 
 // Median ms of a k-token forward on top of `context` cached tokens (the cache is rolled back
 // after each repetition so every run sees the same context length).
-double TimeForward(const Transformer& m, KvCache* cache, int64_t context, int k, int reps) {
+double TimeForward(const Transformer& m, KvCache* cache, int64_t context, int k, int reps,
+                   LogitsMode logits = LogitsMode::kAll) {
   std::vector<int32_t> toks(k);
   for (int i = 0; i < k; ++i) toks[i] = (i * 37 + 11) % m.config().vocab_size;
   SequenceInput in;
   in.cache = cache;
   in.tokens = toks;
-  in.logits = LogitsMode::kAll;
+  in.logits = logits;
   std::vector<double> ms;
   for (int r = 0; r < reps + 2; ++r) {
     auto t0 = std::chrono::steady_clock::now();
@@ -80,6 +106,109 @@ double TimeForward(const Transformer& m, KvCache* cache, int64_t context, int k,
   return Median(ms);
 }
 
+// Random N(0, std^2) tensors (norms around 1) of `specs`, drawn on `device` in `dtype`: a 4B
+// model is drawn where it runs instead of through 16 GB of host float32.
+std::map<std::string, at::Tensor> DeviceRandomTensors(const std::vector<TensorSpec>& specs,
+                                                      c10::Device device, at::ScalarType dtype,
+                                                      double std) {
+  std::map<std::string, at::Tensor> out;
+  const auto opts = at::TensorOptions().device(device).dtype(at::kFloat);
+  for (const TensorSpec& spec : specs) {
+    at::Tensor t = at::randn(spec.shape, opts).mul_(std);
+    if (spec.name.find("norm") != std::string::npos) t.add_(1.0);
+    out.emplace(spec.name, t.to(dtype));
+  }
+  return out;
+}
+
+// Waits for the device's queued work: a one-element copy to the host.
+void Sync(const at::Tensor& t) { (void)t.flatten()[0].item<float>(); }
+
+// Device-to-device copy rate in GB/s (bytes read plus bytes written), 1 GiB buffers.
+double CopyBandwidthGbs(c10::Device device) {
+  const int64_t n = int64_t{1} << 28;  // floats
+  at::Tensor src = at::randn({n}, at::TensorOptions().device(device));
+  at::Tensor dst = at::empty_like(src);
+  std::vector<double> rates;
+  for (int r = 0; r < 12; ++r) {
+    Sync(dst);
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 5; ++i) dst.copy_(src);
+    Sync(dst);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (r >= 2) rates.push_back(5.0 * 2.0 * static_cast<double>(n) * 4.0 / s / 1e9);
+  }
+  return Median(rates);
+}
+
+// Median ms of a DFlash draft step (block `b`, `m` new feature rows) on top of `context` rows.
+double TimeDraftStep(const Transformer& target, int64_t context, int b, int m, int reps) {
+  DFlashConfig dc;
+  dc.layers = target.config();
+  dc.layers.num_hidden_layers = 5;
+  dc.block_size = b;
+  dc.mask_token_id = 3;
+  dc.target_layer_ids = DefaultTargetLayerIds(target.config().num_hidden_layers, 5);
+  auto weights = DeviceRandomTensors(DFlashDrafter::WeightShapes(dc, target.config().hidden_size),
+                                     target.device(), target.dtype(), 0.02);
+  auto drafter = DFlashDrafter::FromTensors(dc, weights, target);
+  if (!drafter.ok()) {
+    std::cerr << drafter.status() << "\n";
+    std::exit(1);
+  }
+  const int64_t width = static_cast<int64_t>(dc.target_layer_ids.size()) * dc.layers.hidden_size;
+  auto cache = (*drafter)->NewCache();
+  const auto opts = at::TensorOptions().device(target.device()).dtype(target.dtype());
+  DraftInput in{cache.get(), at::randn({context, width}, opts), 5, b};
+  if (!(*drafter)->Draft(std::span<const DraftInput>(&in, 1)).ok()) std::exit(1);
+  in.new_features = at::randn({m, width}, opts);
+  std::vector<double> ms;
+  for (int r = 0; r < reps + 2; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    auto out = (*drafter)->Draft(std::span<const DraftInput>(&in, 1));
+    auto t1 = std::chrono::steady_clock::now();
+    if (!out.ok()) {
+      std::cerr << out.status() << "\n";
+      std::exit(1);
+    }
+    (void)cache->Truncate(context);
+    if (r >= 2) ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+  }
+  return Median(ms);
+}
+
+// The bytes one AR step must read: every weight once (a tied embedding once, as the head) and
+// the cache's keys and values.
+double StepBytes(const Transformer& m, int64_t context) {
+  const ModelConfig& c = m.config();
+  double params = static_cast<double>(c.NumParameters());
+  if (!c.tie_word_embeddings) params -= static_cast<double>(c.vocab_size * c.hidden_size);
+  return params * static_cast<double>(c10::elementSize(m.dtype())) +
+         static_cast<double>(context * m.kv_bytes_per_token());
+}
+
+// The GPU rows of one model: the bandwidth floor, a 16-token verify with one row of logits to the
+// host (the forward pass alone) against a 1-token step, and the DFlash drafter's step.
+void AddDeviceRows(const Transformer& m, KvCache* cache, int64_t context, int reps,
+                   double bandwidth_gbs, double step_ms, nlohmann::json& row) {
+  const double floor_ms = StepBytes(m, context) / (bandwidth_gbs * 1e9) * 1e3;
+  const double one_last = TimeForward(m, cache, context, 1, reps, LogitsMode::kLast);
+  const double verify_last = TimeForward(m, cache, context, 17, reps, LogitsMode::kLast);
+  const double draft_ms = TimeDraftStep(m, context, 16, 4, reps);
+  row["bandwidth_gbs"] = bandwidth_gbs;
+  row["floor_ms"] = floor_ms;
+  row["step_over_floor"] = step_ms / floor_ms;
+  row["step_last_ms"] = one_last;
+  row["verify17_last_ms"] = verify_last;
+  row["verify17_over_step"] = verify_last / one_last;
+  row["dflash_draft16_ms"] = draft_ms;
+  std::printf(
+      "  floor %.3f ms, AR step %.3f ms (%.2fx floor); forward only: 1 row %.3f ms, "
+      "17 rows %.3f ms (%.2fx); DFlash draft (5 layers, b=16) %.3f ms\n",
+      floor_ms, step_ms, step_ms / floor_ms, one_last, verify_last, verify_last / one_last,
+      draft_ms);
+}
+
 }  // namespace
 }  // namespace specdec::model
 
@@ -89,7 +218,10 @@ int main(int argc, char** argv) {
   std::string sizes = "30M,100M", dtypes = "f32,bf16", json_path;
   int64_t context = 200;
   int reps = 15, threads = 0;
-  app.add_option("--sizes", sizes, "comma-separated model sizes: 7M, 30M, 100M");
+  std::string device_name = "cpu";
+  app.add_option("--sizes", sizes,
+                 "comma-separated model sizes: 7M, 30M, 100M, qwen3-0.6b, qwen3-4b");
+  app.add_option("--device", device_name, "cpu, cuda or cuda:N");
   app.add_option("--dtypes", dtypes, "comma-separated: f32, bf16");
   app.add_option("--context", context, "tokens already in the KV cache");
   app.add_option("--reps", reps, "timed repetitions per point (median reported)");
@@ -97,6 +229,18 @@ int main(int argc, char** argv) {
   app.add_option("--json", json_path, "write results as JSON here");
   CLI11_PARSE(app, argc, argv);
   const int used_threads = ConfigureComputeThreads(threads);
+  auto device = LoadOptions::ParseDevice(device_name);
+  if (!device.ok()) {
+    std::cerr << device.status() << "\n";
+    return 1;
+  }
+  const bool gpu = !device->is_cpu();
+  double bandwidth_gbs = 0;
+  if (gpu) {
+    bandwidth_gbs = CopyBandwidthGbs(*device);
+    std::printf("device %s: copy bandwidth %.0f GB/s (read + write)\n", device_name.c_str(),
+                bandwidth_gbs);
+  }
 
   const std::vector<int> ks = {1, 2, 4, 8, 16, 32};
   nlohmann::json results = nlohmann::json::array();
@@ -107,11 +251,15 @@ int main(int argc, char** argv) {
   std::printf("\n");
   for (const std::string& size : std::vector<std::string>(absl::StrSplit(sizes, ','))) {
     ModelConfig c = ShapeFor(size);
-    auto weights = Transformer::RandomWeights(c, 7, 0.02);
+    std::map<std::string, at::Tensor> weights;
+    if (!gpu) weights = Transformer::RandomWeights(c, 7, 0.02);
     for (const std::string& dt : std::vector<std::string>(absl::StrSplit(dtypes, ','))) {
       LoadOptions opts;
       opts.dtype = dt == "bf16" ? at::kBFloat16 : at::kFloat;
+      opts.device = *device;
+      if (gpu) weights = DeviceRandomTensors(TransformerTensorSpecs(c), *device, *opts.dtype, 0.02);
       auto model = Transformer::FromTensors(c, weights, opts);
+      if (gpu) weights.clear();
       if (!model.ok()) {
         std::cerr << model.status() << "\n";
         return 1;
@@ -139,6 +287,8 @@ int main(int argc, char** argv) {
         row["ratio"][std::to_string(k)] = ms / one;
       }
       row["ar_tokens_per_s"] = 1000.0 / one;
+      row["device"] = device_name;
+      if (gpu) AddDeviceRows(**model, cache.get(), context, reps, bandwidth_gbs, one, row);
       std::printf("%-6s %-5s %7.1fM %10.2f %10.1f", size.c_str(), dt.c_str(),
                   c.NumParameters() / 1e6, one, 1000.0 / one);
       for (double r : ratios) std::printf("  %6.2f", r);

@@ -1,0 +1,137 @@
+// The model runtime on a CUDA device against the same weights on the CPU (ctest label `gpu`:
+// runs only where a GPU is, never in CI). SPECDEC_TEST_DEVICE names the device (default cuda).
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "common/model/dflash_drafter.h"
+#include "common/model/transformer.h"
+#include "common/util/status_matchers.h"
+
+namespace specdec::model {
+namespace {
+
+const std::string kPack = std::string(SPECDEC_SOURCE_DIR) + "/models/specdec-pycode";
+
+c10::Device TestDevice() {
+  const char* env = std::getenv("SPECDEC_TEST_DEVICE");
+  auto device = LoadOptions::ParseDevice(env != nullptr ? env : "cuda");
+  if (!device.ok()) {
+    ADD_FAILURE() << "this test needs a CUDA device: " << device.status();
+    return c10::kCPU;
+  }
+  return *device;
+}
+
+std::unique_ptr<Transformer> LoadTarget(c10::Device device, at::ScalarType dtype) {
+  LoadOptions o;
+  o.device = device;
+  o.dtype = dtype;
+  auto m = Transformer::Load(kPack + "/target", o);
+  EXPECT_TRUE(m.ok()) << m.status();
+  return m.ok() ? std::move(*m) : nullptr;
+}
+
+double MaxAbsDiff(const at::Tensor& a, const at::Tensor& b) {
+  return (a.to(at::kCPU, at::kDouble) - b.to(at::kCPU, at::kDouble)).abs().max().item<double>();
+}
+
+// The logits of one sequence through a prefill, a 9-token verify (rolled back), a tree verify
+// whose accepted path is kept, and 5 single-token steps, concatenated in that order.
+at::Tensor Trace(const Transformer& m, std::vector<at::Tensor>* features = nullptr) {
+  auto cache = m.NewCache();
+  std::vector<at::Tensor> rows;
+  auto run = [&](std::vector<int32_t> toks, std::vector<int32_t> parents, LogitsMode mode) {
+    SequenceInput in{cache.get(), toks, {}, parents, mode};
+    ForwardOptions fo;
+    fo.capture_layers = {1, 5};
+    auto out = m.Forward(std::span<const SequenceInput>(&in, 1), fo);
+    EXPECT_TRUE(out.ok()) << out.status();
+    if (!out.ok()) return;
+    EXPECT_TRUE((*out)[0].logits.device().is_cpu());
+    EXPECT_EQ((*out)[0].features.device(), m.device());
+    rows.push_back((*out)[0].logits);
+    if (features != nullptr) features->push_back((*out)[0].features);
+  };
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 40; ++i) prompt.push_back(4 + (i * 37 + 11) % 4000);
+  run(prompt, {}, LogitsMode::kAll);
+  run({10, 20, 30, 40, 50, 60, 70, 80, 90}, {}, LogitsMode::kAll);
+  EXPECT_TRUE(cache->Truncate(40).ok());
+  run({100, 200, 300, 400, 500, 600, 700, 800}, {-1, 0, 0, 1, 2, 3, -1, 6}, LogitsMode::kAll);
+  const std::vector<int64_t> keep = {40, 41, 43,
+                                     45};  // nodes 0 -> 1 -> 3 -> 5: a root-to-leaf path
+  EXPECT_TRUE(cache->KeepRows(40, keep).ok());
+  for (int i = 0; i < 5; ++i) run({1000 + 17 * i}, {}, LogitsMode::kLast);
+  return at::cat(rows, 0);
+}
+
+TEST(TransformerCudaTest, F32LogitsMatchTheCpuThroughPrefillVerifyTreeAndSteps) {
+  const c10::Device device = TestDevice();
+  auto cpu = LoadTarget(c10::kCPU, at::kFloat);
+  auto gpu = LoadTarget(device, at::kFloat);
+  ASSERT_TRUE(cpu && gpu);
+  EXPECT_EQ(gpu->device(), device);
+  const at::Tensor want = Trace(*cpu), got = Trace(*gpu);
+  ASSERT_EQ(want.sizes(), got.sizes());
+  const double diff = MaxAbsDiff(want, got);
+  const double scale = want.abs().max().item<double>();
+  std::printf("f32 %s vs cpu: max |logit diff| %.3g (max |logit| %.3g) over %lld rows\n",
+              device.str().c_str(), diff, scale, static_cast<long long>(want.size(0)));
+  EXPECT_LT(diff, 1e-3);
+  EXPECT_TRUE(at::equal(want.argmax(1), got.argmax(1)));
+}
+
+TEST(TransformerCudaTest, Bf16IsAsAccurateAsTheCpusBf16) {
+  const c10::Device device = TestDevice();
+  auto ref = LoadTarget(c10::kCPU, at::kFloat);
+  auto cpu = LoadTarget(c10::kCPU, at::kBFloat16);
+  auto gpu = LoadTarget(device, at::kBFloat16);
+  ASSERT_TRUE(ref && cpu && gpu);
+  const at::Tensor want = Trace(*ref);
+  const double cpu_err = MaxAbsDiff(want, Trace(*cpu)), gpu_err = MaxAbsDiff(want, Trace(*gpu));
+  std::printf("bf16 max |logit - f32 logit|: cpu %.3g, %s %.3g\n", cpu_err, device.str().c_str(),
+              gpu_err);
+  EXPECT_LT(gpu_err, std::max(2 * cpu_err, 0.05));
+}
+
+TEST(TransformerCudaTest, DFlashDrafterMatchesTheCpu) {
+  const c10::Device device = TestDevice();
+  auto cpu = LoadTarget(c10::kCPU, at::kFloat);
+  auto gpu = LoadTarget(device, at::kFloat);
+  ASSERT_TRUE(cpu && gpu);
+  auto draft = [&](const Transformer& target) {
+    auto drafter = DFlashDrafter::Load(kPack + "/dflash", target);
+    EXPECT_TRUE(drafter.ok()) << drafter.status();
+    std::vector<at::Tensor> features;
+    Trace(target, &features);
+    auto cache = (*drafter)->NewCache();
+    std::vector<at::Tensor> out;
+    for (int step = 0; step < 3; ++step) {
+      DraftInput in{cache.get(), features[step], 77 + step, 16};
+      auto logits = (*drafter)->Draft(std::span<const DraftInput>(&in, 1));
+      EXPECT_TRUE(logits.ok()) << logits.status();
+      if (logits.ok()) out.push_back((*logits)[0]);
+    }
+    return at::cat(out, 0);
+  };
+  const at::Tensor want = draft(*cpu), got = draft(*gpu);
+  ASSERT_EQ(want.sizes(), got.sizes());
+  const double diff = MaxAbsDiff(want, got);
+  std::printf("DFlash draft logits f32 %s vs cpu: max diff %.3g\n", device.str().c_str(), diff);
+  EXPECT_LT(diff, 1e-3);
+}
+
+TEST(TransformerCudaTest, ForeignDeviceNamesAreRefused) {
+  SPECDEC_EXPECT_STATUS(LoadOptions::ParseDevice("cuda:64"), absl::StatusCode::kFailedPrecondition,
+                        "CUDA devices");
+  SPECDEC_EXPECT_STATUS(LoadOptions::ParseDevice("tpu"), absl::StatusCode::kInvalidArgument,
+                        "cpu, cuda or cuda:N");
+}
+
+}  // namespace
+}  // namespace specdec::model
