@@ -42,6 +42,7 @@ struct BenchArgs {
   int tree_max_depth = 8;
   float tree_threshold = 0.f;
   int block_size = 0;
+  bool no_adaptive_lookup = false;
   int threads = 0;
   std::string dtype = "auto", device = "cpu";
   std::string json_path, png_path, samples_path;
@@ -184,6 +185,7 @@ engine::DecodeOptions BenchDecodeOptions(const BenchArgs& a) {
   o.tree_max_depth = a.tree_max_depth;
   o.tree_threshold = a.tree_threshold;
   o.block_size = a.block_size;
+  o.adaptive_lookup = !a.no_adaptive_lookup;
   return o;
 }
 
@@ -364,6 +366,8 @@ void RegisterBenchCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--tree-max-depth", a->tree_max_depth, "DYSPEC_TREE depth");
   cmd->add_option("--tree-threshold", a->tree_threshold, "DYSPEC_TREE threshold variant (> 0)");
   cmd->add_option("--block-size", a->block_size, "DFLASH block size (0 = training size)");
+  cmd->add_flag("--no-adaptive-lookup", a->no_adaptive_lookup,
+                "DFLASH_ADAPTIVE never drafts by prompt lookup (the drafter drafts every step)");
   cmd->add_option("--threads", a->threads, "compute threads (0 = all cores)");
   cmd->add_option("--dtype", a->dtype, "compute dtype: auto (the checkpoint's), f32 or bf16");
   cmd->add_option("--device", a->device, "cpu, cuda or cuda:N (a CUDA-enabled libtorch)");

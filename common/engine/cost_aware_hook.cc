@@ -5,20 +5,25 @@
 namespace specdec::engine {
 
 BlockCostModel::StepCost StepCostOf(const StepResult& step, StepOrigin origin, bool first) {
-  const bool drafted = step.drafted > 0;
+  // A lookup step's draft cost nothing the drafter's would: only its target pass is measured.
+  const bool drafted = step.drafted > 0 && origin != StepOrigin::kLookup;
   BlockCostModel::StepCost c;
   c.sessions = std::max(1, step.batch_size);
   c.pass_rows = step.pass_rows > 0 ? step.pass_rows : step.drafted + 1;
   c.pass_ms = step.pass_ms > 0 ? step.pass_ms : step.verify_ms;
   c.draft_rows = !drafted ? 0 : step.draft_rows > 0 ? step.draft_rows : step.drafted + 1;
   c.draft_ms = drafted ? step.draft_ms : 0;
-  c.wall_ms = first && origin != StepOrigin::kDrafted ? -1.0 : step.wall_ms;
+  c.wall_ms = (first && origin != StepOrigin::kDrafted) || origin == StepOrigin::kLookup
+                  ? -1.0
+                  : step.wall_ms;
   return c;
 }
 
 void ObserveStepIn(BlockCostModel& model, const StepResult& step, StepOrigin origin, bool first) {
   model.ObserveStep(StepCostOf(step, origin, first));
-  if (step.drafted > 0) model.ObserveAcceptance(step.drafted, step.accepted);
+  if (step.drafted > 0 && origin != StepOrigin::kLookup) {
+    model.ObserveAcceptance(step.drafted, step.accepted);
+  }
 }
 
 CostAwareHook::CostAwareHook(BlockCostModel& model, Options options)
@@ -118,11 +123,12 @@ void CostAwareHook::Observe(const StepPlan& plan, StepOrigin origin, const StepR
                             bool first) {
   const SteadyClock::time_point now = SteadyClock::now();
   BlockCostModel::StepCost cost = StepCostOf(step, origin, first);
-  cost.wall_ms = last_step_end_
+  cost.wall_ms = last_step_end_ && origin != StepOrigin::kLookup
                      ? std::chrono::duration<double, std::milli>(now - *last_step_end_).count()
                      : -1.0;
   last_step_end_ = now;
   model_.ObserveStep(cost);
+  if (origin == StepOrigin::kLookup) return;  // the drafter's acceptance is not this step's
   if (step.drafted > 0) {
     model_.ObserveAcceptance(step.drafted, step.accepted);
     since_drafted_ = 0;

@@ -35,6 +35,9 @@ struct DecodeOptions {
   int32_t tree_max_depth = 8;  // DYSPEC_TREE: deepest node
   float tree_threshold = 0.f;  // DYSPEC_TREE: > 0 selects the layer-wise threshold variant
   int32_t block_size = 0;      // DFLASH: 0 = the drafter's training block size
+  // DFLASH_ADAPTIVE: a step whose sequence's last tokens occurred before drafts their earlier
+  // continuation (prompt lookup, as NGRAM does) instead of running the drafter.
+  bool adaptive_lookup = true;
 };
 
 // Per-request statistics (docs/design.md §5), filled by the step loop for the in-process engine
@@ -55,6 +58,7 @@ struct DecodeStats {
   bool target_drafted = false;                 // blocks drafted by the target's hosted drafter
   int32_t hosted_draft_failures = 0;           // hosted-drafter steps that ran as AR instead
   int32_t planned_ar_steps = 0;                // steps a planning hook ran as AR (load awareness)
+  int32_t lookup_steps = 0;                    // DFLASH_ADAPTIVE: steps drafted by prompt lookup
   std::string note;  // human-readable remark (e.g. why a fallback happened)
   double prefill_ms = 0, policy_ms = 0, draft_ms = 0, verify_ms = 0, total_ms = 0;
   // Remote targets only (0 in process): time in the target's queue, and the target round trips'

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "common/engine/ngram_drafter.h"
 #include "common/engine/request_limits.h"
 #include "common/engine/stop_rule.h"
 #include "common/util/clock.h"
@@ -11,6 +13,9 @@
 
 namespace specdec::engine {
 namespace {
+
+// DFLASH_ADAPTIVE's prompt lookup: suffixes of 3 down to 2 tokens, at least 2 drafted tokens.
+constexpr int32_t kLookupMaxN = 3, kLookupMinN = 2, kMinLookupTokens = 2;
 
 // One request's loop. `last_` is the last committed token: sampled, not yet run through the
 // target (row 0 of the next verify).
@@ -71,6 +76,7 @@ class StepLoop {
     stats_.prefill_ms = MsSince(t0);
     stats_.queue_ms += prefill_.queue_ms;
     stats_.network_ms += prefill_.network_ms;
+    history_.assign(prompt_.begin(), prompt_.end());
     StepResult first;
     first.committed = {prefill_.first_token};
     first.verify_ms = stats_.prefill_ms;
@@ -194,7 +200,9 @@ class StepLoop {
       if (tree && shape.tree_budget < 1) return RunAr(1, 0, false);
     }
     const auto t0 = SteadyClock::now();
-    absl::StatusOr<Draft> draft = drafter_->Propose(last_, shape);
+    std::optional<Draft> lookup = LookupDraft(shape.length);
+    const StepOrigin origin = lookup ? StepOrigin::kLookup : StepOrigin::kDrafted;
+    absl::StatusOr<Draft> draft = lookup ? *std::move(lookup) : drafter_->Propose(last_, shape);
     if (!draft.ok()) {
       DrafterFailed(draft.status());
       return absl::OkStatus();
@@ -205,7 +213,8 @@ class StepLoop {
     step.draft_ms = draft_ms;
     step.wall_ms = draft_ms + step.verify_ms;
     step.positions = draft->positions;
-    if (parts_.hook) parts_.hook->Observe(plan, StepOrigin::kDrafted, step, true);
+    if (origin == StepOrigin::kLookup) ++stats_.lookup_steps;
+    if (parts_.hook) parts_.hook->Observe(plan, origin, step, true);
     Commit(step, false, block);
     if (!stop_.finished()) {
       if (absl::Status s = drafter_->Accept(step); !s.ok()) DrafterFailed(s);
@@ -213,7 +222,21 @@ class StepLoop {
     return absl::OkStatus();
   }
 
+  // DFLASH_ADAPTIVE's prompt lookup: the continuation (at most `length` tokens, at least
+  // kMinLookupTokens) of the sequence's last 2-3 tokens at their latest earlier occurrence, as a
+  // one-hot chain (lossless at any temperature); none when nothing matches.
+  std::optional<Draft> LookupDraft(int32_t length) const {
+    if (options_.method != Method::kDflashAdaptive || !options_.adaptive_lookup) return {};
+    Draft d;
+    d.tokens = NgramDrafter::Lookup(history_, kLookupMaxN, kLookupMinN, length);
+    if (static_cast<int32_t>(d.tokens.size()) < kMinLookupTokens) return {};
+    d.proposal = Proposal::kOneHot;
+    d.positions = static_cast<int32_t>(d.tokens.size());
+    return d;
+  }
+
   void Commit(const StepResult& step, bool prefill, int32_t block = 0) {
+    history_.insert(history_.end(), step.committed.begin(), step.committed.end());
     produced_ += static_cast<int64_t>(step.committed.size());
     if (!step.committed.empty()) last_ = step.committed.back();
     std::string text;
@@ -297,6 +320,7 @@ class StepLoop {
   int32_t last_ = -1;
   int64_t produced_ = 0;  // tokens the target committed, the prefill's included
   std::vector<int32_t> out_;
+  std::vector<int32_t> history_;  // the prompt and every committed token (prompt lookup)
   std::string text_;  // the completion's text, when decoded
   DecodeStats stats_;
   bool any_token_ = false;

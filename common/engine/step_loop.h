@@ -122,7 +122,9 @@ class BlockPolicy {
 };
 
 // Where a step came from, for planning hooks that measure steps.
-enum class StepOrigin { kArRun, kTargetDraftedRun, kDrafted };
+// kLookup: a DFLASH_ADAPTIVE step whose draft came from prompt lookup, not the drafter (its
+// target pass is measured; its drafting and acceptance say nothing of the drafter's).
+enum class StepOrigin { kArRun, kTargetDraftedRun, kDrafted, kLookup };
 
 // The loop's state as a planning hook sees it.
 struct LoopView {

@@ -69,6 +69,30 @@ TEST(CostAwareHookTest, StepCostsComeFromThePassesOrElseFromTheStep) {
   EXPECT_DOUBLE_EQ(c.draft_ms, 0);
 }
 
+// A prompt-lookup step measures the target's pass only: no draft cost, no wall time, and
+// nothing of the drafter's acceptance, in the shared model or the request's.
+TEST(CostAwareHookTest, ALookupStepMeasuresThePassButNotTheDrafter) {
+  const StepResult s = Drafted(5, 5, 4.0, 0.01);
+  BlockCostModel::StepCost c = StepCostOf(s, StepOrigin::kLookup, true);
+  EXPECT_EQ(c.pass_rows, 6);
+  EXPECT_DOUBLE_EQ(c.pass_ms, 4.0);
+  EXPECT_EQ(c.draft_rows, 0);
+  EXPECT_DOUBLE_EQ(c.draft_ms, 0);
+  EXPECT_LT(c.wall_ms, 0);
+
+  BlockCostModel m;
+  ObserveStepIn(m, Drafted(5, 1, 4.0, 2.0), StepOrigin::kDrafted, true);
+  double before_weight = 0, after_weight = 0;
+  const double before = m.AcceptedShare(1, &before_weight);
+  ObserveStepIn(m, s, StepOrigin::kLookup, true);
+  CostAwareHook hook(m);
+  const double tau_before = hook.PredictedRate(6);
+  hook.Observe(StepPlan{}, StepOrigin::kLookup, s, true);
+  EXPECT_DOUBLE_EQ(m.AcceptedShare(1, &after_weight), before);
+  EXPECT_DOUBLE_EQ(after_weight, before_weight);
+  EXPECT_DOUBLE_EQ(hook.PredictedRate(6), tau_before);
+}
+
 TEST(CostAwareHookTest, TheFirstDecisionsTakeEveryCandidateInTurn) {
   BlockCostModel m;
   CostAwareHook hook(m, {.warmup = 16, .explore_every = 1000});

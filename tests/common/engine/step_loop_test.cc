@@ -268,6 +268,36 @@ TEST(StepLoopTest, DflashUsesThePolicyOrFallsBackToTheTrainedBlock) {
   EXPECT_NE(r->stats.note.find("policy down"), std::string::npos) << r->stats.note;
 }
 
+// The target's continuation repeats every 50 tokens: from then on DFLASH_ADAPTIVE drafts the
+// earlier continuation by prompt lookup, which the target accepts whole, and calls the drafter
+// only where nothing matches. The output stays the target's.
+TEST(StepLoopTest, AdaptiveDraftsByPromptLookupWhereTheSequenceRepeats) {
+  FakeTarget t;
+  FakeDrafter d(t, false, /*trained_block=*/5, /*good=*/1);
+  auto r = RunStepLoop(Parts(&t, &d), kPrompt, Options(Method::kDflashAdaptive, 150));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->tokens, TruthPrefix(150));
+  EXPECT_GT(r->stats.lookup_steps, 10);
+  EXPECT_EQ(static_cast<int64_t>(d.shapes.size()), r->stats.verify_steps - r->stats.lookup_steps);
+  EXPECT_GT(r->stats.tau(), 3.0);  // lookup drafts 4 right tokens a step, the drafter 1
+
+  FakeTarget t2;
+  FakeDrafter d2(t2, false, 5, 1);
+  DecodeOptions o = Options(Method::kDflashAdaptive, 150);
+  o.adaptive_lookup = false;
+  r = RunStepLoop(Parts(&t2, &d2), kPrompt, o);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->tokens, TruthPrefix(150));
+  EXPECT_EQ(r->stats.lookup_steps, 0);
+  EXPECT_EQ(static_cast<int64_t>(d2.shapes.size()), r->stats.verify_steps);
+
+  FakeTarget t3;  // fixed-block DFLASH drafts with its drafter only
+  FakeDrafter d3(t3, false, 5, 1);
+  r = RunStepLoop(Parts(&t3, &d3), kPrompt, Options(Method::kDflash, 150));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->stats.lookup_steps, 0);
+}
+
 TEST(StepLoopTest, ADrafterThatFailsMidRequestLeavesTheRestToAr) {
   FakeTarget t;
   FakeDrafter d(t, false, 0, 4);
