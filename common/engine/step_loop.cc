@@ -87,6 +87,13 @@ class StepLoop {
   absl::Status Step() {
     const int32_t left = stop_.tokens_left();
     if (!MaySpeculate() || left <= 1) return RunAr(std::min(left, kMaxRunTokens), 0, false);
+    // DFLASH_ADAPTIVE: where the sequence repeats, a lookup draft costs one short target pass and
+    // no drafter pass, whatever the planning would choose.
+    if (speculation_started_ && !hosted_) {
+      if (std::optional<Draft> lookup = LookupDraft(left)) {
+        return VerifyDraft(StepPlan{}, *std::move(lookup), StepOrigin::kLookup, 0, 0);
+      }
+    }
     StepPlan plan;
     plan.run_tokens = left;
     if (parts_.hook) parts_.hook->PlanStep(View(), &plan);
@@ -200,19 +207,22 @@ class StepLoop {
       if (tree && shape.tree_budget < 1) return RunAr(1, 0, false);
     }
     const auto t0 = SteadyClock::now();
-    std::optional<Draft> lookup = LookupDraft(shape.length);
-    const StepOrigin origin = lookup ? StepOrigin::kLookup : StepOrigin::kDrafted;
-    absl::StatusOr<Draft> draft = lookup ? *std::move(lookup) : drafter_->Propose(last_, shape);
+    absl::StatusOr<Draft> draft = drafter_->Propose(last_, shape);
     if (!draft.ok()) {
       DrafterFailed(draft.status());
       return absl::OkStatus();
     }
-    const double draft_ms = MsSince(t0);
+    return VerifyDraft(plan, *std::move(draft), StepOrigin::kDrafted, block, MsSince(t0));
+  }
+
+  // The target verifies `draft` (which took `draft_ms`), both sides keep the committed path.
+  absl::Status VerifyDraft(const StepPlan& plan, const Draft& draft, StepOrigin origin,
+                           int32_t block, double draft_ms) {
     ASSIGN_OR_RETURN(StepResult step,
-                     parts_.target->Verify(last_, *draft, drafter_->WantsFeatures()));
+                     parts_.target->Verify(last_, draft, drafter_->WantsFeatures()));
     step.draft_ms = draft_ms;
     step.wall_ms = draft_ms + step.verify_ms;
-    step.positions = draft->positions;
+    step.positions = draft.positions;
     if (origin == StepOrigin::kLookup) ++stats_.lookup_steps;
     if (parts_.hook) parts_.hook->Observe(plan, origin, step, true);
     Commit(step, false, block);
@@ -222,11 +232,14 @@ class StepLoop {
     return absl::OkStatus();
   }
 
-  // DFLASH_ADAPTIVE's prompt lookup: the continuation (at most `length` tokens, at least
-  // kMinLookupTokens) of the sequence's last 2-3 tokens at their latest earlier occurrence, as a
-  // one-hot chain (lossless at any temperature); none when nothing matches.
-  std::optional<Draft> LookupDraft(int32_t length) const {
+  // DFLASH_ADAPTIVE's prompt lookup: the continuation (at least kMinLookupTokens, at most
+  // draft_length and what the request and the context leave) of the sequence's last 2-3 tokens at
+  // their latest earlier occurrence, as a one-hot chain (lossless at any temperature); none when
+  // nothing matches.
+  std::optional<Draft> LookupDraft(int32_t left) const {
     if (options_.method != Method::kDflashAdaptive || !options_.adaptive_lookup) return {};
+    const int32_t length = static_cast<int32_t>(std::min<int64_t>(
+        {options_.draft_length, left - 1, parts_.max_context - CacheLength() - 1}));
     Draft d;
     d.tokens = NgramDrafter::Lookup(history_, kLookupMaxN, kLookupMinN, length);
     if (static_cast<int32_t>(d.tokens.size()) < kMinLookupTokens) return {};
