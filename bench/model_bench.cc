@@ -81,6 +81,25 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// Median ms of `reps` calls of `step` after two untimed ones; `reset` runs after each call,
+// untimed. A failing step ends the program with its status.
+template <typename Step, typename Reset>
+double MedianMs(int reps, Step&& step, Reset&& reset) {
+  std::vector<double> ms;
+  for (int r = 0; r < reps + 2; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const absl::Status status = step();
+    const auto t1 = std::chrono::steady_clock::now();
+    if (!status.ok()) {
+      std::cerr << status << "\n";
+      std::exit(1);
+    }
+    reset();
+    if (r >= 2) ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+  }
+  return Median(ms);
+}
+
 // Median ms of a k-token forward on top of `context` cached tokens (the cache is rolled back
 // after each repetition so every run sees the same context length).
 double TimeForward(const Transformer& m, KvCache* cache, int64_t context, int k, int reps,
@@ -91,19 +110,9 @@ double TimeForward(const Transformer& m, KvCache* cache, int64_t context, int k,
   in.cache = cache;
   in.tokens = toks;
   in.logits = logits;
-  std::vector<double> ms;
-  for (int r = 0; r < reps + 2; ++r) {
-    auto t0 = std::chrono::steady_clock::now();
-    auto out = m.Forward(std::span<const SequenceInput>(&in, 1));
-    auto t1 = std::chrono::steady_clock::now();
-    if (!out.ok()) {
-      std::cerr << out.status() << "\n";
-      std::exit(1);
-    }
-    (void)cache->Truncate(context);
-    if (r >= 2) ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
-  }
-  return Median(ms);
+  return MedianMs(
+      reps, [&] { return m.Forward(std::span<const SequenceInput>(&in, 1)).status(); },
+      [&] { (void)cache->Truncate(context); });
 }
 
 // Random N(0, std^2) tensors (norms around 1) of `specs`, drawn on `device` in `dtype`: a 4B
@@ -162,19 +171,9 @@ double TimeDraftStep(const Transformer& target, int64_t context, int b, int m, i
   DraftInput in{cache.get(), at::randn({context, width}, opts), 5, b};
   if (!(*drafter)->Draft(std::span<const DraftInput>(&in, 1)).ok()) std::exit(1);
   in.new_features = at::randn({m, width}, opts);
-  std::vector<double> ms;
-  for (int r = 0; r < reps + 2; ++r) {
-    auto t0 = std::chrono::steady_clock::now();
-    auto out = (*drafter)->Draft(std::span<const DraftInput>(&in, 1));
-    auto t1 = std::chrono::steady_clock::now();
-    if (!out.ok()) {
-      std::cerr << out.status() << "\n";
-      std::exit(1);
-    }
-    (void)cache->Truncate(context);
-    if (r >= 2) ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
-  }
-  return Median(ms);
+  return MedianMs(
+      reps, [&] { return (*drafter)->Draft(std::span<const DraftInput>(&in, 1)).status(); },
+      [&] { (void)cache->Truncate(context); });
 }
 
 // The bytes one AR step must read: every weight once (a tied embedding once, as the head) and

@@ -19,6 +19,7 @@
 #include "common/model/transformer.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/util/status_matchers.h"
+#include "tests/common/engine/expect_same_as_ar.h"
 #include "tests/common/remove_tree.h"
 
 namespace specdec::engine {
@@ -37,31 +38,6 @@ c10::Device TestDevice() {
     return c10::kCPU;
   }
   return *device;
-}
-
-// Top-2 logit gap of `target` after `prefix`.
-double Top2Gap(const Transformer& t, const std::vector<int32_t>& prefix) {
-  auto cache = t.NewCache();
-  model::SequenceInput in{cache.get(), prefix};
-  auto out = t.Forward(std::span<const model::SequenceInput>(&in, 1));
-  auto top = at::topk((*out)[0].logits.select(0, 0), 2);
-  return (std::get<0>(top)[0] - std::get<0>(top)[1]).item<double>();
-}
-
-// `got` equals `want` (AR on the same device), or first differs where AR's top-2 gap is below
-// `tie` (a verify pass's matrix products round differently from a 1-row step's).
-void ExpectSameAsAr(const Transformer& target, const std::vector<int32_t>& prompt,
-                    const std::vector<int32_t>& want, const std::vector<int32_t>& got, double tie,
-                    const std::string& what) {
-  size_t i = 0;
-  while (i < want.size() && i < got.size() && want[i] == got[i]) ++i;
-  if (i == want.size() && i == got.size()) return;
-  std::vector<int32_t> prefix = prompt;
-  prefix.insert(prefix.end(), want.begin(), want.begin() + i);
-  const double gap = Top2Gap(target, prefix);
-  std::printf("[near-tie] %s diverges at token %zu: AR top-2 gap %.3g (tolerance %.2g)\n",
-              what.c_str(), i, gap, tie);
-  EXPECT_LT(gap, tie) << what << " diverges from AR at token " << i;
 }
 
 struct PackModels {
@@ -110,8 +86,8 @@ void EveryMethodEqualsAr(at::ScalarType dtype, double tie) {
       auto r = Decode(em, *prompt, o);
       ASSERT_TRUE(r.ok()) << MethodName(method) << ": " << r.status();
       std::printf("%s %s: tau %.2f\n", device.str().c_str(), MethodName(method), r->stats.tau());
-      ExpectSameAsAr(*m.target, *prompt, base->tokens, r->tokens, tie,
-                     std::string(MethodName(method)));
+      testing_util::ExpectSameAsAr(*m.target, *prompt, base->tokens, r->tokens, tie,
+                                   std::string(MethodName(method)));
     }
   }
 }

@@ -17,6 +17,7 @@
 #include "common/model/runtime.h"
 #include "common/model/transformer.h"
 #include "common/util/status_matchers.h"
+#include "tests/common/engine/expect_same_as_ar.h"
 #include "tests/common/remove_tree.h"
 
 namespace specdec::engine {
@@ -77,28 +78,11 @@ Models MakeRandomModels() {
   return m;
 }
 
-// Top-2 logit gap of the target after `prefix`.
-double Top2Gap(const Transformer& t, const std::vector<int32_t>& prefix) {
-  auto cache = t.NewCache();
-  model::SequenceInput in{cache.get(), prefix};
-  auto out = t.Forward(std::span<const model::SequenceInput>(&in, 1));
-  auto top = at::topk((*out)[0].logits.select(0, 0), 2);
-  return (std::get<0>(top)[0] - std::get<0>(top)[1]).item<double>();
-}
-
 // Checks `got` equals `want` (AR), allowing a divergence only at a documented near-tie.
 void ExpectSameAsAr(const Transformer& target, const std::vector<int32_t>& prompt,
                     const std::vector<int32_t>& want, const std::vector<int32_t>& got,
                     const std::string& what) {
-  size_t i = 0;
-  while (i < want.size() && i < got.size() && want[i] == got[i]) ++i;
-  if (i == want.size() && i == got.size()) return;
-  std::vector<int32_t> prefix = prompt;
-  prefix.insert(prefix.end(), want.begin(), want.begin() + i);
-  const double gap = Top2Gap(target, prefix);
-  std::printf("[near-tie] %s diverges at token %zu: AR top-2 logit gap %.3g (tolerance %.1g)\n",
-              what.c_str(), i, gap, kNearTie);
-  EXPECT_LT(gap, kNearTie) << what << " diverges from AR at token " << i << " with gap " << gap;
+  testing_util::ExpectSameAsAr(target, prompt, want, got, kNearTie, what);
 }
 
 std::vector<std::vector<int32_t>> Prompts(int n, int64_t vocab) {
