@@ -89,7 +89,9 @@ class StepLoop {
     if (!MaySpeculate() || left <= 1) return RunAr(std::min(left, kMaxRunTokens), 0, false);
     // DFLASH_ADAPTIVE: where the sequence repeats, a lookup draft costs one short target pass and
     // no drafter pass, whatever the planning would choose.
-    if (speculation_started_ && !hosted_) {
+    // A target that drafts itself takes a verify between its runs too; its hosted drafter keeps
+    // every committed row.
+    if (speculation_started_) {
       if (std::optional<Draft> lookup = LookupDraft(left)) {
         return VerifyDraft(StepPlan{}, *std::move(lookup), StepOrigin::kLookup, 0, 0);
       }
@@ -218,15 +220,16 @@ class StepLoop {
   // The target verifies `draft` (which took `draft_ms`), both sides keep the committed path.
   absl::Status VerifyDraft(const StepPlan& plan, const Draft& draft, StepOrigin origin,
                            int32_t block, double draft_ms) {
-    ASSIGN_OR_RETURN(StepResult step,
-                     parts_.target->Verify(last_, draft, drafter_->WantsFeatures()));
+    // No drafter side where the target drafts (hosted runs): nothing to tell it.
+    const bool want_features = drafter_ != nullptr && drafter_->WantsFeatures();
+    ASSIGN_OR_RETURN(StepResult step, parts_.target->Verify(last_, draft, want_features));
     step.draft_ms = draft_ms;
     step.wall_ms = draft_ms + step.verify_ms;
     step.positions = draft.positions;
     if (origin == StepOrigin::kLookup) ++stats_.lookup_steps;
     if (parts_.hook) parts_.hook->Observe(plan, origin, step, true);
     Commit(step, false, block);
-    if (!stop_.finished()) {
+    if (!stop_.finished() && drafter_ != nullptr) {
       if (absl::Status s = drafter_->Accept(step); !s.ok()) DrafterFailed(s);
     }
     return absl::OkStatus();

@@ -334,6 +334,29 @@ TEST(StepLoopTest, TargetDraftedRunsNeedNoDrafterSide) {
   EXPECT_GE(r->stats.tau(), 2.5);
 }
 
+// A hook whose every decision is a target-drafted run of at most 8 tokens.
+class ShortRunsHook final : public PlanningHook {
+ public:
+  void PlanStep(const LoopView&, StepPlan* plan) override { plan->run_tokens = 8; }
+};
+
+// Between a self-drafting target's runs, DFLASH_ADAPTIVE verifies lookup drafts on the target
+// with no drafter side at all.
+TEST(StepLoopTest, AdaptiveLooksUpBetweenTargetDraftedRuns) {
+  FakeTarget t;
+  t.hosted_block = 6;
+  t.hosted_good = 1;
+  ShortRunsHook hook;
+  LoopParts parts = Parts(&t);
+  parts.hook = &hook;
+  auto r = RunStepLoop(parts, kPrompt, Options(Method::kDflashAdaptive, 150));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->tokens, TruthPrefix(150));
+  EXPECT_TRUE(r->stats.target_drafted);
+  EXPECT_GT(r->stats.lookup_steps, 5);
+  EXPECT_EQ(t.verifies, r->stats.lookup_steps);
+}
+
 // A hook that runs every other step as an AR run of 3 tokens.
 class AlternatingHook final : public PlanningHook {
  public:
