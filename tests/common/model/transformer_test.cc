@@ -284,6 +284,37 @@ INSTANTIATE_TEST_SUITE_P(Shapes, TransformerTest,
                                   (std::get<1>(info.param) == at::kFloat ? "_f32" : "_bf16");
                          });
 
+// --device at the boundary: the CPU always; a CUDA device only where this libtorch has one (a
+// clear FAILED_PRECONDITION elsewhere, before anything loads); anything else is refused.
+TEST(TransformerLoad, DevicesAreCheckedBeforeAnythingLoads) {
+  SPECDEC_ASSERT_OK_AND_ASSIGN(c10::Device cpu, LoadOptions::ParseDevice("cpu"));
+  EXPECT_TRUE(cpu.is_cpu());
+  SPECDEC_EXPECT_STATUS(LoadOptions::ParseDevice("tpu"), absl::StatusCode::kInvalidArgument,
+                        "cpu, cuda or cuda:N");
+  SPECDEC_EXPECT_STATUS(LoadOptions::ParseDevice("cuda:x"), absl::StatusCode::kInvalidArgument,
+                        "cpu, cuda or cuda:N");
+  ModelConfig c;
+  c.architecture = Architecture::kLlama;
+  c.vocab_size = 16;
+  c.hidden_size = 8;
+  c.intermediate_size = 16;
+  c.num_hidden_layers = 1;
+  c.num_attention_heads = 2;
+  c.num_key_value_heads = 2;
+  c.head_dim = 4;
+  LoadOptions o;
+  o.device = c10::Device(c10::kCUDA, 0);
+  if (at::hasCUDA()) {
+    SPECDEC_ASSERT_OK_AND_ASSIGN(c10::Device gpu, LoadOptions::ParseDevice("cuda"));
+    EXPECT_EQ(gpu.str(), "cuda:0");
+  } else {
+    SPECDEC_EXPECT_STATUS(LoadOptions::ParseDevice("cuda"), absl::StatusCode::kFailedPrecondition,
+                          "no CUDA");
+    SPECDEC_EXPECT_STATUS(Transformer::FromTensors(c, Transformer::RandomWeights(c, 1), o),
+                          absl::StatusCode::kFailedPrecondition, "CUDA");
+  }
+}
+
 TEST(TransformerLoad, MissingAndMisshapenTensorsAreNamed) {
   ModelConfig c = SmallConfig(Architecture::kQwen3);
   auto w = Transformer::RandomWeights(c, 1);
