@@ -1,9 +1,11 @@
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <string>
 
 #include "cli/commands.h"
 #include "common/io/gguf_to_hf.h"
+#include "common/io/hf_to_gguf.h"
 
 namespace specdec::cli {
 
@@ -15,12 +17,20 @@ void RegisterConvertCommand(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
       "convert",
-      "Convert a GGUF file (F32/F16 weights, llama architecture) into a Hugging Face "
-      "checkpoint directory (config.json, model.safetensors, tokenizer.json)");
-  cmd->add_option("input", args->input, "GGUF file")->required()->check(CLI::ExistingFile);
-  cmd->add_option("-o,--output", args->output, "output directory (created if missing)")->required();
+      "Convert between GGUF and Hugging Face checkpoints (llama and qwen3 layouts, F32/F16/BF16): "
+      "a GGUF file becomes a checkpoint directory (config.json, model.safetensors, "
+      "tokenizer.json); a checkpoint directory becomes a GGUF file that llama.cpp loads");
+  cmd->add_option("input", args->input, "GGUF file, or Hugging Face checkpoint directory")
+      ->required()
+      ->check(CLI::ExistingPath);
+  cmd->add_option("-o,--output", args->output,
+                  "output: a directory (created if missing) for a GGUF input, a .gguf file for a "
+                  "directory input")
+      ->required();
   cmd->callback([args, exit_code] {
-    absl::Status status = io::ConvertGgufToHf(args->input, args->output);
+    const bool to_gguf = std::filesystem::is_directory(args->input);
+    absl::Status status = to_gguf ? io::ConvertHfToGguf(args->input, args->output)
+                                  : io::ConvertGgufToHf(args->input, args->output);
     if (!status.ok()) {
       std::cerr << "specdec convert: " << status << "\n";
       *exit_code = 1;

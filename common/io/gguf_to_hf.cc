@@ -8,11 +8,14 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/io/gguf.h"
+#include "common/io/gguf_bpe_vocab.h"
+#include "common/io/half.h"
 #include "common/io/safetensors.h"
 #include "common/tokenizer/spm_convert.h"
 #include "common/util/status_macros.h"
@@ -62,6 +65,8 @@ std::string HfName(const std::string& g, int64_t* layer) {
       {"attn_k.weight", "self_attn.k_proj.weight"},
       {"attn_v.weight", "self_attn.v_proj.weight"},
       {"attn_output.weight", "self_attn.o_proj.weight"},
+      {"attn_q_norm.weight", "self_attn.q_norm.weight"},
+      {"attn_k_norm.weight", "self_attn.k_norm.weight"},
       {"ffn_norm.weight", "post_attention_layernorm.weight"},
       {"ffn_gate.weight", "mlp.gate_proj.weight"},
       {"ffn_up.weight", "mlp.up_proj.weight"},
@@ -103,8 +108,9 @@ std::string TorchDtype(int ggml_type) {
   }
 }
 
-// The llama hyperparameters of a GGUF file; the optional ones default to llama's.
-struct LlamaHparams {
+// The hyperparameters of a llama or qwen3 GGUF file; the optional ones default to llama's.
+struct Hparams {
+  std::string arch;  // "llama" or "qwen3"
   int64_t hidden = 0, ffn = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0;
   double eps = 1e-5, theta = 10000.0;
   int64_t ctx = 2048;
@@ -127,50 +133,54 @@ struct HfTensors {
   bool tied = true;
 };
 
-// Reads and checks the llama architecture's hyperparameters.
-absl::StatusOr<LlamaHparams> ReadLlamaHparams(const GgufFile& g, const std::string& gguf_path) {
-  ASSIGN_OR_RETURN(std::string arch, g.GetString("general.architecture"));
-  if (arch != "llama") {
+// Reads and checks the hyperparameters of a llama or qwen3 file (keys "<arch>.*").
+absl::StatusOr<Hparams> ReadHparams(const GgufFile& g, const std::string& gguf_path) {
+  Hparams hp;
+  ASSIGN_OR_RETURN(hp.arch, g.GetString("general.architecture"));
+  if (hp.arch != "llama" && hp.arch != "qwen3") {
     return absl::UnimplementedError(
-        absl::StrCat(gguf_path, ": architecture '", arch,
-                     "' is not supported by convert (only 'llama' GGUF files convert to HF)"));
+        absl::StrCat(gguf_path, ": architecture '", hp.arch,
+                     "' is not supported by convert (llama and qwen3 GGUF files convert to HF)"));
   }
-  LlamaHparams hp;
-  ASSIGN_OR_RETURN(hp.hidden, g.GetInt("llama.embedding_length"));
-  ASSIGN_OR_RETURN(hp.ffn, g.GetInt("llama.feed_forward_length"));
-  ASSIGN_OR_RETURN(hp.layers, g.GetInt("llama.block_count"));
-  ASSIGN_OR_RETURN(hp.heads, g.GetInt("llama.attention.head_count"));
+  const std::string a = hp.arch + ".";
+  ASSIGN_OR_RETURN(hp.hidden, g.GetInt(a + "embedding_length"));
+  ASSIGN_OR_RETURN(hp.ffn, g.GetInt(a + "feed_forward_length"));
+  ASSIGN_OR_RETURN(hp.layers, g.GetInt(a + "block_count"));
+  ASSIGN_OR_RETURN(hp.heads, g.GetInt(a + "attention.head_count"));
   hp.kv_heads = hp.heads;
-  if (g.Has("llama.attention.head_count_kv")) {
-    ASSIGN_OR_RETURN(hp.kv_heads, g.GetInt("llama.attention.head_count_kv"));
+  if (g.Has(a + "attention.head_count_kv")) {
+    ASSIGN_OR_RETURN(hp.kv_heads, g.GetInt(a + "attention.head_count_kv"));
+  }
+  hp.head_dim = hp.heads > 0 ? hp.hidden / hp.heads : 0;
+  if (g.Has(a + "attention.key_length")) {
+    ASSIGN_OR_RETURN(hp.head_dim, g.GetInt(a + "attention.key_length"));
   }
   const int64_t hidden = hp.hidden, ffn = hp.ffn, layers = hp.layers, heads = hp.heads,
                 kv_heads = hp.kv_heads;
   if (hidden <= 0 || ffn <= 0 || layers <= 0 || heads <= 0 || kv_heads <= 0 ||
-      hidden % heads != 0 || heads % kv_heads != 0 || (hidden / heads) % 2 != 0) {
+      heads % kv_heads != 0 || hp.head_dim <= 0 || hp.head_dim % 2 != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        gguf_path, ": inconsistent llama hyperparameters: embedding_length ", hidden,
+        gguf_path, ": inconsistent ", hp.arch, " hyperparameters: embedding_length ", hidden,
         ", feed_forward_length ", ffn, ", block_count ", layers, ", head_count ", heads,
-        ", head_count_kv ", kv_heads, " (need positive values, heads dividing the embedding into ",
-        "an even head_dim, kv heads dividing heads)"));
+        ", head_count_kv ", kv_heads, ", head_dim ", hp.head_dim,
+        " (need positive values, an even head_dim, kv heads dividing heads)"));
   }
-  hp.head_dim = hidden / heads;
-  if (g.Has("llama.rope.dimension_count")) {
-    ASSIGN_OR_RETURN(int64_t rope_dims, g.GetInt("llama.rope.dimension_count"));
+  if (g.Has(a + "rope.dimension_count")) {
+    ASSIGN_OR_RETURN(int64_t rope_dims, g.GetInt(a + "rope.dimension_count"));
     if (rope_dims != hp.head_dim) {
       return absl::UnimplementedError(absl::StrCat(
-          gguf_path, ": llama.rope.dimension_count ", rope_dims, " differs from head_dim ",
+          gguf_path, ": ", a, "rope.dimension_count ", rope_dims, " differs from head_dim ",
           hp.head_dim, "; partial rotary embeddings are not supported by convert"));
     }
   }
-  if (g.Has("llama.attention.layer_norm_rms_epsilon")) {
-    ASSIGN_OR_RETURN(hp.eps, g.GetFloat("llama.attention.layer_norm_rms_epsilon"));
+  if (g.Has(a + "attention.layer_norm_rms_epsilon")) {
+    ASSIGN_OR_RETURN(hp.eps, g.GetFloat(a + "attention.layer_norm_rms_epsilon"));
   }
-  if (g.Has("llama.rope.freq_base")) {
-    ASSIGN_OR_RETURN(hp.theta, g.GetFloat("llama.rope.freq_base"));
+  if (g.Has(a + "rope.freq_base")) {
+    ASSIGN_OR_RETURN(hp.theta, g.GetFloat(a + "rope.freq_base"));
   }
-  if (g.Has("llama.context_length")) {
-    ASSIGN_OR_RETURN(hp.ctx, g.GetInt("llama.context_length"));
+  if (g.Has(a + "context_length")) {
+    ASSIGN_OR_RETURN(hp.ctx, g.GetInt(a + "context_length"));
   }
   return hp;
 }
@@ -181,7 +191,8 @@ absl::StatusOr<GgufVocab> ReadGgufVocab(const GgufFile& g, const std::string& gg
   if (tok_model != "llama") {
     return absl::UnimplementedError(
         absl::StrCat(gguf_path, ": tokenizer model '", tok_model,
-                     "' is not supported by convert (only 'llama', i.e. SentencePiece BPE)"));
+                     "' is not supported by convert ('llama', i.e. SentencePiece, and 'gpt2', "
+                     "byte-level BPE, are)"));
   }
   GgufVocab v;
   ASSIGN_OR_RETURN(v.pieces, g.GetStringArray("tokenizer.ggml.tokens"));
@@ -214,10 +225,25 @@ absl::StatusOr<GgufVocab> ReadGgufVocab(const GgufFile& g, const std::string& gg
   return v;
 }
 
-// Maps every tensor of `g` to its HF name and layout into `w` (Q and K rows unpermuted; a tied
-// output head stored twice is dropped). The embedding needs a row per token of `n_tokens`.
-absl::Status CollectHfTensors(const GgufFile& g, const std::string& gguf_path,
-                              const LlamaHparams& hp, int64_t n_tokens, HfTensors& w) {
+// The F32 tensor `t` as F16 or BF16 (`ggml_type`) when every value converts exactly, else nullopt.
+std::optional<std::vector<std::byte>> NarrowExactly(const GgufTensor& t, int ggml_type) {
+  const size_t n = t.nbytes / 4;
+  std::vector<std::byte> out(n * 2);
+  for (size_t i = 0; i < n; ++i) {
+    float f;
+    std::memcpy(&f, t.data + i * 4, 4);
+    const std::optional<uint16_t> h = ggml_type == kGgmlTypeF16 ? ExactHalf(f) : ExactBf16(f);
+    if (!h) return std::nullopt;
+    std::memcpy(out.data() + i * 2, &*h, 2);
+  }
+  return out;
+}
+
+// Maps every tensor of `g` to its HF name and layout into `w` (llama's Q and K rows unpermuted;
+// F32 norms narrowed back to the embedding's dtype where exact; a tied output head stored twice is
+// dropped). The embedding needs a row per token of `n_tokens`.
+absl::Status CollectHfTensors(const GgufFile& g, const std::string& gguf_path, const Hparams& hp,
+                              int64_t n_tokens, HfTensors& w) {
   const int64_t hidden = hp.hidden, layers = hp.layers, head_dim = hp.head_dim;
   ASSIGN_OR_RETURN(w.embed, g.Tensor("token_embd.weight"));
   const GgufTensor& embed = w.embed;
@@ -240,9 +266,9 @@ absl::Status CollectHfTensors(const GgufFile& g, const std::string& gguf_path,
           gguf_path, ": tensor '", name, "' names a layer beyond block_count ", layers));
     }
     ASSIGN_OR_RETURN(GgufTensor t, g.Tensor(name));
-    const DType dt = t.ggml_type == kGgmlTypeF32   ? DType::kF32
-                     : t.ggml_type == kGgmlTypeF16 ? DType::kF16
-                                                   : DType::kBF16;
+    DType dt = t.ggml_type == kGgmlTypeF32   ? DType::kF32
+               : t.ggml_type == kGgmlTypeF16 ? DType::kF16
+                                             : DType::kBF16;
     std::vector<int64_t> shape(t.ne.rbegin(), t.ne.rend());
     std::span<const std::byte> data(t.data, t.nbytes);
     const bool is_q = absl::EndsWith(name, ".attn_q.weight");
@@ -253,8 +279,19 @@ absl::Status CollectHfTensors(const GgufFile& g, const std::string& gguf_path,
         return absl::InvalidArgumentError(absl::StrCat(
             gguf_path, ": tensor '", name, "' must be ne=[", hidden, ", ", n * head_dim, "]"));
       }
-      w.owned.push_back(UnpermuteRows(t, n, DTypeSize(dt)));
-      data = std::span<const std::byte>(w.owned.back());
+      if (hp.arch == "llama") {  // qwen3 keeps HF's order (NeoX RoPE in llama.cpp)
+        w.owned.push_back(UnpermuteRows(t, n, DTypeSize(dt)));
+        data = std::span<const std::byte>(w.owned.back());
+      }
+    }
+    if (t.ne.size() == 1 && t.ggml_type == kGgmlTypeF32 && embed.ggml_type != kGgmlTypeF32) {
+      // Norms are kept in F32 in GGUF; give them back the model's dtype where that is exact.
+      if (auto narrowed = NarrowExactly(t, embed.ggml_type)) {
+        w.owned.push_back(std::move(*narrowed));
+        data = std::span<const std::byte>(w.owned.back());
+        shape = {t.ne[0]};
+        dt = embed.ggml_type == kGgmlTypeF16 ? DType::kF16 : DType::kBF16;
+      }
     }
     if (name == "output.weight") {
       if (t.ggml_type == embed.ggml_type && t.nbytes == embed.nbytes &&
@@ -280,10 +317,91 @@ absl::StatusOr<std::string> TokenizerJson(const GgufVocab& v) {
       vocab, static_cast<int32_t>(v.bos), static_cast<int32_t>(v.eos), static_cast<int32_t>(v.unk));
 }
 
+// A converted tokenizer: tokenizer.json, tokenizer_config.json and the special ids.
+struct HfTokenizer {
+  int64_t n_tokens = 0;
+  std::string json;
+  Json config;
+  int64_t bos = -1, eos = -1;
+};
+
+// A 'llama' (SentencePiece) tokenizer.
+absl::StatusOr<HfTokenizer> SpmTokenizer(const GgufFile& g, const std::string& gguf_path,
+                                         int64_t ctx) {
+  ASSIGN_OR_RETURN(const GgufVocab vocab, ReadGgufVocab(g, gguf_path));
+  HfTokenizer t;
+  t.n_tokens = static_cast<int64_t>(vocab.pieces.size());
+  ASSIGN_OR_RETURN(t.json, TokenizerJson(vocab));
+  t.config = {{"tokenizer_class", "LlamaTokenizerFast"},
+              {"bos_token", vocab.pieces[vocab.bos]},
+              {"eos_token", vocab.pieces[vocab.eos]},
+              {"unk_token", vocab.pieces[vocab.unk]},
+              {"add_bos_token", true},
+              {"add_eos_token", false},
+              {"model_max_length", ctx}};
+  t.bos = vocab.bos;
+  t.eos = vocab.eos;
+  return t;
+}
+
+// A 'gpt2' (byte-level BPE) tokenizer with one of the pre-tokenizers gguf_bpe_vocab.h names.
+absl::StatusOr<HfTokenizer> BpeTokenizer(const GgufFile& g, const std::string& gguf_path,
+                                         int64_t ctx) {
+  GgufBpeVocab v;
+  ASSIGN_OR_RETURN(v.tokens, g.GetStringArray("tokenizer.ggml.tokens"));
+  ASSIGN_OR_RETURN(v.merges, g.GetStringArray("tokenizer.ggml.merges"));
+  if (!g.Has("tokenizer.ggml.pre")) {
+    return absl::UnimplementedError(absl::StrCat(gguf_path, ": no tokenizer.ggml.pre"));
+  }
+  ASSIGN_OR_RETURN(v.pre, g.GetString("tokenizer.ggml.pre"));
+  auto regex = PreTokenizerRegex(v.pre);
+  if (!regex.ok())
+    return absl::UnimplementedError(absl::StrCat(gguf_path, ": ", regex.status().message()));
+  const int64_t n = static_cast<int64_t>(v.tokens.size());
+  v.types.assign(n, kTokenNormal);
+  if (g.Has("tokenizer.ggml.token_type")) {
+    ASSIGN_OR_RETURN(std::vector<int64_t> types, g.GetIntArray("tokenizer.ggml.token_type"));
+    if (static_cast<int64_t>(types.size()) != n) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(gguf_path, ": ", types.size(), " token types for ", n, " tokens"));
+    }
+    v.types.assign(types.begin(), types.end());
+  }
+  HfTokenizer t;
+  t.n_tokens = n;
+  t.json = BpeVocabToTokenizerJson(v, *regex);
+  t.config = {{"tokenizer_class", "PreTrainedTokenizerFast"}, {"model_max_length", ctx}};
+  for (const auto& [key, name] :
+       {std::pair{"bos", "bos_token"}, {"eos", "eos_token"}, {"padding", "pad_token"}}) {
+    const std::string k = absl::StrCat("tokenizer.ggml.", key, "_token_id");
+    if (!g.Has(k)) continue;
+    ASSIGN_OR_RETURN(const int64_t id, g.GetInt(k));
+    if (id < 0 || id >= n) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(gguf_path, ": ", k, " ", id, " is outside the vocabulary of ", n));
+    }
+    t.config[name] = v.tokens[id];
+    if (std::string(key) == "bos") t.bos = id;
+    if (std::string(key) == "eos") t.eos = id;
+  }
+  bool add_bos = false;
+  if (g.Has("tokenizer.ggml.add_bos_token")) {
+    ASSIGN_OR_RETURN(add_bos, g.GetBool("tokenizer.ggml.add_bos_token"));
+  }
+  t.config["add_bos_token"] = add_bos;
+  t.config["add_eos_token"] = false;
+  if (g.Has("tokenizer.chat_template")) {
+    ASSIGN_OR_RETURN(std::string chat, g.GetString("tokenizer.chat_template"));
+    t.config["chat_template"] = chat;
+  }
+  return t;
+}
+
 // config.json of the converted model.
-Json LlamaConfigJson(const LlamaHparams& hp, const GgufVocab& v, const HfTensors& w) {
-  return {{"architectures", {"LlamaForCausalLM"}},
-          {"model_type", "llama"},
+Json ConfigJson(const Hparams& hp, const HfTokenizer& tok, const HfTensors& w) {
+  const bool qwen3 = hp.arch == "qwen3";
+  return {{"architectures", {qwen3 ? "Qwen3ForCausalLM" : "LlamaForCausalLM"}},
+          {"model_type", hp.arch},
           {"hidden_size", hp.hidden},
           {"intermediate_size", hp.ffn},
           {"num_hidden_layers", hp.layers},
@@ -295,8 +413,8 @@ Json LlamaConfigJson(const LlamaHparams& hp, const GgufVocab& v, const HfTensors
           {"max_position_embeddings", hp.ctx},
           {"vocab_size", w.embed.ne[1]},
           {"tie_word_embeddings", w.tied},
-          {"bos_token_id", v.bos},
-          {"eos_token_id", v.eos},
+          {"bos_token_id", tok.bos >= 0 ? Json(tok.bos) : Json()},
+          {"eos_token_id", tok.eos >= 0 ? Json(tok.eos) : Json()},
           {"hidden_act", "silu"},
           {"attention_bias", false},
           {"mlp_bias", false},
@@ -326,25 +444,23 @@ absl::Status WriteHfDirectory(const std::string& out_dir, const std::vector<Tens
 
 absl::Status ConvertGgufToHf(const std::string& gguf_path, const std::string& out_dir) {
   ASSIGN_OR_RETURN(auto g, GgufFile::Open(gguf_path));
-  ASSIGN_OR_RETURN(const LlamaHparams hp, ReadLlamaHparams(*g, gguf_path));
-  // Tokenizer vocabulary (needed first: the embedding must have a row per token).
-  ASSIGN_OR_RETURN(const GgufVocab vocab, ReadGgufVocab(*g, gguf_path));
-  const int64_t n_tokens = static_cast<int64_t>(vocab.pieces.size());
+  ASSIGN_OR_RETURN(const Hparams hp, ReadHparams(*g, gguf_path));
+  // The tokenizer first: the embedding must have a row per token.
+  ASSIGN_OR_RETURN(const std::string tok_model, g->GetString("tokenizer.ggml.model"));
+  HfTokenizer tok;
+  if (tok_model == "gpt2") {
+    ASSIGN_OR_RETURN(tok, BpeTokenizer(*g, gguf_path, hp.ctx));
+  } else {
+    ASSIGN_OR_RETURN(tok, SpmTokenizer(*g, gguf_path, hp.ctx));
+  }
   // Weights. The embedding fixes the vocabulary size and the model dtype.
   HfTensors weights;
-  RETURN_IF_ERROR(CollectHfTensors(*g, gguf_path, hp, n_tokens, weights));
-  ASSIGN_OR_RETURN(std::string tok_json, TokenizerJson(vocab));
-
-  const Json config = LlamaConfigJson(hp, vocab, weights);
-  const Json tok_config = {{"tokenizer_class", "LlamaTokenizerFast"},
-                           {"bos_token", vocab.pieces[vocab.bos]},
-                           {"eos_token", vocab.pieces[vocab.eos]},
-                           {"unk_token", vocab.pieces[vocab.unk]},
-                           {"add_bos_token", true},
-                           {"add_eos_token", false},
-                           {"model_max_length", hp.ctx}};
-  const Json gen_config = {{"bos_token_id", vocab.bos}, {"eos_token_id", vocab.eos}};
-  return WriteHfDirectory(out_dir, weights.out, config, tok_json, tok_config, gen_config);
+  RETURN_IF_ERROR(CollectHfTensors(*g, gguf_path, hp, tok.n_tokens, weights));
+  const Json config = ConfigJson(hp, tok, weights);
+  Json gen_config = Json::object();
+  if (tok.bos >= 0) gen_config["bos_token_id"] = tok.bos;
+  if (tok.eos >= 0) gen_config["eos_token_id"] = tok.eos;
+  return WriteHfDirectory(out_dir, weights.out, config, tok.json, tok.config, gen_config);
 }
 
 }  // namespace specdec::io

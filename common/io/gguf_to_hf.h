@@ -1,5 +1,5 @@
-// Conversion of a llama-architecture GGUF file (F32/F16/BF16 weights) into a Hugging Face
-// checkpoint directory.
+// Conversion of a llama- or qwen3-architecture GGUF file (F32/F16/BF16 weights) into a Hugging Face
+// checkpoint directory; hf_to_gguf.h is the other direction.
 #ifndef SPECDEC_COMMON_IO_GGUF_TO_HF_H_
 #define SPECDEC_COMMON_IO_GGUF_TO_HF_H_
 
@@ -9,12 +9,17 @@
 
 namespace specdec::io {
 
-// Converts a llama-architecture GGUF file with F32/F16/BF16 weights into a Hugging Face checkpoint
-// directory: writes model.safetensors, config.json, tokenizer.json, tokenizer_config.json and
-// generation_config.json into `out_dir` (created if missing; existing files are replaced).
-//  - Tensors keep their dtype; HF shape = reversed GGUF ne. Q and K projection rows are permuted
-//    from GGUF's interleaved RoPE order to HF's rotate-half order (per head: HF row j < hd/2 is
-//    GGUF row 2j, HF row j >= hd/2 is GGUF row 2(j - hd/2) + 1).
+// Converts a llama- or qwen3-architecture GGUF file with F32/F16/BF16 weights into a Hugging Face
+// checkpoint directory: writes model.safetensors, config.json, tokenizer.json,
+// tokenizer_config.json and generation_config.json into `out_dir` (created if missing; existing
+// files are replaced).
+//  - Tensors keep their dtype, except 1-D F32 tensors (norms), which take the embedding's F16 or
+//    BF16 where every value converts exactly; HF shape = reversed GGUF ne. llama's Q and K
+//    projection rows are permuted from GGUF's interleaved RoPE order to HF's rotate-half order
+//    (per head: HF row j < hd/2 is GGUF row 2j, HF row j >= hd/2 is GGUF row 2(j - hd/2) + 1);
+//    qwen3's are already in HF's order.
+//  - Tokenizers: 'llama' (SentencePiece) and 'gpt2' (byte-level BPE with a pre-tokenizer that
+//    gguf_bpe_vocab.h names).
 //  - A missing `output.weight`, or one byte-identical to `token_embd.weight`, gives
 //    tie_word_embeddings = true and no lm_head.weight.
 //  - config.json vocab_size is the embedding's row count (>= the number of tokenizer tokens;

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <tuple>
 
+#include "common/io/half.h"
 #include "common/io/safetensors.h"
 #include "common/util/status_matchers.h"
 #include "nlohmann/json.hpp"
@@ -265,8 +266,10 @@ TEST_F(GgufToHfTest, F16ModelWithUntiedHeadKeepsF16AndPermutesQK) {
   EXPECT_EQ(head.dtype, DType::kF16);
   EXPECT_EQ(head.shape, (std::vector<int64_t>{6, 8}));
   EXPECT_EQ(Halves(head)[0], 800);
+  // The F32 norm takes the model's F16 back: every value converts exactly.
   SPECDEC_ASSERT_OK_AND_ASSIGN(TensorView norm, ck->Get("model.layers.0.input_layernorm.weight"));
-  EXPECT_EQ(norm.dtype, DType::kF32);
+  EXPECT_EQ(norm.dtype, DType::kF16);
+  EXPECT_EQ(HalfToFloat(Halves(norm)[2]), 3.0f);
   SPECDEC_ASSERT_OK_AND_ASSIGN(TensorView down, ck->Get("model.layers.0.mlp.down_proj.weight"));
   EXPECT_EQ(down.shape, (std::vector<int64_t>{8, 4}));
   EXPECT_EQ(Halves(down)[5], 705);  // unchanged row-major data
@@ -306,9 +309,9 @@ TEST_F(GgufToHfTest, UnsupportedInputsAreUnimplemented) {
   SPECDEC_EXPECT_STATUS(ConvertGgufToHf(Write("arch.gguf", TinyLlama(arch)), out),
                         absl::StatusCode::kUnimplemented, "architecture 'qwen2' is not supported");
   TinyOptions tok;
-  tok.tokenizer = "gpt2";
+  tok.tokenizer = "bert";
   SPECDEC_EXPECT_STATUS(ConvertGgufToHf(Write("tok.gguf", TinyLlama(tok)), out),
-                        absl::StatusCode::kUnimplemented, "tokenizer model 'gpt2'");
+                        absl::StatusCode::kUnimplemented, "tokenizer model 'bert'");
   TinyOptions rope;
   rope.rope_dims = 2;
   SPECDEC_EXPECT_STATUS(ConvertGgufToHf(Write("rope.gguf", TinyLlama(rope)), out),
