@@ -9,7 +9,7 @@
 #   tests/clients/python/run_test.sh
 #
 # Environment: BUILD_DIR (default <repo>/build), TARGET_MODEL / DRAFT_LM (default
-# $BUILD_DIR/models/stories260K), SPECDEC_PORT_BASE (default: first free of 20650, 20660, ...;
+# $BUILD_DIR/models/stories260K, else the embedded pack), SPECDEC_PORT_BASE (default: first free of 20650, 20660, ...;
 # /metrics from SPECDEC_METRICS_BASE, default the port base - 10000; both below the kernel's
 # ephemeral ports),
 # PYTHON (default: /usr/bin/python3 if it imports grpc, else python3).
@@ -39,10 +39,16 @@ if ! "$PYTHON" -c 'import grpc, grpc_tools, google.protobuf' 2>/dev/null; then
        "(apt-get install python3-grpcio python3-grpc-tools python3-protobuf)" >&2
   exit 77
 fi
-# The default model is the real stories260K, converted from ../shared on first use.
+# The default model is the real stories260K, converted from ../shared on first use; a clone
+# without ../shared uses the embedded pack's target and draft model instead.
 gguf="$repo/../shared/models/stories260K/stories260K.gguf"
 if [ ! -e "$TARGET_MODEL/config.json" ] && [ -f "$gguf" ] && [ -x "$BUILD_DIR/cli/specdec" ]; then
   "$BUILD_DIR/cli/specdec" convert "$gguf" -o "$TARGET_MODEL" >/dev/null 2>&1 || true
+fi
+if [ ! -e "$TARGET_MODEL/config.json" ] && [ ! -f "$gguf" ] &&
+   [ "$TARGET_MODEL" = "$BUILD_DIR/models/stories260K" ]; then
+  TARGET_MODEL="$repo/models/specdec-pycode/target" DRAFT_LM="$repo/models/specdec-pycode/draft"
+  export TARGET_MODEL DRAFT_LM
 fi
 for f in "$BUILD_DIR/services/target/specdec-target" "$BUILD_DIR/services/drafter/specdec-drafter" \
          "$BUILD_DIR/services/router/specdec-router" "$TARGET_MODEL/config.json"; do
