@@ -6,6 +6,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "common/io/gguf_bpe_vocab.h"
 #include "common/tokenizer/byte_level.h"
 #include "common/tokenizer/regex.h"
 #include "common/util/status_macros.h"
@@ -147,58 +148,22 @@ absl::StatusOr<BpeTokenizerFiles> TrainByteLevelBpe(std::span<const std::string>
     counts.erase(key);
   }
 
-  // ---- tokenizer.json
-  nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
-  nlohmann::ordered_json added = nlohmann::ordered_json::array();
+  // ---- tokenizer.json (common/io writes the byte-level BPE layout)
+  io::GgufBpeVocab v;
   for (int32_t i = 0; i < n_special; ++i) {
-    vocab[o.special_tokens[i]] = i;
-    added.push_back({{"id", i},
-                     {"content", o.special_tokens[i]},
-                     {"single_word", false},
-                     {"lstrip", false},
-                     {"rstrip", false},
-                     {"normalized", false},
-                     {"special", true}});
+    v.tokens.push_back(o.special_tokens[i]);
+    v.types.push_back(io::kTokenControl);
   }
-  for (int32_t b = 0; b < 256; ++b) vocab[ByteLevelString(symbols[b])] = n_special + b;
-  nlohmann::ordered_json merge_list = nlohmann::ordered_json::array();
+  for (int32_t b = 0; b < 256; ++b) {
+    v.tokens.push_back(ByteLevelString(symbols[b]));
+    v.types.push_back(io::kTokenNormal);
+  }
   for (size_t m = 0; m < merges.size(); ++m) {
     const auto [a, b] = merges[m];
-    vocab[ByteLevelString(symbols[256 + m])] = n_special + 256 + static_cast<int32_t>(m);
-    merge_list.push_back(ByteLevelString(symbols[a]) + " " + ByteLevelString(symbols[b]));
+    v.tokens.push_back(ByteLevelString(symbols[256 + m]));
+    v.types.push_back(io::kTokenNormal);
+    v.merges.push_back(ByteLevelString(symbols[a]) + " " + ByteLevelString(symbols[b]));
   }
-  nlohmann::ordered_json j = {
-      {"version", "1.0"},
-      {"truncation", nullptr},
-      {"padding", nullptr},
-      {"added_tokens", added},
-      {"normalizer", nullptr},
-      {"pre_tokenizer",
-       {{"type", "Sequence"},
-        {"pretokenizers",
-         {{{"type", "Split"},
-           {"pattern", {{"Regex", kQwen2SplitPattern}}},
-           {"behavior", "Isolated"},
-           {"invert", false}},
-          {{"type", "ByteLevel"},
-           {"add_prefix_space", false},
-           {"trim_offsets", false},
-           {"use_regex", false}}}}}},
-      {"post_processor", nullptr},
-      {"decoder",
-       {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false},
-        {"use_regex", false}}},
-      {"model",
-       {{"type", "BPE"},
-        {"dropout", nullptr},
-        {"unk_token", nullptr},
-        {"continuing_subword_prefix", nullptr},
-        {"end_of_word_suffix", nullptr},
-        {"fuse_unk", false},
-        {"byte_fallback", false},
-        {"ignore_merges", false},
-        {"vocab", vocab},
-        {"merges", merge_list}}}};
   nlohmann::ordered_json config = {{"add_bos_token", true},
                                    {"add_eos_token", false},
                                    {"model_max_length", 2048},
@@ -207,7 +172,7 @@ absl::StatusOr<BpeTokenizerFiles> TrainByteLevelBpe(std::span<const std::string>
   if (n_special > 1) config["eos_token"] = o.special_tokens[1];
   if (n_special > 2) config["pad_token"] = o.special_tokens[2];
   BpeTokenizerFiles out;
-  out.tokenizer_json = j.dump(1);
+  out.tokenizer_json = io::BpeVocabToTokenizerJson(v, kQwen2SplitPattern);
   out.tokenizer_config_json = config.dump(2);
   out.num_merges = static_cast<int32_t>(merges.size());
   return out;

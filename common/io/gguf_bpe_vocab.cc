@@ -166,7 +166,8 @@ absl::StatusOr<GgufBpeVocab> ReadHfBpeTokenizer(const std::string& dir) {
 }
 
 std::string BpeVocabToTokenizerJson(const GgufBpeVocab& v, const std::string& regex) {
-  Json vocab = Json::object(), added = Json::array();
+  using Ordered = nlohmann::ordered_json;  // the vocabulary in id order, as tokenizers writes it
+  Ordered vocab = Ordered::object(), added = Ordered::array();
   for (size_t i = 0; i < v.tokens.size(); ++i) {
     vocab[v.tokens[i]] = i;
     if (v.types[i] == kTokenControl || v.types[i] == kTokenUserDefined) {
@@ -179,15 +180,15 @@ std::string BpeVocabToTokenizerJson(const GgufBpeVocab& v, const std::string& re
                        {"special", v.types[i] == kTokenControl}});
     }
   }
-  const Json byte_level = {{"type", "ByteLevel"},
-                           {"add_prefix_space", false},
-                           {"trim_offsets", false},
-                           {"use_regex", false}};
-  const Json split = {{"type", "Split"},
-                      {"pattern", {{"Regex", regex}}},
-                      {"behavior", "Isolated"},
-                      {"invert", false}};
-  const Json tok = {
+  const Ordered byte_level = {{"type", "ByteLevel"},
+                              {"add_prefix_space", false},
+                              {"trim_offsets", false},
+                              {"use_regex", false}};
+  const Ordered split = {{"type", "Split"},
+                         {"pattern", {{"Regex", regex}}},
+                         {"behavior", "Isolated"},
+                         {"invert", false}};
+  const Ordered tok = {
       {"version", "1.0"},
       {"truncation", nullptr},
       {"padding", nullptr},
@@ -207,7 +208,7 @@ std::string BpeVocabToTokenizerJson(const GgufBpeVocab& v, const std::string& re
         {"ignore_merges", false},
         {"vocab", vocab},
         {"merges", v.merges}}}};
-  return tok.dump(2) + "\n";
+  return tok.dump(1) + "\n";
 }
 
 }  // namespace specdec::io
