@@ -13,6 +13,7 @@ void RegisterConvertCommand(CLI::App& app, int* exit_code) {
   struct Args {
     std::string input;
     std::string output;
+    std::string outtype = "auto";
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
@@ -27,9 +28,15 @@ void RegisterConvertCommand(CLI::App& app, int* exit_code) {
                   "output: a directory (created if missing) for a GGUF input, a .gguf file for a "
                   "directory input")
       ->required();
+  cmd->add_option("--outtype", args->outtype,
+                  "to GGUF: auto keeps each tensor's dtype (norms F32); f32 writes every tensor "
+                  "as F32")
+      ->check(CLI::IsMember({"auto", "f32"}));
   cmd->callback([args, exit_code] {
     const bool to_gguf = std::filesystem::is_directory(args->input);
-    absl::Status status = to_gguf ? io::ConvertHfToGguf(args->input, args->output)
+    io::GgufExportOptions options;
+    options.f32 = args->outtype == "f32";
+    absl::Status status = to_gguf ? io::ConvertHfToGguf(args->input, args->output, options)
                                   : io::ConvertGgufToHf(args->input, args->output);
     if (!status.ok()) {
       std::cerr << "specdec convert: " << status << "\n";

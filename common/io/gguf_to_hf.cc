@@ -225,6 +225,25 @@ absl::StatusOr<GgufVocab> ReadGgufVocab(const GgufFile& g, const std::string& gg
   return v;
 }
 
+// OK when rope_freqs.weight divides no frequency; UNIMPLEMENTED for scaled RoPE (Llama 3.1's
+// factors do not determine the HF rope_parameters that produced them).
+absl::Status CheckPlainRopeFactors(const GgufFile& g, const std::string& gguf_path) {
+  ASSIGN_OR_RETURN(GgufTensor t, g.Tensor("rope_freqs.weight"));
+  for (size_t i = 0; t.ggml_type == kGgmlTypeF32 && i < t.nbytes / 4; ++i) {
+    float f;
+    std::memcpy(&f, t.data + i * 4, 4);
+    if (f != 1.0f) {
+      return absl::UnimplementedError(absl::StrCat(
+          gguf_path, ": rope_freqs.weight scales RoPE (factor ", f, " at pair ", i,
+          "); such GGUF files (Llama 3.1 style) do not convert back to HF"));
+    }
+  }
+  if (t.ggml_type != kGgmlTypeF32) {
+    return absl::UnimplementedError(absl::StrCat(gguf_path, ": rope_freqs.weight is not F32"));
+  }
+  return absl::OkStatus();
+}
+
 // The F32 tensor `t` as F16 or BF16 (`ggml_type`) when every value converts exactly, else nullopt.
 std::optional<std::vector<std::byte>> NarrowExactly(const GgufTensor& t, int ggml_type) {
   const size_t n = t.nbytes / 4;
@@ -257,7 +276,10 @@ absl::Status CollectHfTensors(const GgufFile& g, const std::string& gguf_path, c
     int64_t layer = -1;
     const std::string hf = HfName(name, &layer);
     if (hf.empty()) {
-      if (name == "rope_freqs.weight") continue;  // recomputed from rope_theta
+      if (name == "rope_freqs.weight") {  // all 1: plain RoPE, recomputed from rope_theta
+        RETURN_IF_ERROR(CheckPlainRopeFactors(g, gguf_path));
+        continue;
+      }
       return absl::UnimplementedError(
           absl::StrCat(gguf_path, ": tensor '", name, "' has no Hugging Face llama equivalent"));
     }

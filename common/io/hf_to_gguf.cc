@@ -1,5 +1,6 @@
 #include "common/io/hf_to_gguf.h"
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -27,7 +28,32 @@ struct Hparams {
   int64_t hidden = 0, ffn = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0, ctx = 2048;
   double eps = 1e-6, theta = 10000.0;
   bool tied = false;
+  std::vector<float> rope_factors;  // Llama 3.1 rope scaling: rope_freqs.weight; empty: none
 };
+
+// Llama 3.1's rope scaling as llama.cpp applies it: per rotary pair, the factor its frequency is
+// divided by (1 for short wavelengths, `factor` for long ones, a smooth blend between).
+std::vector<float> Llama3RopeFactors(const Json& rope, double theta, int64_t head_dim) {
+  const float factor = rope.value("factor", 8.0f), low = rope.value("low_freq_factor", 1.0f),
+              high = rope.value("high_freq_factor", 4.0f);
+  const float old_len = rope.value("original_max_position_embeddings", 8192.0f);
+  const float low_wavelen = old_len / low, high_wavelen = old_len / high;
+  std::vector<float> factors;
+  for (int64_t i = 0; i < head_dim; i += 2) {
+    const float freq = 1.0f / std::pow(static_cast<float>(theta),
+                                        static_cast<float>(i) / static_cast<float>(head_dim));
+    const float wavelen = 2.0f * static_cast<float>(M_PI) / freq;
+    if (wavelen < high_wavelen) {
+      factors.push_back(1.0f);
+    } else if (wavelen > low_wavelen) {
+      factors.push_back(factor);
+    } else {
+      const float smooth = (old_len / wavelen - low) / (high - low);
+      factors.push_back(1.0f / ((1.0f - smooth) / factor + smooth));
+    }
+  }
+  return factors;
+}
 
 absl::StatusOr<Hparams> ReadHparams(const std::string& dir) {
   const std::string path = dir + "/config.json";
@@ -49,14 +75,14 @@ absl::StatusOr<Hparams> ReadHparams(const std::string& dir) {
     if (c.value("attention_bias", false) || c.value("mlp_bias", false)) {
       return absl::UnimplementedError(absl::StrCat(path, ": attention or MLP biases"));
     }
-    const Json rope = c.contains("rope_parameters") ? c["rope_parameters"] : Json();
+    // Transformers 5 keeps RoPE settings in rope_parameters, earlier versions in rope_scaling.
+    Json rope = c.contains("rope_parameters") ? c["rope_parameters"] : Json();
+    if (c.contains("rope_scaling") && c["rope_scaling"].is_object()) rope = c["rope_scaling"];
     const std::string rope_type =
         rope.is_object() ? rope.value("rope_type", rope.value("type", "default")) : "default";
-    if ((c.contains("rope_scaling") && !c["rope_scaling"].is_null()) || rope_type != "default") {
-      return absl::UnimplementedError(
-          absl::StrCat(path, ": rope scaling (",
-                       c.contains("rope_scaling") ? c["rope_scaling"].dump() : rope.dump(),
-                       ") does not convert; plain RoPE does"));
+    if (rope_type != "default" && rope_type != "llama3") {
+      return absl::UnimplementedError(absl::StrCat(path, ": rope scaling '", rope_type,
+                                                   "' does not convert (default and llama3 do)"));
     }
     hp.arch = type;
     hp.hidden = c.at("hidden_size").get<int64_t>();
@@ -76,6 +102,7 @@ absl::StatusOr<Hparams> ReadHparams(const std::string& dir) {
         hp.ffn <= 0 || hp.heads % hp.kv_heads != 0 || hp.head_dim % 2 != 0) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": inconsistent sizes"));
     }
+    if (rope_type == "llama3") hp.rope_factors = Llama3RopeFactors(rope, hp.theta, hp.head_dim);
     return hp;
   } catch (const Json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": ", e.what()));
@@ -156,8 +183,9 @@ struct GgufTensors {
   int64_t embed_rows = 0;
 };
 
-absl::Status AddTensors(const Checkpoint& ckpt, const Hparams& hp, GgufWriter& w, GgufTensors& t) {
-  t.owned.reserve(ckpt.Names().size());
+absl::Status AddTensors(const Checkpoint& ckpt, const Hparams& hp, bool all_f32, GgufWriter& w,
+                        GgufTensors& t) {
+  t.owned.reserve(2 * ckpt.Names().size());  // converted, then permuted: no reallocation
   for (const std::string& hf : ckpt.Names()) {
     const std::string name = GgufName(hf);
     if (name.empty()) {
@@ -176,23 +204,26 @@ absl::Status AddTensors(const Checkpoint& ckpt, const Hparams& hp, GgufWriter& w
     }
     if (hp.tied && name == "output.weight") continue;  // llama.cpp reads token_embd for it
     std::vector<int64_t> ne(v.shape.rbegin(), v.shape.rend());
-    std::span<const std::byte> data(v.data, v.nbytes);
+    TensorView src = v;  // what is written: F32 where asked or 1-D, then llama's Q/K permuted
     int type = GgmlType(v.dtype);
-    const bool q = absl::EndsWith(name, ".attn_q.weight"),
-               k = absl::EndsWith(name, ".attn_k.weight");
+    if ((v.shape.size() == 1 || all_f32) && v.dtype != DType::kF32) {
+      t.owned.push_back(ToF32(v));
+      src.data = t.owned.back().data();
+      src.nbytes = t.owned.back().size();
+      src.dtype = DType::kF32;
+      type = kGgmlTypeF32;
+    }
+    const bool q = absl::EndsWith(name, ".attn_q.weight"), k = absl::EndsWith(name, ".attn_k.weight");
     if (hp.arch == "llama" && (q || k)) {
       const int64_t n = q ? hp.heads : hp.kv_heads;
       if (v.shape.size() != 2 || v.shape[0] != n * hp.head_dim) {
         return absl::InvalidArgumentError(
             absl::StrCat(ckpt.dir(), ": tensor '", hf, "' must have ", n * hp.head_dim, " rows"));
       }
-      t.owned.push_back(PermuteRows(v, n));
-      data = t.owned.back();
-    } else if (v.shape.size() == 1 && v.dtype != DType::kF32) {
-      t.owned.push_back(ToF32(v));
-      data = t.owned.back();
-      type = kGgmlTypeF32;
+      t.owned.push_back(PermuteRows(src, n));
+      src.data = t.owned.back().data();
     }
+    const std::span<const std::byte> data(src.data, src.nbytes);
     if (name == "token_embd.weight") {
       if (v.shape.size() != 2 || v.shape[1] != hp.hidden) {
         return absl::InvalidArgumentError(
@@ -249,13 +280,18 @@ void SetTokenizer(GgufBpeVocab v, int64_t embed_rows, GgufWriter& w) {
 
 }  // namespace
 
-absl::Status ConvertHfToGguf(const std::string& hf_dir, const std::string& gguf_path) {
+absl::Status ConvertHfToGguf(const std::string& hf_dir, const std::string& gguf_path,
+                             const GgufExportOptions& options) {
   ASSIGN_OR_RETURN(const Hparams hp, ReadHparams(hf_dir));
   ASSIGN_OR_RETURN(GgufBpeVocab vocab, ReadHfBpeTokenizer(hf_dir));
   ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(hf_dir));
   GgufWriter w;
   GgufTensors tensors;
-  RETURN_IF_ERROR(AddTensors(*ckpt, hp, w, tensors));
+  RETURN_IF_ERROR(AddTensors(*ckpt, hp, options.f32, w, tensors));
+  if (!hp.rope_factors.empty()) {
+    w.AddTensor("rope_freqs.weight", {static_cast<int64_t>(hp.rope_factors.size())}, kGgmlTypeF32,
+                std::as_bytes(std::span<const float>(hp.rope_factors)));
+  }
   if (static_cast<int64_t>(vocab.tokens.size()) > tensors.embed_rows) {
     return absl::InvalidArgumentError(absl::StrCat(hf_dir, ": the tokenizer has ",
                                                    vocab.tokens.size(), " tokens, the embedding ",

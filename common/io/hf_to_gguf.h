@@ -17,13 +17,19 @@ namespace specdec::io {
 //  - llama's Q and K rows permuted from HF's rotate-half order to GGUF's interleaved pairs (Qwen3
 //    keeps HF's order: llama.cpp runs its RoPE in NeoX mode);
 //  - a tied head written once (no output.weight);
+//  - Llama 3.1 rope scaling (rope_type "llama3") as llama.cpp's rope_freqs.weight, the factor each
+//    rotary pair's frequency is divided by;
 //  - the tokenizer as "gpt2" with llama.cpp's pre-tokenizer name, merges, token types, special
 //    ids, add_bos_token and the chat template; ids beyond the tokenizer up to the embedding's rows
 //    become "[PAD<id>]" unused tokens.
 // NOT_FOUND for missing files or tensors; INVALID_ARGUMENT for malformed files or inconsistent
-// shapes; UNIMPLEMENTED for other architectures, attention biases, rope scaling, tensors without a
-// GGUF name, and tokenizers ReadHfBpeTokenizer refuses.
-absl::Status ConvertHfToGguf(const std::string& hf_dir, const std::string& gguf_path);
+// shapes; UNIMPLEMENTED for other architectures, attention biases, other rope scalings, tensors
+// without a GGUF name, and tokenizers ReadHfBpeTokenizer refuses.
+struct GgufExportOptions {
+  bool f32 = false;  // every tensor as F32 (exact from F16/BF16), as llama.cpp's --outtype f32
+};
+absl::Status ConvertHfToGguf(const std::string& hf_dir, const std::string& gguf_path,
+                             const GgufExportOptions& options = {});
 
 }  // namespace specdec::io
 

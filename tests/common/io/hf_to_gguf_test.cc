@@ -17,6 +17,7 @@
 
 #include "common/io/gguf.h"
 #include "common/io/gguf_to_hf.h"
+#include "common/io/half.h"
 #include "common/io/safetensors.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/util/status_matchers.h"
@@ -121,6 +122,31 @@ TEST_F(HfToGgufTest, PackTargetRoundTripsByteForByte) {
                     "  leading spaces", "<|bos|>special<|eos|>", ""});
 }
 
+// --outtype f32: every tensor in F32, holding exactly the BF16 values.
+TEST_F(HfToGgufTest, F32ExportHoldsTheExactValues) {
+  const std::string gguf = (dir_ / "target-f32.gguf").string();
+  GgufExportOptions o;
+  o.f32 = true;
+  SPECDEC_ASSERT_OK(ConvertHfToGguf(kPackTarget.string(), gguf, o));
+  SPECDEC_ASSERT_OK_AND_ASSIGN(auto g, GgufFile::Open(gguf));
+  EXPECT_EQ(*g->GetInt("general.file_type"), 0);  // ALL_F32
+  SPECDEC_ASSERT_OK_AND_ASSIGN(auto ckpt, Checkpoint::Open(kPackTarget.string()));
+  for (const char* name : {"blk.3.attn_q.weight", "token_embd.weight", "blk.0.ffn_down.weight"}) {
+    SPECDEC_ASSERT_OK_AND_ASSIGN(GgufTensor t, g->Tensor(name));
+    ASSERT_EQ(t.ggml_type, kGgmlTypeF32) << name;
+  }
+  SPECDEC_ASSERT_OK_AND_ASSIGN(GgufTensor t, g->Tensor("blk.0.ffn_down.weight"));
+  const TensorView bf16 = *ckpt->Get("model.layers.0.mlp.down_proj.weight");
+  ASSERT_EQ(t.nbytes, bf16.nbytes * 2);
+  for (size_t i = 0; i < bf16.nbytes / 2; i += 997) {
+    uint16_t b;
+    float f;
+    std::memcpy(&b, bf16.data + 2 * i, 2);
+    std::memcpy(&f, t.data + 4 * i, 4);
+    ASSERT_EQ(f, Bf16ToFloat(b)) << i;
+  }
+}
+
 // A small random Llama checkpoint in `dir` (F32, untied head) with the pack's tokenizer.
 void WriteLlamaCheckpoint(const fs::path& dir, std::vector<std::vector<float>>& storage) {
   const int64_t hidden = 32, heads = 4, kv_heads = 2, hd = 8, ffn = 48, vocab = 4100;
@@ -208,6 +234,36 @@ TEST_F(HfToGgufTest, LlamaPermutesQAndKRowsAndRoundTrips) {
   ExpectSameTokens(hf, back, {"print(1 + 23)\n", "for i in range(10):"});
 }
 
+// Llama 3.1 rope scaling becomes llama.cpp's rope_freqs.weight: factor 1 for the fastest pairs,
+// `factor` for the slowest, a blend rising between. Importing it back is refused, not dropped.
+TEST_F(HfToGgufTest, Llama3RopeScalingBecomesRopeFreqs) {
+  const fs::path hf = dir_ / "llama3";
+  fs::create_directories(hf);
+  std::vector<std::vector<float>> storage;
+  WriteLlamaCheckpoint(hf, storage);
+  Json config = ReadJson(hf / "config.json");
+  config["rope_parameters"] = {{"rope_type", "llama3"},          {"rope_theta", 500000.0},
+                               {"factor", 8.0},                  {"low_freq_factor", 1.0},
+                               {"high_freq_factor", 4.0},        {"original_max_position_embeddings", 512}};
+  std::ofstream(hf / "config.json") << config.dump();
+  const std::string gguf = (dir_ / "llama3.gguf").string();
+  SPECDEC_ASSERT_OK(ConvertHfToGguf(hf.string(), gguf));
+  SPECDEC_ASSERT_OK_AND_ASSIGN(auto g, GgufFile::Open(gguf));
+  SPECDEC_ASSERT_OK_AND_ASSIGN(GgufTensor t, g->Tensor("rope_freqs.weight"));
+  ASSERT_EQ(t.ne, (std::vector<int64_t>{4}));  // head_dim 8: 4 rotary pairs
+  std::vector<float> f(4);
+  std::memcpy(f.data(), t.data, 16);
+  // Wavelengths 2*pi*500000^(i/8) for i = 0, 2, 4, 6: 6.3, 167, 4443, 118000 against the band
+  // [512/4, 512/1] = [128, 512]: pair 0 keeps its frequency, pairs 2 and 3 are divided by 8, and
+  // pair 1 blends: smooth = (512/167.08 - 1) / 3 = 0.688, 1 / ((1 - 0.688) / 8 + 0.688) = 1.375.
+  EXPECT_EQ(f[0], 1.0f);
+  EXPECT_NEAR(f[1], 1.3753, 1e-3);
+  EXPECT_EQ(f[2], 8.0f);
+  EXPECT_EQ(f[3], 8.0f);
+  SPECDEC_EXPECT_STATUS(ConvertGgufToHf(gguf, (dir_ / "back").string()),
+                        absl::StatusCode::kUnimplemented, "rope_freqs.weight scales RoPE");
+}
+
 TEST_F(HfToGgufTest, UnsupportedInputsSayWhat) {
   const fs::path hf = dir_ / "m";
   fs::create_directories(hf);
@@ -224,10 +280,10 @@ TEST_F(HfToGgufTest, UnsupportedInputsSayWhat) {
   SPECDEC_EXPECT_STATUS(ConvertHfToGguf(hf.string(), out), absl::StatusCode::kUnimplemented,
                         "model_type 'gpt_neox'");
   bad = config;
-  bad["rope_parameters"] = {{"rope_type", "llama3"}, {"rope_theta", 500000.0}, {"factor", 8.0}};
+  bad["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 500000.0}, {"factor", 4.0}};
   std::ofstream(hf / "config.json") << bad.dump();
   SPECDEC_EXPECT_STATUS(ConvertHfToGguf(hf.string(), out), absl::StatusCode::kUnimplemented,
-                        "rope scaling");
+                        "rope scaling 'yarn'");
   std::ofstream(hf / "config.json") << config.dump();
 
   Json tok = ReadJson(hf / "tokenizer.json");
