@@ -17,9 +17,15 @@
 #include "common/model/transformer.h"
 #include "common/model/weights.h"
 #include "common/util/status_matchers.h"
+#include "tests/common/model/reference_passes.h"
 
 namespace specdec::model {
 namespace {
+
+using testing::MaxAbs;
+using testing::PrefillThenSteps;
+using testing::PrefillThenVerify;
+using testing::TestDevice;
 
 const std::string kFixtures = std::string(SPECDEC_SOURCE_DIR) + "/tests/data/hf_reference/";
 
@@ -57,35 +63,9 @@ Fixture LoadFixture(const std::string& name) {
   return f;
 }
 
-c10::Device TestDevice() {
-  const char* env = std::getenv("SPECDEC_TEST_DEVICE");
-  auto device = LoadOptions::ParseDevice(env != nullptr ? env : "cpu");
-  EXPECT_TRUE(device.ok()) << device.status();
-  return device.ok() ? *device : c10::kCPU;
-}
-
-// Every row's logits through a prefill of the prompt and a verify of the rest (rows 0..n-1),
-// then, from a fresh cache, a prefill and one step per verify token (rows p-1..n-1).
+// Every row's logits both ways: prefill then verify (rows 0..n-1), prefill then steps (p-1..n-1).
 std::pair<at::Tensor, at::Tensor> RunBothWays(const Transformer& m, const Fixture& f) {
-  auto forward = [&](KvCache* cache, std::span<const int32_t> toks, LogitsMode mode) {
-    SequenceInput in{cache, toks, {}, {}, mode};
-    auto out = m.Forward(std::span<const SequenceInput>(&in, 1));
-    EXPECT_TRUE(out.ok()) << out.status();
-    return out.ok() ? (*out)[0].logits.to(at::kDouble) : at::zeros({1, 320}, at::kDouble);
-  };
-  auto cache = m.NewCache();
-  at::Tensor verified = at::cat({forward(cache.get(), f.prompt, LogitsMode::kAll),
-                                 forward(cache.get(), f.verify, LogitsMode::kAll)});
-  auto steps_cache = m.NewCache();
-  std::vector<at::Tensor> rows = {forward(steps_cache.get(), f.prompt, LogitsMode::kLast)};
-  for (int32_t t : f.verify) {
-    rows.push_back(forward(steps_cache.get(), std::span<const int32_t>(&t, 1), LogitsMode::kLast));
-  }
-  return {verified, at::cat(rows)};
-}
-
-double MaxAbs(const at::Tensor& a, const at::Tensor& b) {
-  return (a - b).abs().max().item<double>();
+  return {PrefillThenVerify(m, f.prompt, f.verify), PrefillThenSteps(m, f.prompt, f.verify)};
 }
 
 std::unique_ptr<Transformer> Load(const std::string& name, at::ScalarType dtype) {
