@@ -5,10 +5,9 @@
 #
 #   tests/data/llama_cpp_reference/make_fixtures.sh        (after scripts/build.sh; needs npm)
 #
-# llama.cpp: release v0.4.0 (commit 80fb11ac73e6), from the git bundle that the npm package
-# node-llama-cpp@3.21.1 ships (the npm registry is reachable where no git host is), built
-# CPU-only into $WORK (default /tmp/specdec-llama-cpp). Models, each exported with
-# `specdec convert DIR -o M.gguf --outtype f32`:
+# llama.cpp: bench/llama_cpp/fetch_build.sh (release v0.4.0, from the npm registry), driven by
+# its probe (`probe logits`: F32 KV cache, 1 thread) in $WORK (default /tmp/specdec-llama-cpp).
+# Models, each exported with `specdec convert DIR -o M.gguf --outtype f32`:
 #   qwen3, llama   the random Transformers fixtures of tests/data/hf_reference (same ids), with a
 #                  320-token tokenizer trained here by `specdec train tokenizer` (GGUF needs one;
 #                  the ids are given, so it is never used to tokenize);
@@ -20,21 +19,8 @@ WORK=${WORK:-/tmp/specdec-llama-cpp}
 SPECDEC=${SPECDEC:-build/cli/specdec}
 PYTHON=${PYTHON:-python3}
 out_root=tests/data/llama_cpp_reference
-mkdir -p "$WORK"
-
-llama="$WORK/llama.cpp"
-if [ ! -f "$llama/build/bin/libllama.so" ]; then
-  (cd "$WORK" && npm pack --silent node-llama-cpp@3.21.1 >/dev/null &&
-   tar xzf node-llama-cpp-3.21.1.tgz package/llama/gitRelease.bundle &&
-   rm -rf llama.cpp && git clone -q package/llama/gitRelease.bundle llama.cpp)
-  cmake -S "$llama" -B "$llama/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF \
-    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_OPENSSL=OFF >/dev/null
-  ninja -C "$llama/build" llama
-fi
-commit=$(git -C "$llama" rev-parse --short=12 HEAD)
-g++ -O2 -std=c++17 "$out_root/dump_logits.cpp" -I "$llama/include" -I "$llama/ggml/include" \
-  -L "$llama/build/bin" -lllama -lggml -lggml-base -Wl,-rpath,"$llama/build/bin" \
-  -o "$WORK/dump_logits"
+probe=$(bench/llama_cpp/fetch_build.sh "$WORK" | tail -n 1)
+commit=$(git -C "$WORK/llama.cpp" rev-parse --short=12 HEAD)
 
 # A 320-token tokenizer for the random fixtures (their embeddings have 320 rows).
 "$PYTHON" - "$WORK/corpus.jsonl" <<'PY'
@@ -55,7 +41,7 @@ fixture() {  # name model_dir prompt verify
   local name=$1 dir=$2 prompt=$3 verify=$4 out="$out_root/$1"
   mkdir -p "$out"
   "$SPECDEC" convert "$dir" -o "$WORK/$name.gguf" --outtype f32 2>/dev/null
-  "$WORK/dump_logits" "$WORK/$name.gguf" "$prompt" "$verify" "$WORK/$name.bin" \
+  "$probe" logits "$WORK/$name.gguf" "$prompt" "$verify" "$WORK/$name.bin" \
     >"$WORK/$name.json" 2>"$WORK/$name.log"
   "$PYTHON" - "$WORK/$name.json" "$WORK/$name.bin" "$out" "$commit" "$prompt" <<'PY'
 import json, struct, sys
