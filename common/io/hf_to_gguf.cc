@@ -95,8 +95,10 @@ absl::StatusOr<Hparams> ReadHparams(const std::string& dir) {
                       : (hp.heads > 0 ? hp.hidden / hp.heads : 0);
     hp.ctx = c.value("max_position_embeddings", hp.ctx);
     hp.eps = c.value("rms_norm_eps", hp.eps);
-    hp.theta =
-        rope.is_object() ? rope.value("rope_theta", hp.theta) : c.value("rope_theta", hp.theta);
+    hp.theta = c.value("rope_theta", hp.theta);  // Transformers 4; 5 moved it into rope_parameters
+    if (c.contains("rope_parameters") && c["rope_parameters"].is_object()) {
+      hp.theta = c["rope_parameters"].value("rope_theta", hp.theta);
+    }
     hp.tied = c.value("tie_word_embeddings", false);
     if (hp.hidden <= 0 || hp.heads <= 0 || hp.kv_heads <= 0 || hp.head_dim <= 0 || hp.layers <= 0 ||
         hp.ffn <= 0 || hp.heads % hp.kv_heads != 0 || hp.head_dim % 2 != 0) {

@@ -262,6 +262,24 @@ TEST_F(HfToGgufTest, Llama3RopeScalingBecomesRopeFreqs) {
   EXPECT_EQ(f[3], 8.0f);
   SPECDEC_EXPECT_STATUS(ConvertGgufToHf(gguf, (dir_ / "back").string()),
                         absl::StatusCode::kUnimplemented, "rope_freqs.weight scales RoPE");
+
+  // Transformers 4 spelled the same as a top-level rope_theta and rope_scaling: same file.
+  Json old_style = config;
+  old_style.erase("rope_parameters");
+  old_style["rope_theta"] = 500000.0;
+  old_style["rope_scaling"] = {{"rope_type", "llama3"},
+                               {"factor", 8.0},
+                               {"low_freq_factor", 1.0},
+                               {"high_freq_factor", 4.0},
+                               {"original_max_position_embeddings", 512}};
+  std::ofstream(hf / "config.json") << old_style.dump();
+  const std::string gguf4 = (dir_ / "llama3-v4.gguf").string();
+  SPECDEC_ASSERT_OK(ConvertHfToGguf(hf.string(), gguf4));
+  SPECDEC_ASSERT_OK_AND_ASSIGN(auto g4, GgufFile::Open(gguf4));
+  EXPECT_EQ(*g4->GetFloat("llama.rope.freq_base"), 500000.0);
+  SPECDEC_ASSERT_OK_AND_ASSIGN(GgufTensor t4, g4->Tensor("rope_freqs.weight"));
+  ASSERT_EQ(t4.nbytes, 16u);
+  EXPECT_EQ(std::memcmp(t4.data, t.data, 16), 0);
 }
 
 TEST_F(HfToGgufTest, UnsupportedInputsSayWhat) {
