@@ -1,5 +1,6 @@
 #include "common/io/gguf_bpe_vocab.h"
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -87,7 +88,12 @@ absl::Status ReadVocabAndMerges(const Json& model, const Json& added, const std:
                                 GgufBpeVocab& v) {
   const Json& vocab = model["vocab"];
   int64_t n = 0;
-  for (const auto& [tok, id] : vocab.items()) n = std::max<int64_t>(n, id.get<int64_t>() + 1);
+  for (const auto& [tok, id] : vocab.items()) {
+    if (id.get<int64_t>() < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": token '", tok, "' has id ", id.dump()));
+    }
+    n = std::max<int64_t>(n, id.get<int64_t>() + 1);
+  }
   for (const Json& a : added) n = std::max<int64_t>(n, a.value("id", int64_t{0}) + 1);
   if (n <= 0 || n > (int64_t{1} << 24)) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": vocabulary of ", n, " ids"));

@@ -311,6 +311,11 @@ TEST_F(HfToGgufTest, UnsupportedInputsSayWhat) {
   SPECDEC_EXPECT_STATUS(ConvertHfToGguf(hf.string(), out), absl::StatusCode::kUnimplemented,
                         "has no llama.cpp pre-tokenizer name");
   odd = tok;
+  odd["model"]["vocab"]["Ġnegative"] = -3;
+  std::ofstream(hf / "tokenizer.json") << odd.dump();
+  SPECDEC_EXPECT_STATUS(ConvertHfToGguf(hf.string(), out), absl::StatusCode::kInvalidArgument,
+                        "has id -3");
+  odd = tok;
   odd["normalizer"] = {{"type", "NFC"}};
   std::ofstream(hf / "tokenizer.json") << odd.dump();
   SPECDEC_EXPECT_STATUS(ConvertHfToGguf(hf.string(), out), absl::StatusCode::kUnimplemented,
