@@ -8,7 +8,8 @@ and checks them as a user would reach them on loopback.
 What it checks (each failure is printed and makes the exit status 1):
   - images: labels (version, revision), a non-root user, no compiler, CMake or sources inside;
   - containers: non-root, read-only root filesystem, no capabilities, the pack mounted read-only
-    at /models as the chart mounts it; every service's gRPC health check SERVING;
+    at /models as the chart mounts it; every service's gRPC health check SERVING, and the router
+    ready as the chart's readiness probe sees it (GET /health) before the first request;
   - the Python SDK: every method's greedy completion equals AR's, prompt by prompt;
   - the load tester with --check-ar and --check-handles against the containers;
   - /metrics of the router, the target and the drafter scraped, with the counters the requests
@@ -64,6 +65,17 @@ def health(address, timeout=2.0):
         except grpc.RpcError:
             return False
     return reply == b"\x08\x01"  # HealthCheckResponse{status: SERVING}
+
+
+def router_ready(address):
+    """The chart's readiness probe of the router: HTTP GET /health answers 200 once the router's
+    health loop has seen a SERVING target (its gRPC health answers SERVING from the start, for
+    the liveness probe)."""
+    try:
+        with urllib.request.urlopen(f"http://{address}/health", timeout=2) as r:
+            return r.status == 200
+    except OSError:
+        return False
 
 
 def wait_until(predicate, timeout, interval=0.1):
@@ -261,6 +273,10 @@ def main():
             serving[s] = round(time.monotonic() - t0, 2)
             if not check(ok, f"{s}: gRPC health SERVING {serving[s]} s after the first start"):
                 print(cluster.logs(s)[-3000:])
+        ready = wait_until(lambda: router_ready(cluster.address("router", 8000)), 60)
+        serving["router_ready"] = round(time.monotonic() - t0, 2)
+        check(ready, f"router: ready (GET /health 200) {serving['router_ready']} s after the "
+              "first start")
         if failures:
             return 1
         prompts = [p for p in open(f"{REPO}/models/specdec-pycode/eval/heldout_prompts.txt")
@@ -296,6 +312,8 @@ def main():
             check(value is not None and value > 0, f"{name} /metrics: {metric} = {value}")
         results["drain_stop_s"] = {k: round(v, 2) for k, v in
                                    check_drain(cluster, args.engine, prompts[1]).items()}
+    except Exception as e:  # noqa: BLE001 (reported as a failure, with the services' logs)
+        check(False, f"unexpected error: {e!r}")
     finally:
         if failures:
             for s in SERVICES:

@@ -17,13 +17,20 @@ if ! command -v podman >/dev/null || ! command -v debootstrap >/dev/null; then
   echo "containers_test: SKIP: needs podman and debootstrap (scripts/install_deps.sh)" >&2
   exit 77
 fi
-export CONTAINERS_CONF=${CONTAINERS_CONF:-$repo/deploy/podman/containers.conf}
+CONTAINERS_CONF=$(realpath "${CONTAINERS_CONF:-$repo/deploy/podman/containers.conf}")
+export CONTAINERS_CONF  # absolute: podman's helper processes run in other directories
 OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/specdec-containers.XXXXXX")}
 mkdir -p "$OUT"
 tag=$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' helm/specdec/Chart.yaml)
 
-echo "== images"
-SIZES_JSON="$OUT/images.json" deploy/docker/build_images.sh router target drafter policy
+echo "== images (build log: $OUT/build.log)"
+if ! SIZES_JSON="$OUT/images.json" deploy/docker/build_images.sh router target drafter policy \
+    >"$OUT/build.log" 2>&1; then
+  tail -n 60 "$OUT/build.log"
+  echo "containers_test: FAIL: building the images (log: $OUT/build.log)" >&2
+  exit 1
+fi
+cat "$OUT/images.json"
 
 echo "== the four services as containers"
 "$PYTHON" tests/deploy/check_containers.py --tag "$tag" --out "$OUT/containers"
