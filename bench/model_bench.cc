@@ -167,7 +167,7 @@ double TimeDraftStep(const Transformer& target, int64_t context, int b, int m, i
   }
   const int64_t width = static_cast<int64_t>(dc.target_layer_ids.size()) * dc.layers.hidden_size;
   auto cache = (*drafter)->NewCache();
-  const auto opts = at::TensorOptions().device(target.device()).dtype(target.dtype());
+  const auto opts = at::TensorOptions().device(target.device()).dtype(target.activation_dtype());
   DraftInput in{cache.get(), at::randn({context, width}, opts), 5, b};
   if (!(*drafter)->Draft(std::span<const DraftInput>(&in, 1)).ok()) std::exit(1);
   in.new_features = at::randn({m, width}, opts);

@@ -316,21 +316,25 @@ absl::StatusOr<std::unique_ptr<DFlashDrafter>> DFlashDrafter::FromTensors(
   }
   RETURN_IF_ERROR(CheckTensors(tensors, WeightShapes(config, tc.hidden_size)));
   try {
-    const at::ScalarType dt = target.dtype();
+    // The target's dtypes: matrices in its weights' dtype, norm weights in its activations'.
+    const at::ScalarType dt = target.dtype(), act = target.activation_dtype();
     const c10::Device device = target.device();
     auto get = [&](const std::string& n) { return tensors.at(n).to(device, dt).contiguous(); };
+    auto get_norm = [&](const std::string& n) {
+      return tensors.at(n).to(device, act).contiguous();
+    };
     auto w = std::make_unique<Weights>();
     w->fc = get("fc.weight");
-    w->hidden_norm = get("hidden_norm.weight");
-    w->norm = get("norm.weight");
+    w->hidden_norm = get_norm("hidden_norm.weight");
+    w->norm = get_norm("norm.weight");
     w->inv_freq = RopeInvFreq(c).to(device);
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
       const std::string p = absl::StrCat("layers.", l, ".");
       Weights::Layer layer;
-      layer.input_norm = get(p + "input_layernorm.weight");
-      layer.post_norm = get(p + "post_attention_layernorm.weight");
-      layer.q_norm = get(p + "self_attn.q_norm.weight");
-      layer.k_norm = get(p + "self_attn.k_norm.weight");
+      layer.input_norm = get_norm(p + "input_layernorm.weight");
+      layer.post_norm = get_norm(p + "post_attention_layernorm.weight");
+      layer.q_norm = get_norm(p + "self_attn.q_norm.weight");
+      layer.k_norm = get_norm(p + "self_attn.k_norm.weight");
       layer.q = get(p + "self_attn.q_proj.weight");
       layer.kv =
           at::cat({get(p + "self_attn.k_proj.weight"), get(p + "self_attn.v_proj.weight")}, 0)
@@ -369,7 +373,7 @@ std::unique_ptr<KvCache> DFlashDrafter::NewCache() const {
   shape.num_layers = config_.layers.num_hidden_layers;
   shape.num_kv_heads = config_.layers.num_key_value_heads;
   shape.head_dim = config_.layers.head_dim;
-  shape.dtype = target_.dtype();
+  shape.dtype = target_.activation_dtype();
   shape.device = target_.device();
   shape.owner_id = id_;
   return std::make_unique<KvCache>(shape);
@@ -388,7 +392,7 @@ absl::StatusOr<std::vector<at::Tensor>> DFlashDrafter::Draft(
   try {
     DraftRows rows;
     rows.batch = batch;
-    GatherDraftRows(rows, config_.mask_token_id, target_.dtype(), target_.device());
+    GatherDraftRows(rows, config_.mask_token_id, target_.activation_dtype(), target_.device());
     if (rows.n_ctx > 0) {
       rows.ctx = RmsNorm(
           Linear(rows.feats.size() == 1 ? rows.feats[0] : at::cat(rows.feats, 0), weights_->fc),

@@ -13,10 +13,17 @@
 namespace specdec::model {
 namespace {
 
-// Rounds the 16 sums of `sums` and stores sum k at y[(k / nb) * y_stride + k % nb].
-SPECDEC_VECTOR_FN void StoreSums(F16 sums, int nb, uint16_t* y, int64_t y_stride) {
+// Stores the 16 sums of `sums` of rows [r, ...) and outputs [o, ...): sum k goes to output
+// o + k % nb of row r + k / nb, rounded to bf16 in p.y, or as it is in p.y_f32.
+SPECDEC_VECTOR_FN void StoreSums(F16 sums, int nb, const LinearProblem& p, int64_t r, int64_t o) {
+  if (p.y_f32 != nullptr) {
+    float* y = p.y_f32 + r * p.y_stride + o;
+    for (int k = 0; k < kLanes; ++k) y[(k / nb) * p.y_stride + k % nb] = sums[k];
+    return;
+  }
   const H16 h = RoundBf16(sums);
-  for (int k = 0; k < kLanes; ++k) y[(k / nb) * y_stride + k % nb] = h[k];
+  uint16_t* y = p.y + r * p.y_stride + o;
+  for (int k = 0; k < kLanes; ++k) y[(k / nb) * p.y_stride + k % nb] = h[k];
 }
 
 // Rows [r0, r0 + MB) and outputs [o0, o0 + NB) (MB * NB = 16) on the AVX-512 BF16 path: each
@@ -48,7 +55,7 @@ NativeBlock(const LinearProblem& p, int64_t r0, int64_t o0, const char* pf, int6
   }
   F16 v[kLanes];
   for (int k = 0; k < kLanes; ++k) v[k] = std::bit_cast<F16>(acc[k]);
-  StoreSums(Reduce16(v), NB, p.y + r0 * p.y_stride + o0, p.y_stride);
+  StoreSums(Reduce16(v), NB, p, r0, o0);
 }
 
 // Rows [r0, r0 + MB) and the 16 outputs from o0, NB at a time; each block prefetches its share
@@ -161,7 +168,7 @@ struct PortableBlock {
       }
     }
     for (int m = 0; m < MB; ++m) {
-      StoreSums(Reduce16(acc[m]), kLanes, p.y + (r_out + m) * p.y_stride + o0, p.y_stride);
+      StoreSums(Reduce16(acc[m]), kLanes, p, r_out + m, o0);
     }
   }
 };
@@ -212,7 +219,7 @@ struct Avx2Block {
       }
     }
     for (int m = 0; m < MB; ++m) {
-      StoreSums(Reduce16(acc[m]), kLanes, p.y + (r_out + m) * p.y_stride + o0, p.y_stride);
+      StoreSums(Reduce16(acc[m]), kLanes, p, r_out + m, o0);
     }
   }
 };

@@ -23,6 +23,8 @@ namespace specdec::model {
 // 32c + 2l for c = 0, 1, ... (the order of AVX-512 BF16's dot product), then added in a fixed
 // tree, and the total rounded to nearest even. Denormal inputs and partial sums are flushed to
 // zero on the AVX-512 path and kept on the portable one.
+// With `y_f32` set, the totals are stored there as floats, unrounded, and `y` is not used (the
+// product of bf16 weights with activations kept in float, rounded to bf16 on the way in).
 struct LinearProblem {
   const uint16_t* x = nullptr;
   int64_t rows = 0, x_stride = 0;
@@ -30,6 +32,7 @@ struct LinearProblem {
   int64_t in = 0, out = 0;
   uint16_t* y = nullptr;
   int64_t y_stride = 0;
+  float* y_f32 = nullptr;
 };
 
 // Whether the kernel takes these widths: `in` a multiple of 32 and `out` of 16.

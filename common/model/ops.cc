@@ -12,6 +12,7 @@
 
 #include "common/model/linear_kernel.h"
 #include "common/model/row_kernels.h"
+#include "common/model/vec16.h"
 
 namespace specdec::model {
 
@@ -86,9 +87,47 @@ at::Tensor KernelLinear(const at::Tensor& x, const at::Tensor& weight) {
   return y;
 }
 
+// x W^T for float activations x and bf16 weights W: x rounded to bf16 (what the product
+// consumes), the sums kept in float. Every row count runs on linear_kernel.h, so a row's result
+// never depends on the rows beside it; widths the kernel does not take go through ATen's bf16
+// product, rounded to bf16 on the way out.
+at::Tensor MixedLinear(const at::Tensor& x, const at::Tensor& weight) {
+  const int64_t rows = x.size(0), in = x.size(1), out = weight.size(0);
+  if (!RowKernelType(x) || !RowKernelType(weight) || !weight.is_contiguous() ||
+      !LinearKernelFits(in, out) || rows == 0) {
+    return at::linear(x.to(at::kBFloat16), weight).to(at::kFloat);
+  }
+  at::Tensor xb = at::empty({rows, in}, weight.options());
+  auto* xbp = static_cast<uint16_t*>(xb.data_ptr());
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* src = x.data_ptr<float>() + r * x.stride(0);
+    for (int64_t i = 0; i < in; ++i) xbp[r * in + i] = FloatToBf16(src[i * x.stride(1)]);
+  }
+  at::Tensor y = at::empty({rows, out}, x.options());
+  const auto* wp = static_cast<const uint16_t*>(weight.data_ptr());
+  float* yp = y.data_ptr<float>();
+  at::parallel_for(0, out / 16, 16, [&](int64_t begin, int64_t end) {
+    LinearProblem p;
+    p.x = xbp;
+    p.rows = rows;
+    p.x_stride = in;
+    p.w = wp + begin * 16 * in;
+    p.in = in;
+    p.out = (end - begin) * 16;
+    p.y_f32 = yp + begin * 16;
+    p.y_stride = out;
+    RunLinear(p);
+  });
+  return y;
+}
+
 }  // namespace
 
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight) {
+  if (x.scalar_type() == at::kFloat && weight.scalar_type() == at::kBFloat16 && x.dim() == 2 &&
+      x.device().is_cpu()) {
+    return MixedLinear(x, weight);
+  }
   if (x.dim() == 2 && x.size(0) == 1 && x.scalar_type() == at::kFloat) {
     return at::mv(weight, x.select(0, 0)).unsqueeze(0);
   }

@@ -20,7 +20,9 @@ namespace specdec::model {
 // would otherwise keep adding cache entries (resident memory creeping up for hours, a compile
 // for each new shape). A bf16 product of at most LinearKernelMaxRows() rows (a decoding or
 // verification pass) runs on linear_kernel.h instead, whose result for a row does not depend on
-// the rows beside it.
+// the rows beside it. Float x with a bf16 weight on the CPU (float activations, see
+// LoadOptions::activation_dtype) is rounded to bf16 and multiplied on linear_kernel.h at every
+// row count, its sums returned in float, unrounded.
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight);
 
 // The most rows a bf16 product runs on linear_kernel.h: 32 on CPUs with AVX-512 BF16; 2 on

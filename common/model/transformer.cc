@@ -34,6 +34,16 @@ int64_t KernelMaxRows() {
 
 std::atomic<uint64_t> next_model_id{1};
 
+// LoadOptions::activation_dtype when unset: float on the CPU unless SPECDEC_ACTIVATIONS=bf16 (read
+// once); the weights' dtype on a CUDA device.
+at::ScalarType DefaultActivationDtype(at::ScalarType weights, c10::Device device) {
+  static const bool weights_dtype_on_cpu = [] {
+    const char* v = std::getenv("SPECDEC_ACTIVATIONS");
+    return v != nullptr && std::string(v) == "bf16";
+  }();
+  return device.is_cpu() && !weights_dtype_on_cpu ? at::kFloat : weights;
+}
+
 // One decoder layer's weights (Transformer::Weights::Layer).
 struct DecoderLayerWeights {
   at::Tensor input_norm, post_norm, q_norm, k_norm;
@@ -364,6 +374,11 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::FromTensors(
     return absl::InvalidArgumentError("compute dtype must be float32 or bfloat16");
   }
   const at::ScalarType dt = *opts.dtype;
+  if (!opts.activation_dtype) opts.activation_dtype = DefaultActivationDtype(dt, opts.device);
+  if (*opts.activation_dtype != at::kFloat && *opts.activation_dtype != dt) {
+    return absl::InvalidArgumentError("activation dtype must be float32 or the weights' dtype");
+  }
+  const at::ScalarType act = *opts.activation_dtype;
   if (opts.device.is_cuda() && !at::hasCUDA()) {
     return absl::FailedPreconditionError("a CUDA device was asked for, but this libtorch has none");
   }
@@ -372,19 +387,22 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::FromTensors(
     auto get = [&](const std::string& name) {
       return tensors.at(name).to(opts.device, dt).contiguous();
     };
+    auto get_norm = [&](const std::string& name) {
+      return tensors.at(name).to(opts.device, act).contiguous();
+    };
     auto w = std::make_unique<Weights>();
     w->embed = get("model.embed_tokens.weight");
     w->lm_head = config.tie_word_embeddings ? w->embed : get("lm_head.weight");
-    w->final_norm = get("model.norm.weight");
+    w->final_norm = get_norm("model.norm.weight");
     w->inv_freq = RopeInvFreq(config).to(opts.device);
     for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
       const std::string p = absl::StrCat("model.layers.", l, ".");
       Weights::Layer layer;
-      layer.input_norm = get(p + "input_layernorm.weight");
-      layer.post_norm = get(p + "post_attention_layernorm.weight");
+      layer.input_norm = get_norm(p + "input_layernorm.weight");
+      layer.post_norm = get_norm(p + "post_attention_layernorm.weight");
       if (config.qk_norm) {
-        layer.q_norm = get(p + "self_attn.q_norm.weight");
-        layer.k_norm = get(p + "self_attn.k_norm.weight");
+        layer.q_norm = get_norm(p + "self_attn.q_norm.weight");
+        layer.k_norm = get_norm(p + "self_attn.k_norm.weight");
       }
       layer.qkv = at::cat({get(p + "self_attn.q_proj.weight"), get(p + "self_attn.k_proj.weight"),
                            get(p + "self_attn.v_proj.weight")},
@@ -429,7 +447,7 @@ std::unique_ptr<KvCache> Transformer::NewCache() const {
   shape.num_layers = config_.num_hidden_layers;
   shape.num_kv_heads = config_.num_key_value_heads;
   shape.head_dim = config_.head_dim;
-  shape.dtype = *options_.dtype;
+  shape.dtype = *options_.activation_dtype;
   shape.device = options_.device;
   shape.owner_id = id_;
   return std::make_unique<KvCache>(shape);
@@ -437,15 +455,17 @@ std::unique_ptr<KvCache> Transformer::NewCache() const {
 
 const ModelConfig& Transformer::config() const { return config_; }
 at::ScalarType Transformer::dtype() const { return *options_.dtype; }
+at::ScalarType Transformer::activation_dtype() const { return *options_.activation_dtype; }
 c10::Device Transformer::device() const { return options_.device; }
 int64_t Transformer::max_context() const { return options_.max_context; }
 int64_t Transformer::kv_bytes_per_token() const {
   return 2 * config_.num_hidden_layers * config_.num_key_value_heads * config_.head_dim *
-         static_cast<int64_t>(c10::elementSize(*options_.dtype));
+         static_cast<int64_t>(c10::elementSize(*options_.activation_dtype));
 }
 
 at::Tensor Transformer::Embed(const at::Tensor& token_ids) const {
-  return weights_->embed.index_select(0, token_ids.to(weights_->embed.device()));
+  return weights_->embed.index_select(0, token_ids.to(weights_->embed.device()))
+      .to(*options_.activation_dtype);
 }
 
 at::Tensor Transformer::FinalNorm(const at::Tensor& hidden) const {
@@ -474,7 +494,7 @@ absl::StatusOr<std::vector<SequenceOutput>> Transformer::Forward(
     RouteAttention(rows);
 
     // ---- decoder layers.
-    at::Tensor x = weights_->embed.index_select(0, rows.tokens);
+    at::Tensor x = weights_->embed.index_select(0, rows.tokens).to(*options_.activation_dtype);
     std::vector<at::Tensor> layer_out(c.num_hidden_layers);
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
       RunDecoderLayer(weights_->layers[l], c, l, rows, x);

@@ -46,12 +46,19 @@ struct ForwardOptions {
 
 struct SequenceOutput {
   at::Tensor logits;    // float32 [1 or n, vocab] on the host for kLast / kAll; else undefined
-  at::Tensor features;  // [n, capture_layers.size() * hidden], model dtype and device; or undefined
+  at::Tensor features;  // [n, capture_layers.size() * hidden], activation dtype, model device
 };
 
 struct LoadOptions {
-  // Compute dtype: kFloat or kBFloat16. Unset: bf16 for a bf16 checkpoint, f32 otherwise.
+  // The weights' dtype: kFloat or kBFloat16. Unset: bf16 for a bf16 checkpoint, f32 otherwise.
   std::optional<at::ScalarType> dtype;
+  // The activations' dtype (the residual stream, norms, attention, KV cache, features). Unset:
+  // float32 on the CPU, where bf16 weights meet float activations only in the matrix products
+  // (the activations rounded to bf16 on the way in, the sums kept in float, as llama.cpp does);
+  // the weights' dtype on a CUDA device. SPECDEC_ACTIVATIONS=bf16 in the environment makes the
+  // unset default the weights' dtype on the CPU too (Transformers' bf16 arithmetic, every
+  // intermediate rounded).
+  std::optional<at::ScalarType> activation_dtype;
   // Longest sequence (cache + new tokens) accepted; 0 = the config's max_position_embeddings.
   int64_t max_context = 0;
   // Where the weights, KV caches and activations live: the CPU, or a CUDA device when this
@@ -91,14 +98,17 @@ class Transformer {
   std::unique_ptr<KvCache> NewCache() const;
 
   const ModelConfig& config() const;
+  // The weights' dtype (of the matrices; norm weights are kept in the activations' dtype).
   at::ScalarType dtype() const;
+  // The activations' dtype: of the residual stream, KV caches, features and Embed's rows.
+  at::ScalarType activation_dtype() const;
   c10::Device device() const;
   int64_t max_context() const;
   // Bytes of one token's K and V over all layers.
   int64_t kv_bytes_per_token() const;
 
   // Building blocks shared with drafters that reuse the target's embedding and head.
-  // int64 [n] (any device) -> [n, hidden], model dtype and device.
+  // int64 [n] (any device) -> [n, hidden], activation dtype, model device.
   at::Tensor Embed(const at::Tensor& token_ids) const;
   at::Tensor FinalNorm(const at::Tensor& hidden) const;
   // [n, hidden] -> float32 [n, vocab] on the host: the one place logits leave the device, for

@@ -264,7 +264,7 @@ class DrafterCore {
       entry->dflash = std::make_unique<engine::DFlashDraftSession>(*dflash_);
       const auto& c = dflash_->config().layers;
       bytes = reserve * 2 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim *
-              static_cast<int64_t>(at::elementSize(target_->dtype()));
+              static_cast<int64_t>(at::elementSize(target_->activation_dtype()));
     } else if (o.kind() == v1::AR_DRAFT_LM) {
       if (!draft_lm_) return absl::UnavailableError("no AR draft model is loaded on this replica");
       entry->ar = std::make_unique<engine::ArDraftSession>(*draft_lm_, sp);
@@ -348,8 +348,8 @@ class DrafterCore {
           absl::StrCat("features must be [m, ", width, "] (target layers x hidden)"));
     }
     // Extend copies the rows into the session's buffer, so a view of `f` will do.
-    e->dflash->Extend(
-        at::from_blob(f.data(), {features.shape(0), width}, at::kFloat).to(target_->dtype()));
+    e->dflash->Extend(at::from_blob(f.data(), {features.shape(0), width}, at::kFloat)
+                          .to(target_->activation_dtype()));
     return absl::OkStatus();
   }
 

@@ -107,6 +107,12 @@ TEST_P(HfReferenceTest, Bf16LogitsAreAsCloseAsTransformersOwnBf16) {
   EXPECT_LT(err, kBf16Tolerance);
   EXPECT_LT(MaxAbs(stepped, f.f64.narrow(0, f.prompt.size() - 1, f.verify.size() + 1)),
             kBf16Tolerance);
+  // Float activations (the CPU's default for bf16 weights) round only the products' inputs, so
+  // they land clearly closer than Transformers' all-bf16 run (0.64-0.67 of its error on these
+  // fixtures; all-bf16 activations here: 0.89-1.04).
+  if (m->activation_dtype() == at::kFloat) {
+    EXPECT_LT(err, 0.8 * f.hf_bf16_error);
+  }
 }
 
 // The comparison can fail: the same weights under a wrong rope_theta (a planted runtime bug) land

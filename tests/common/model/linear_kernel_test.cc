@@ -42,6 +42,26 @@ at::Tensor KernelProduct(const at::Tensor& x, const at::Tensor& w, bool portable
   return y;
 }
 
+// The same product with the float output (LinearProblem::y_f32), as float [rows, out].
+at::Tensor KernelProductF32(const at::Tensor& x, const at::Tensor& w, bool portable) {
+  at::Tensor y = at::empty({x.size(0), w.size(0)}, at::kFloat);
+  LinearProblem p;
+  p.x = static_cast<const uint16_t*>(x.data_ptr());
+  p.rows = x.size(0);
+  p.x_stride = x.stride(0);
+  p.w = static_cast<const uint16_t*>(w.data_ptr());
+  p.in = w.size(1);
+  p.out = w.size(0);
+  p.y_f32 = y.data_ptr<float>();
+  p.y_stride = w.size(0);
+  if (portable) {
+    RunLinearPortable(p);
+  } else {
+    RunLinear(p);
+  }
+  return y;
+}
+
 // Values whose float sums depend on their order: +-1024 and +-2^-14 (half a float step of 1024,
 // lost or kept by where it falls), scattered among zeros.
 at::Tensor CancellingBf16(std::vector<int64_t> shape) {
@@ -181,6 +201,45 @@ TEST(LinearKernelTest, RowsAndOutputsMayBeStrided) {
   EXPECT_TRUE(BitwiseEqual(y.narrow(1, 16, 32), want.narrow(1, 16, 32)));
   EXPECT_EQ(y.narrow(1, 0, 16).abs().sum().item<float>(), 0.f);
   EXPECT_EQ(y.narrow(1, 48, 16).abs().sum().item<float>(), 0.f);
+}
+
+// The float output holds the very sums the bf16 output rounds (so it sums in the same order and
+// keeps a row's result independent of the rows beside it), with a float's precision.
+TEST(LinearKernelTest, FloatOutputIsTheUnroundedSum) {
+  at::manual_seed(17);
+  for (int64_t rows : {1, 3, 6, 67}) {
+    SCOPED_TRACE(testing::Message() << rows << " rows");
+    at::Tensor x = RandomBf16({rows, 256}, 1.0), w = RandomBf16({48, 256}, 0.05);
+    for (bool portable : {false, true}) {
+      const at::Tensor f = KernelProductF32(x, w, portable);
+      EXPECT_TRUE(BitwiseEqual(f.to(at::kBFloat16), KernelProduct(x, w, portable)));
+      at::Tensor exact = at::matmul(x.to(at::kDouble), w.to(at::kDouble).t());
+      EXPECT_LT((f.to(at::kDouble) - exact).abs().max().item<double>(), 1e-4);
+      EXPECT_TRUE(BitwiseEqual(KernelProductF32(x.narrow(0, rows - 1, 1), w, portable),
+                               f.narrow(0, rows - 1, 1)));
+    }
+  }
+}
+
+// ops.h Linear of float activations with bf16 weights: the activations rounded to bf16, every row
+// count on the kernel with its float output.
+TEST(LinearKernelTest, OpsLinearOfFloatActivationsRoundsOnlyWhatTheProductConsumes) {
+  at::manual_seed(19);
+  at::Tensor w = RandomBf16({512, 256}, 0.05);
+  at::Tensor x = at::randn({70, 256}, at::kFloat);
+  const at::Tensor all = Linear(x, w);
+  ASSERT_EQ(all.scalar_type(), at::kFloat);
+  EXPECT_TRUE(BitwiseEqual(all, KernelProductF32(x.to(at::kBFloat16).contiguous(), w, false)));
+  for (int64_t rows : {1, 2, 3, 33, 69}) {
+    EXPECT_TRUE(
+        BitwiseEqual(Linear(x.narrow(0, 70 - rows, rows), w), all.narrow(0, 70 - rows, rows)))
+        << rows;
+  }
+  // Widths the kernel does not take: ATen's bf16 product.
+  at::Tensor odd_w = RandomBf16({40, 256}, 0.05);
+  const at::Tensor odd = Linear(x.narrow(0, 0, 2), odd_w);
+  EXPECT_EQ(odd.scalar_type(), at::kFloat);
+  ExpectNearExact(odd.to(at::kBFloat16), x.narrow(0, 0, 2).to(at::kBFloat16), odd_w);
 }
 
 TEST(LinearKernelTest, TheAvx512PathSumsInThePortableOrder) {

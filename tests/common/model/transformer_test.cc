@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <numeric>
+#include <optional>
 
 #include "common/io/gguf_to_hf.h"
 #include "common/model/runtime.h"
@@ -39,10 +40,13 @@ ModelConfig SmallConfig(Architecture arch) {
   return c;
 }
 
-std::unique_ptr<Transformer> MakeModel(Architecture arch, at::ScalarType dt, uint64_t seed = 1) {
+// `act`: the activations' dtype; unset for the default (float on the CPU).
+std::unique_ptr<Transformer> MakeModel(Architecture arch, at::ScalarType dt, uint64_t seed = 1,
+                                       std::optional<at::ScalarType> act = std::nullopt) {
   ModelConfig c = SmallConfig(arch);
   LoadOptions opts;
   opts.dtype = dt;
+  opts.activation_dtype = act;
   auto m = Transformer::FromTensors(c, Transformer::RandomWeights(c, seed, 0.1), opts);
   EXPECT_TRUE(m.ok()) << m.status();
   return m.ok() ? *std::move(m) : nullptr;
@@ -71,11 +75,15 @@ double MaxDiff(const at::Tensor& a, const at::Tensor& b) {
   return (a - b).abs().max().item<double>();
 }
 
-class TransformerTest : public ::testing::TestWithParam<std::tuple<Architecture, at::ScalarType>> {
+// (architecture, weights' dtype, activations' dtype).
+using ModelParam = std::tuple<Architecture, at::ScalarType, at::ScalarType>;
+
+class TransformerTest : public ::testing::TestWithParam<ModelParam> {
  protected:
   void SetUp() override {
     ConfigureComputeThreads(0);
-    model_ = MakeModel(std::get<0>(GetParam()), std::get<1>(GetParam()));
+    model_ =
+        MakeModel(std::get<0>(GetParam()), std::get<1>(GetParam()), 1, std::get<2>(GetParam()));
     ASSERT_NE(model_, nullptr);
     tol_ = std::get<1>(GetParam()) == at::kFloat ? kF32Tol : kBf16Tol;
   }
@@ -268,21 +276,63 @@ TEST_P(TransformerTest, BadInputIsRejectedAndCacheUntouched) {
   expect_bad({cache.get(), two, one_pos}, "position count");
   std::vector<int32_t> too_long(260, 1);
   expect_bad({cache.get(), too_long}, "context overflow");
-  auto other = MakeModel(std::get<0>(GetParam()), std::get<1>(GetParam()), 2);
+  auto other =
+      MakeModel(std::get<0>(GetParam()), std::get<1>(GetParam()), 2, std::get<2>(GetParam()));
   auto foreign = other->NewCache();
   SequenceInput in{foreign.get(), two};
   EXPECT_EQ(model_->Forward(std::span<const SequenceInput>(&in, 1)).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, TransformerTest,
-                         ::testing::Values(std::make_tuple(Architecture::kQwen3, at::kFloat),
-                                           std::make_tuple(Architecture::kLlama, at::kFloat),
-                                           std::make_tuple(Architecture::kQwen3, at::kBFloat16)),
-                         [](const auto& info) {
-                           return std::string(ArchitectureName(std::get<0>(info.param))) +
-                                  (std::get<1>(info.param) == at::kFloat ? "_f32" : "_bf16");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, TransformerTest,
+    ::testing::Values(ModelParam{Architecture::kQwen3, at::kFloat, at::kFloat},
+                      ModelParam{Architecture::kLlama, at::kFloat, at::kFloat},
+                      ModelParam{Architecture::kQwen3, at::kBFloat16, at::kFloat},
+                      ModelParam{Architecture::kQwen3, at::kBFloat16, at::kBFloat16}),
+    [](const auto& info) {
+      auto name = [](at::ScalarType t) { return t == at::kFloat ? "f32" : "bf16"; };
+      return std::string(ArchitectureName(std::get<0>(info.param))) + "_" +
+             name(std::get<1>(info.param)) + "_act_" + name(std::get<2>(info.param));
+    });
+
+// bf16 weights on the CPU keep float activations by default (the residual stream, norms,
+// attention and KV cache), rounding only what a matrix product consumes; their logits land
+// closer to the float32 model's than those of Transformers' all-bf16 arithmetic.
+TEST(TransformerBf16, FloatActivationsByDefaultAndCloserToFloat32) {
+  for (Architecture arch : {Architecture::kQwen3, Architecture::kLlama}) {
+    SCOPED_TRACE(ArchitectureName(arch));
+    auto f32 = MakeModel(arch, at::kFloat);
+    auto mixed = MakeModel(arch, at::kBFloat16);
+    auto all_bf16 = MakeModel(arch, at::kBFloat16, 1, at::kBFloat16);
+    ASSERT_TRUE(f32 && mixed && all_bf16);
+    EXPECT_EQ(mixed->dtype(), at::kBFloat16);
+    EXPECT_EQ(mixed->activation_dtype(), at::kFloat);
+    EXPECT_EQ(all_bf16->activation_dtype(), at::kBFloat16);
+    EXPECT_EQ(mixed->kv_bytes_per_token(), 2 * all_bf16->kv_bytes_per_token());
+    const std::vector<int32_t> tokens = Tokens(48, 3);
+    auto logits = [&](const Transformer& m) {
+      auto cache = m.NewCache();
+      return RunAll(m, cache.get(), tokens);
+    };
+    const at::Tensor want = logits(*f32);
+    auto rms = [&](const at::Tensor& got) {
+      return (got - want).pow(2).mean().sqrt().item<double>();
+    };
+    const double mixed_err = rms(logits(*mixed)), bf16_err = rms(logits(*all_bf16));
+    EXPECT_GT(mixed_err, 0) << "bf16 weights must differ from the float32 ones somewhere";
+    EXPECT_LT(mixed_err * 1.5, bf16_err) << mixed_err << " vs " << bf16_err;
+  }
+}
+
+TEST(TransformerBf16, ActivationDtypeIsFloatOrTheWeights) {
+  ModelConfig c = SmallConfig(Architecture::kQwen3);
+  LoadOptions opts;
+  opts.dtype = at::kFloat;
+  opts.activation_dtype = at::kBFloat16;
+  auto m = Transformer::FromTensors(c, Transformer::RandomWeights(c, 1, 0.1), opts);
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+}
 
 // --device at the boundary: the CPU always; a CUDA device only where this libtorch has one (a
 // clear FAILED_PRECONDITION elsewhere, before anything loads); anything else is refused.
