@@ -82,26 +82,118 @@ struct Scratch {
   std::vector<uint8_t> visible;
 };
 
-// out[r][col0, col0 + 16 DV) = sum_j p[r][j] * values[j][same columns] for rows [r0, r0 + 4)
-// (fewer at the end): the accumulators stay in registers across every key.
-template <int DV, typename T>
+// out[r][col0, col0 + 16 DV) = sum_j p[r][j] * values[j][same columns] for rows [r0, r0 + NR),
+// keys [0, m): every element is one float sum over the keys in order, whatever the blocking, so
+// blocks of rows and columns are sized for the registers (NR * DV vectors of accumulators).
+template <int NR, int DV, typename T>
 __attribute__((always_inline)) inline void WeightedValues(const float* p, int64_t mpad,
                                                           const T* values, int64_t dpad, int64_t m,
-                                                          int64_t r0, int64_t rows, int64_t col0,
-                                                          float* out) {
-  const int64_t nr = std::min<int64_t>(4, rows - r0);
-  F16 acc[4][DV] = {};
+                                                          int64_t r0, int64_t col0, float* out) {
+  F16 acc[NR][DV] = {};
   for (int64_t j = 0; j < m; ++j) {
     const T* vj = values + j * dpad + col0;
-    for (int v = 0; v < DV; ++v) {
-      const F16 x = LoadAny(vj + v * kLanes);
-      for (int64_t r = 0; r < 4; ++r) {
-        if (r < nr) acc[r][v] += p[(r0 + r) * mpad + j] * x;
+    F16 x[DV];
+    for (int v = 0; v < DV; ++v) x[v] = LoadAny(vj + v * kLanes);
+    for (int r = 0; r < NR; ++r) {
+      const float pr = p[(r0 + r) * mpad + j];
+      for (int v = 0; v < DV; ++v) acc[r][v] += pr * x[v];
+    }
+  }
+  for (int r = 0; r < NR; ++r) {
+    for (int v = 0; v < DV; ++v) StoreF16(out + (r0 + r) * dpad + col0 + v * kLanes, acc[r][v]);
+  }
+}
+
+// Eight elements from `x` as floats (bf16 widens exactly).
+__attribute__((target("avx2,fma"), always_inline)) inline __m256 Load8(const float* x) {
+  return _mm256_loadu_ps(x);
+}
+__attribute__((target("avx2,fma"), always_inline)) inline __m256 Load8(const uint16_t* x) {
+  const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+}
+
+// WeightedValues on AVX2 registers: the same multiply-adds (a probability times a value added to
+// the element's sum, fused, key after key), with the accumulators kept in registers, where the
+// generic vectors' broadcasts and 64-byte accumulators went through the stack.
+template <int NR, int DV, typename T>
+__attribute__((target("avx2,fma"))) void WeightedValuesAvx2(const float* p, int64_t mpad,
+                                                            const T* values, int64_t dpad,
+                                                            int64_t m, int64_t r0, int64_t col0,
+                                                            float* out) {
+  constexpr int kHalves = 2 * DV;  // 8-float halves of the DV 16-element vectors
+  __m256 acc[NR][kHalves];
+  for (int r = 0; r < NR; ++r) {
+    for (int h = 0; h < kHalves; ++h) acc[r][h] = _mm256_setzero_ps();
+  }
+  for (int64_t j = 0; j < m; ++j) {
+    const T* vj = values + j * dpad + col0;
+    __m256 x[kHalves];
+    for (int h = 0; h < kHalves; ++h) x[h] = Load8(vj + 8 * h);
+    for (int r = 0; r < NR; ++r) {
+      const __m256 pr = _mm256_broadcast_ss(p + (r0 + r) * mpad + j);
+      for (int h = 0; h < kHalves; ++h) acc[r][h] = _mm256_fmadd_ps(pr, x[h], acc[r][h]);
+    }
+  }
+  for (int r = 0; r < NR; ++r) {
+    for (int h = 0; h < kHalves; ++h) {
+      _mm256_storeu_ps(out + (r0 + r) * dpad + col0 + 8 * h, acc[r][h]);
+    }
+  }
+}
+
+// Rows [r0, r0 + NR) over every column: at most four 16-element accumulators (eight AVX2
+// registers), two columns of 16 at a time for one or two rows. On CPUs with AVX2 and FMA every
+// block takes WeightedValuesAvx2, so all rows of a pass sum alike.
+template <int NR, typename T>
+__attribute__((always_inline)) inline void WeightedValueRows(const float* p, int64_t mpad,
+                                                             const T* values, int64_t dpad,
+                                                             int64_t m, int64_t r0, float* out) {
+  const int64_t dv = dpad / kLanes;
+  const bool avx2 = CpuHasAvx2Fma();
+  int64_t c = 0;
+  if constexpr (NR <= 2) {
+    for (; c + 2 <= dv; c += 2) {
+      if (avx2) {
+        WeightedValuesAvx2<NR, 2>(p, mpad, values, dpad, m, r0, c * kLanes, out);
+      } else {
+        WeightedValues<NR, 2>(p, mpad, values, dpad, m, r0, c * kLanes, out);
       }
     }
   }
-  for (int64_t r = 0; r < nr; ++r) {
-    for (int v = 0; v < DV; ++v) StoreF16(out + (r0 + r) * dpad + col0 + v * kLanes, acc[r][v]);
+  for (; c < dv; ++c) {
+    if (avx2) {
+      WeightedValuesAvx2<NR, 1>(p, mpad, values, dpad, m, r0, c * kLanes, out);
+    } else {
+      WeightedValues<NR, 1>(p, mpad, values, dpad, m, r0, c * kLanes, out);
+    }
+  }
+}
+
+// The lane sums of BlockedScores on AVX2 registers: for rows [0, nr) of q and keys [0, live) of
+// `keys` (rows of 16 DV elements), part[r][jj] lane l = q[l] k[l] rounded, then q[16 v + l]
+// k[16 v + l] added by a fused multiply-add for v = 1, ..., DV - 1 (with the generic vectors the
+// compiler chooses which of two products to fuse). Every row of every pass takes it on CPUs with
+// AVX2 and FMA, and keeps the accumulators in registers.
+template <int DV, typename T>
+__attribute__((target("avx2,fma"))) void LaneSumsAvx2(const float* q, const T* keys, int64_t live,
+                                                      int64_t nr, F16 (*part)[kLanes]) {
+  constexpr int64_t dpad = DV * kLanes;
+  for (int64_t jj = 0; jj < live; ++jj) {
+    __m256 k[2 * DV];
+    for (int h = 0; h < 2 * DV; ++h) k[h] = Load8(keys + jj * dpad + 8 * h);
+    for (int64_t r = 0; r < nr; ++r) {
+      const float* qr = q + r * dpad;
+      __m256 lo = _mm256_mul_ps(_mm256_loadu_ps(qr), k[0]);
+      __m256 hi = _mm256_mul_ps(_mm256_loadu_ps(qr + 8), k[1]);
+      for (int v = 1; v < DV; ++v) {
+        lo = _mm256_fmadd_ps(_mm256_loadu_ps(qr + v * kLanes), k[2 * v], lo);
+        hi = _mm256_fmadd_ps(_mm256_loadu_ps(qr + v * kLanes + 8), k[2 * v + 1], hi);
+      }
+      auto* out = reinterpret_cast<float*>(&part[r][jj]);
+      _mm256_storeu_ps(out, lo);
+      _mm256_storeu_ps(out + 8, hi);
+    }
   }
 }
 
@@ -116,6 +208,7 @@ __attribute__((always_inline)) inline void BlockedScores(const float* q, const T
                                                          float* scores) {
   constexpr int64_t dpad = DV * kLanes;
   F16 part[4][kLanes];
+  const bool avx2 = CpuHasAvx2Fma();
   for (int64_t j0 = 0; j0 < mpad; j0 += kLanes) {
     const T* kt = keys + j0 * dpad;
     const int64_t live = std::min(kLanes, m - j0);
@@ -123,15 +216,19 @@ __attribute__((always_inline)) inline void BlockedScores(const float* q, const T
     const int64_t first = bidirectional ? 0 : std::max<int64_t>(0, (j0 - past) * group);
     for (int64_t r0 = first; r0 < rows; r0 += 4) {
       const int64_t nr = std::min<int64_t>(4, rows - r0);
-      for (int64_t jj = 0; jj < live; ++jj) {
-        F16 k[DV];
-        for (int v = 0; v < DV; ++v) k[v] = LoadAny(kt + jj * dpad + v * kLanes);
-        for (int64_t r = 0; r < 4; ++r) {
-          if (r >= nr) break;
-          const float* qr = q + (r0 + r) * dpad;
-          F16 a = LoadF16(qr) * k[0];
-          for (int v = 1; v < DV; ++v) a += LoadF16(qr + v * kLanes) * k[v];
-          part[r][jj] = a;
+      if (avx2) {
+        LaneSumsAvx2<DV>(q + r0 * dpad, kt, live, nr, part);
+      } else {
+        for (int64_t jj = 0; jj < live; ++jj) {
+          F16 k[DV];
+          for (int v = 0; v < DV; ++v) k[v] = LoadAny(kt + jj * dpad + v * kLanes);
+          for (int64_t r = 0; r < 4; ++r) {
+            if (r >= nr) break;
+            const float* qr = q + (r0 + r) * dpad;
+            F16 a = LoadF16(qr) * k[0];
+            for (int v = 1; v < DV; ++v) a += LoadF16(qr + v * kLanes) * k[v];
+            part[r][jj] = a;
+          }
         }
       }
       for (int64_t r = 0; r < nr; ++r) {
@@ -181,20 +278,23 @@ __attribute__((always_inline)) inline void AllWeightedValues(const float* pr, in
                                                              const T* vals, int64_t dpad,
                                                              int64_t rows, int64_t m, auto&& limit,
                                                              float* acc) {
-  const int64_t dv = dpad / kLanes;
   for (int64_t r0 = 0; r0 < rows; r0 += 4) {
-    const int64_t keys = std::min(m, limit(std::min(rows, r0 + 4) - 1));
-    if (dv == 4) {
-      WeightedValues<4>(pr, mpad, vals, dpad, keys, r0, rows, 0, acc);
-    } else if (dv == 2) {
-      WeightedValues<2>(pr, mpad, vals, dpad, keys, r0, rows, 0, acc);
-    } else {
-      for (int64_t c = 0; c + 8 <= dv; c += 8) {
-        WeightedValues<8>(pr, mpad, vals, dpad, keys, r0, rows, c * kLanes, acc);
-      }
-      for (int64_t c = dv / 8 * 8; c < dv; ++c) {
-        WeightedValues<1>(pr, mpad, vals, dpad, keys, r0, rows, c * kLanes, acc);
-      }
+    const int64_t nr = std::min<int64_t>(4, rows - r0);
+    // Keys up to the block's last row's limit; the earlier rows' probabilities past their own
+    // limits are 0 and add nothing.
+    const int64_t keys = std::min(m, limit(r0 + nr - 1));
+    switch (nr) {
+      case 1:
+        WeightedValueRows<1>(pr, mpad, vals, dpad, keys, r0, acc);
+        break;
+      case 2:
+        WeightedValueRows<2>(pr, mpad, vals, dpad, keys, r0, acc);
+        break;
+      case 3:
+        WeightedValueRows<3>(pr, mpad, vals, dpad, keys, r0, acc);
+        break;
+      default:
+        WeightedValueRows<4>(pr, mpad, vals, dpad, keys, r0, acc);
     }
   }
 }

@@ -229,11 +229,6 @@ __attribute__((target("avx2,fma"))) void RunPanelAvx2(const LinearProblem& p, co
   RunPanelBlocks<Avx2Block>(p, panel, r0, rows);
 }
 
-bool CpuHasAvx2Fma() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return has;
-}
-
 // The problem's rows a panel at a time: widened, then run by `run`.
 void RunPanels(const LinearProblem& p, PanelFn run) {
   const int64_t panel_rows = std::min(p.rows, kPanelRows);

@@ -58,6 +58,20 @@ std::optional<KernelDType> RowKernelType(const at::Tensor& t) {
   return std::nullopt;
 }
 
+// Runs `p` (every output, all rows) over the intra-op pool, in ranges of 64 outputs at least: the
+// smaller products of a small model (256 outputs) still split over two threads. How the outputs
+// are split does not change any of them.
+void RunLinearParallel(const LinearProblem& p) {
+  at::parallel_for(0, p.out / 16, 4, [&](int64_t begin, int64_t end) {
+    LinearProblem part = p;
+    part.w = p.w + begin * 16 * p.in;
+    part.out = (end - begin) * 16;
+    if (p.y != nullptr) part.y = p.y + begin * 16;
+    if (p.y_f32 != nullptr) part.y_f32 = p.y_f32 + begin * 16;
+    RunLinear(part);
+  });
+}
+
 // x W^T on linear_kernel.h, or an undefined tensor when the kernel does not take the operands.
 at::Tensor KernelLinear(const at::Tensor& x, const at::Tensor& weight) {
   if (x.dim() != 2 || x.size(0) == 0 || x.size(0) > LinearKernelMaxRows() ||
@@ -68,22 +82,16 @@ at::Tensor KernelLinear(const at::Tensor& x, const at::Tensor& weight) {
   }
   const int64_t rows = x.size(0), in = x.size(1), out = weight.size(0);
   at::Tensor y = at::empty({rows, out}, x.options());
-  const auto* xp = static_cast<const uint16_t*>(x.data_ptr());
-  const auto* wp = static_cast<const uint16_t*>(weight.data_ptr());
-  auto* yp = static_cast<uint16_t*>(y.data_ptr());
-  // Ranges of 16 outputs; a thread takes at least 256 outputs.
-  at::parallel_for(0, out / 16, 16, [&](int64_t begin, int64_t end) {
-    LinearProblem p;
-    p.x = xp;
-    p.rows = rows;
-    p.x_stride = x.stride(0);
-    p.w = wp + begin * 16 * in;
-    p.in = in;
-    p.out = (end - begin) * 16;
-    p.y = yp + begin * 16;
-    p.y_stride = out;
-    RunLinear(p);
-  });
+  LinearProblem p;
+  p.x = static_cast<const uint16_t*>(x.data_ptr());
+  p.rows = rows;
+  p.x_stride = x.stride(0);
+  p.w = static_cast<const uint16_t*>(weight.data_ptr());
+  p.in = in;
+  p.out = out;
+  p.y = static_cast<uint16_t*>(y.data_ptr());
+  p.y_stride = out;
+  RunLinearParallel(p);
   return y;
 }
 
@@ -104,20 +112,16 @@ at::Tensor MixedLinear(const at::Tensor& x, const at::Tensor& weight) {
     for (int64_t i = 0; i < in; ++i) xbp[r * in + i] = FloatToBf16(src[i * x.stride(1)]);
   }
   at::Tensor y = at::empty({rows, out}, x.options());
-  const auto* wp = static_cast<const uint16_t*>(weight.data_ptr());
-  float* yp = y.data_ptr<float>();
-  at::parallel_for(0, out / 16, 16, [&](int64_t begin, int64_t end) {
-    LinearProblem p;
-    p.x = xbp;
-    p.rows = rows;
-    p.x_stride = in;
-    p.w = wp + begin * 16 * in;
-    p.in = in;
-    p.out = (end - begin) * 16;
-    p.y_f32 = yp + begin * 16;
-    p.y_stride = out;
-    RunLinear(p);
-  });
+  LinearProblem p;
+  p.x = xbp;
+  p.rows = rows;
+  p.x_stride = in;
+  p.w = static_cast<const uint16_t*>(weight.data_ptr());
+  p.in = in;
+  p.out = out;
+  p.y_f32 = y.data_ptr<float>();
+  p.y_stride = out;
+  RunLinearParallel(p);
   return y;
 }
 

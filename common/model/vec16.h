@@ -21,6 +21,12 @@ inline constexpr int64_t kLanes = 16;
 
 // Whether this CPU has AVX-512 BF16 dot products (and the AVX-512 subsets the kernels' paths
 // for them use).
+// Whether the CPU has AVX2 and FMA (read once).
+inline bool CpuHasAvx2Fma() {
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return has;
+}
+
 inline bool CpuHasAvx512Bf16() {
   static const bool has = __builtin_cpu_supports("avx512bf16") &&
                           __builtin_cpu_supports("avx512bw") &&
