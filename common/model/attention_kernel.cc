@@ -557,11 +557,23 @@ struct WorkItem {
   int64_t kv_offset = 0;               // element offset of this KV head in the cache
 };
 
-// Copies the item's new keys and values into cache slots [past, past + n).
+KernelDType CacheDType(const AttentionProblem& p) { return p.cache_dtype.value_or(p.dtype); }
+
+// Copies the item's new keys and values into cache slots [past, past + n), rounded to bf16 when
+// the rows are float and the cache bf16.
 __attribute__((always_inline)) inline void CopyNewRowsToCache(const AttentionProblem& p,
                                                               const WorkItem& w) {
   const AttentionSequence& s = w.s;
   const int64_t d = w.d, g = w.g;
+  if (CacheDType(p) != p.dtype) {  // float rows into a bf16 cache
+    for (int64_t i = 0; i < w.n; ++i) {
+      const int64_t from = (i * p.kv_heads + g) * d, to = w.kv_offset + (s.past + i) * d;
+      StoreRow(static_cast<const float*>(s.new_keys) + from, d, KernelDType::kBF16, s.keys, to);
+      StoreRow(static_cast<const float*>(s.new_values) + from, d, KernelDType::kBF16, s.values,
+               to);
+    }
+    return;
+  }
   const size_t elem = p.dtype == KernelDType::kF32 ? sizeof(float) : sizeof(uint16_t);
   for (int64_t i = 0; i < w.n; ++i) {
     const int64_t from = (i * p.kv_heads + g) * d, to = w.kv_offset + (s.past + i) * d;
@@ -662,11 +674,11 @@ __attribute__((always_inline)) inline void RunFloatItem(const AttentionProblem& 
     scratch.keys.assign(m * dpad, 0.f);
     scratch.values.assign(m * dpad, 0.f);
     for (int64_t j = 0; j < m; ++j) {
-      LoadRow(s.keys, kv_offset + j * d, d, p.dtype, &scratch.keys[j * dpad]);
-      LoadRow(s.values, kv_offset + j * d, d, p.dtype, &scratch.values[j * dpad]);
+      LoadRow(s.keys, kv_offset + j * d, d, CacheDType(p), &scratch.keys[j * dpad]);
+      LoadRow(s.values, kv_offset + j * d, d, CacheDType(p), &scratch.values[j * dpad]);
     }
   }
-  const bool bf16 = p.dtype == KernelDType::kBF16;
+  const bool bf16 = CacheDType(p) == KernelDType::kBF16;
   const float* keys_f = in_place ? (bf16 ? nullptr : static_cast<const float*>(s.keys) + kv_offset)
                                  : scratch.keys.data();
   const float* values_f = in_place
@@ -723,6 +735,7 @@ SPECDEC_TARGET_CLONES void RunItems(const AttentionProblem& p, int64_t begin, in
     // Keys past the limit are never scored, which halves a prefill's work.
     auto limit = [&](int64_t r) { return s.bidirectional ? m : s.past + r / group + 1; };
     const bool pairs = mode != Pairs::kOff && p.pair_path && p.dtype == KernelDType::kBF16 &&
+                       CacheDType(p) == KernelDType::kBF16 &&
                        d % 32 == 0 && d <= 32 * kMaxPairChunks;
     if (pairs) {
       RunPairItem(p, w, mode == Pairs::kNative, limit, scratch, trace);

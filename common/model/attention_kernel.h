@@ -9,6 +9,7 @@
 #define SPECDEC_COMMON_MODEL_ATTENTION_KERNEL_H_
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -45,6 +46,9 @@ struct AttentionProblem {
   // bf16 heads of a multiple of 32 elements take the pair path where RunAttention offers it
   // (below); false: always the float path (to compare the two).
   bool pair_path = true;
+  // The caches' dtype (keys, values), when it is not `dtype`: float queries and outputs over a
+  // bf16 cache (the new rows are rounded to bf16 as they are stored). Unset: `dtype`.
+  std::optional<KernelDType> cache_dtype;
 };
 
 // Independent work items: one per (sequence, KV head).

@@ -373,7 +373,7 @@ std::unique_ptr<KvCache> DFlashDrafter::NewCache() const {
   shape.num_layers = config_.layers.num_hidden_layers;
   shape.num_kv_heads = config_.layers.num_key_value_heads;
   shape.head_dim = config_.layers.head_dim;
-  shape.dtype = target_.activation_dtype();
+  shape.dtype = target_.kv_dtype();
   shape.device = target_.device();
   shape.owner_id = id_;
   return std::make_unique<KvCache>(shape);

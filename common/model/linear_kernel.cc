@@ -244,6 +244,12 @@ void RunPanels(const LinearProblem& p, PanelFn run) {
 
 void RunLinearPortable(const LinearProblem& p) { RunPanels(p, RunPanelPortable); }
 
+void RoundRowsToBf16(const float* x, int64_t rows, int64_t in, int64_t x_stride, uint16_t* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < in; ++i) out[r * in + i] = FloatToBf16(x[r * x_stride + i]);
+  }
+}
+
 void RunLinear(const LinearProblem& p) {
   if (LinearKernelNative()) {
     RunNative(p);

@@ -44,6 +44,9 @@ bool LinearKernelNative();
 void RunLinear(const LinearProblem& p);
 // The portable path alone (for tests).
 void RunLinearPortable(const LinearProblem& p);
+// Rounds `rows` rows of `in` floats (`x_stride` elements apart) to bf16 (nearest even) into
+// `out`, contiguously: the x of a product of float activations.
+void RoundRowsToBf16(const float* x, int64_t rows, int64_t in, int64_t x_stride, uint16_t* out);
 
 }  // namespace specdec::model
 

@@ -12,7 +12,6 @@
 
 #include "common/model/linear_kernel.h"
 #include "common/model/row_kernels.h"
-#include "common/model/vec16.h"
 
 namespace specdec::model {
 
@@ -105,12 +104,10 @@ at::Tensor MixedLinear(const at::Tensor& x, const at::Tensor& weight) {
       !LinearKernelFits(in, out) || rows == 0) {
     return at::linear(x.to(at::kBFloat16), weight).to(at::kFloat);
   }
+  const at::Tensor xc = x.stride(1) == 1 ? x : x.contiguous();
   at::Tensor xb = at::empty({rows, in}, weight.options());
   auto* xbp = static_cast<uint16_t*>(xb.data_ptr());
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* src = x.data_ptr<float>() + r * x.stride(0);
-    for (int64_t i = 0; i < in; ++i) xbp[r * in + i] = FloatToBf16(src[i * x.stride(1)]);
-  }
+  RoundRowsToBf16(xc.data_ptr<float>(), rows, in, xc.stride(0), xbp);
   at::Tensor y = at::empty({rows, out}, x.options());
   LinearProblem p;
   p.x = xbp;
@@ -253,6 +250,9 @@ at::Tensor Attention(const at::Tensor& q, const at::Tensor& keys, const at::Tens
   // [n, kv, g, d] -> [kv, g*n, d]: all query heads sharing a KV head form one matmul.
   at::Tensor qg =
       q.view({n, kv_heads, group, d}).permute({1, 2, 0, 3}).reshape({kv_heads, group * n, d});
+  if (keys.scalar_type() != q.scalar_type()) {  // a bf16 cache under float rows
+    return Attention(q, keys.to(q.scalar_type()), values.to(q.scalar_type()), mask);
+  }
   at::Tensor scores = at::matmul(qg, keys.transpose(1, 2)).to(at::kFloat);  // [kv, g*n, m]
   scores.mul_(1.0 / std::sqrt(static_cast<double>(d)));
   if (mask.defined()) {
@@ -295,14 +295,20 @@ void FusedAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
     const char* v = std::getenv("SPECDEC_ATTENTION_PAIRS");
     return v == nullptr || std::string(v) != "0";
   }();
-  const AttentionProblem problem{
-      seqs,
-      heads,
-      kv_heads,
-      d,
-      q.scalar_type() == at::kBFloat16 ? KernelDType::kBF16 : KernelDType::kF32,
-      static_cast<float>(1.0 / std::sqrt(static_cast<double>(d))),
-      pairs};
+  auto kernel_dtype = [](at::ScalarType t) {
+    return t == at::kBFloat16 ? KernelDType::kBF16 : KernelDType::kF32;
+  };
+  // The caches' dtype: the rows' own, or bf16 under float rows (LoadOptions::kv_dtype).
+  const at::ScalarType cache_dtype =
+      inputs.empty() ? q.scalar_type() : inputs[0].cache->shape().dtype;
+  const AttentionProblem problem{seqs,
+                                 heads,
+                                 kv_heads,
+                                 d,
+                                 kernel_dtype(q.scalar_type()),
+                                 static_cast<float>(1.0 / std::sqrt(static_cast<double>(d))),
+                                 pairs,
+                                 kernel_dtype(cache_dtype)};
   at::parallel_for(0, AttentionWorkItems(problem), 1,
                    [&](int64_t b, int64_t e) { RunAttention(problem, b, e); });
 }

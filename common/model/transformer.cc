@@ -44,6 +44,16 @@ at::ScalarType DefaultActivationDtype(at::ScalarType weights, c10::Device device
   return device.is_cpu() && !weights_dtype_on_cpu ? at::kFloat : weights;
 }
 
+// LoadOptions::kv_dtype when unset: the weights' dtype, unless SPECDEC_KV_DTYPE=f32 (read once)
+// keeps it in the activations'.
+at::ScalarType DefaultKvDtype(at::ScalarType weights, at::ScalarType activations) {
+  static const bool activations_dtype = [] {
+    const char* v = std::getenv("SPECDEC_KV_DTYPE");
+    return v != nullptr && std::string(v) == "f32";
+  }();
+  return activations_dtype ? activations : weights;
+}
+
 // One decoder layer's weights (Transformer::Weights::Layer).
 struct DecoderLayerWeights {
   at::Tensor input_norm, post_norm, q_norm, k_norm;
@@ -379,6 +389,10 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::FromTensors(
     return absl::InvalidArgumentError("activation dtype must be float32 or the weights' dtype");
   }
   const at::ScalarType act = *opts.activation_dtype;
+  if (!opts.kv_dtype) opts.kv_dtype = DefaultKvDtype(dt, act);
+  if (*opts.kv_dtype != act && *opts.kv_dtype != dt) {
+    return absl::InvalidArgumentError("KV cache dtype must be the activations' or the weights'");
+  }
   if (opts.device.is_cuda() && !at::hasCUDA()) {
     return absl::FailedPreconditionError("a CUDA device was asked for, but this libtorch has none");
   }
@@ -447,7 +461,7 @@ std::unique_ptr<KvCache> Transformer::NewCache() const {
   shape.num_layers = config_.num_hidden_layers;
   shape.num_kv_heads = config_.num_key_value_heads;
   shape.head_dim = config_.head_dim;
-  shape.dtype = *options_.activation_dtype;
+  shape.dtype = *options_.kv_dtype;
   shape.device = options_.device;
   shape.owner_id = id_;
   return std::make_unique<KvCache>(shape);
@@ -456,11 +470,12 @@ std::unique_ptr<KvCache> Transformer::NewCache() const {
 const ModelConfig& Transformer::config() const { return config_; }
 at::ScalarType Transformer::dtype() const { return *options_.dtype; }
 at::ScalarType Transformer::activation_dtype() const { return *options_.activation_dtype; }
+at::ScalarType Transformer::kv_dtype() const { return *options_.kv_dtype; }
 c10::Device Transformer::device() const { return options_.device; }
 int64_t Transformer::max_context() const { return options_.max_context; }
 int64_t Transformer::kv_bytes_per_token() const {
   return 2 * config_.num_hidden_layers * config_.num_key_value_heads * config_.head_dim *
-         static_cast<int64_t>(c10::elementSize(*options_.activation_dtype));
+         static_cast<int64_t>(c10::elementSize(*options_.kv_dtype));
 }
 
 at::Tensor Transformer::Embed(const at::Tensor& token_ids) const {

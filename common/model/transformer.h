@@ -59,6 +59,10 @@ struct LoadOptions {
   // unset default the weights' dtype on the CPU too (Transformers' bf16 arithmetic, every
   // intermediate rounded).
   std::optional<at::ScalarType> activation_dtype;
+  // The KV cache's dtype: the activations' or, under float activations, the weights' bf16 (keys
+  // and values rounded as they are stored: only attention's products consume them). Unset: the
+  // weights' dtype (SPECDEC_KV_DTYPE=f32 in the environment: the activations').
+  std::optional<at::ScalarType> kv_dtype;
   // Longest sequence (cache + new tokens) accepted; 0 = the config's max_position_embeddings.
   int64_t max_context = 0;
   // Where the weights, KV caches and activations live: the CPU, or a CUDA device when this
@@ -102,6 +106,8 @@ class Transformer {
   at::ScalarType dtype() const;
   // The activations' dtype: of the residual stream, KV caches, features and Embed's rows.
   at::ScalarType activation_dtype() const;
+  // The KV caches' dtype (NewCache, kv_bytes_per_token).
+  at::ScalarType kv_dtype() const;
   c10::Device device() const;
   int64_t max_context() const;
   // Bytes of one token's K and V over all layers.

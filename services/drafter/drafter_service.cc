@@ -264,7 +264,7 @@ class DrafterCore {
       entry->dflash = std::make_unique<engine::DFlashDraftSession>(*dflash_);
       const auto& c = dflash_->config().layers;
       bytes = reserve * 2 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim *
-              static_cast<int64_t>(at::elementSize(target_->activation_dtype()));
+              static_cast<int64_t>(at::elementSize(target_->kv_dtype()));
     } else if (o.kind() == v1::AR_DRAFT_LM) {
       if (!draft_lm_) return absl::UnavailableError("no AR draft model is loaded on this replica");
       entry->ar = std::make_unique<engine::ArDraftSession>(*draft_lm_, sp);

@@ -163,7 +163,7 @@ class TargetCore {
   int64_t DraftBytesPerToken() const {
     const auto& c = drafter_->config().layers;
     return 2 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim *
-           static_cast<int64_t>(at::elementSize(model_->activation_dtype()));
+           static_cast<int64_t>(at::elementSize(model_->kv_dtype()));
   }
 
   absl::Status Execute(uint64_t owner, const v1::TargetRequest& r, v1::TargetResponse* resp) {

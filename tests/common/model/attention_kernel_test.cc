@@ -300,5 +300,47 @@ TEST(AttentionKernelTest, NativePairPathEqualsPortable) {
   }
 }
 
+// Float rows over a bf16 cache (float activations, LoadOptions::kv_dtype bf16): the new keys and
+// values are stored rounded to bf16, and the outputs are bit for bit those of a float cache that
+// holds the same rounded values.
+TEST(AttentionKernelTest, FloatRowsOverABf16CacheEqualAFloatCacheOfRoundedValues) {
+  at::manual_seed(23);
+  constexpr int64_t kDim = 64;
+  for (const Case& c : {Case{0, 1, 4, {}}, Case{37, 1, 64, {}}, Case{12, 5, 20, {}},
+                        Case{30, 7, 40, {-1, -1, 0, 0, 1, 2, 2}}}) {
+    const at::Tensor kb = at::randn({kKvHeads, c.capacity, kDim}).to(at::kBFloat16);
+    const at::Tensor vb = at::randn({kKvHeads, c.capacity, kDim}).to(at::kBFloat16);
+    const at::Tensor nk = at::randn({c.n, kKvHeads, kDim}), nv = at::randn({c.n, kKvHeads, kDim});
+    const at::Tensor q = at::randn({c.n, kHeads, kDim});
+    // The float cache holds the bf16 cache's values; its new rows come rounded.
+    at::Tensor kf = kb.to(at::kFloat), vf = vb.to(at::kFloat);
+    const at::Tensor nk_rounded = nk.to(at::kBFloat16).to(at::kFloat);
+    const at::Tensor nv_rounded = nv.to(at::kBFloat16).to(at::kFloat);
+    at::Tensor k_mixed = kb.clone(), v_mixed = vb.clone();
+    at::Tensor out_mixed = at::zeros({c.n, kHeads * kDim}), out_float = at::zeros_like(out_mixed);
+    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(kDim)));
+    const AttentionSequence mixed = Sequence(c, kDim, q, nk, nv, k_mixed, v_mixed, out_mixed);
+    const AttentionSequence plain =
+        Sequence(c, kDim, q, nk_rounded, nv_rounded, kf, vf, out_float);
+    AttentionProblem pm{std::span<const AttentionSequence>(&mixed, 1), kHeads, kKvHeads, kDim,
+                        KernelDType::kF32, scale, true, KernelDType::kBF16};
+    AttentionProblem pf{std::span<const AttentionSequence>(&plain, 1), kHeads, kKvHeads, kDim,
+                        KernelDType::kF32, scale};
+    RunAttention(pm, 0, AttentionWorkItems(pm));
+    RunAttention(pf, 0, AttentionWorkItems(pf));
+    EXPECT_TRUE(at::equal(out_mixed, out_float)) << "past " << c.past << ", n " << c.n;
+    EXPECT_TRUE(at::equal(k_mixed.to(at::kFloat), kf));
+    EXPECT_TRUE(at::equal(v_mixed.to(at::kFloat), vf));
+    // The comparison can fail: unrounded new rows give other outputs.
+    at::Tensor out_unrounded = at::zeros_like(out_mixed), kf2 = kb.to(at::kFloat),
+               vf2 = vb.to(at::kFloat);
+    const AttentionSequence raw = Sequence(c, kDim, q, nk, nv, kf2, vf2, out_unrounded);
+    AttentionProblem pr{std::span<const AttentionSequence>(&raw, 1), kHeads, kKvHeads, kDim,
+                        KernelDType::kF32, scale};
+    RunAttention(pr, 0, AttentionWorkItems(pr));
+    EXPECT_FALSE(at::equal(out_unrounded, out_mixed));
+  }
+}
+
 }  // namespace
 }  // namespace specdec::model

@@ -297,19 +297,28 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 // bf16 weights on the CPU keep float activations by default (the residual stream, norms,
-// attention and KV cache), rounding only what a matrix product consumes; their logits land
-// closer to the float32 model's than those of Transformers' all-bf16 arithmetic.
+// attention), rounding only what a product consumes, with a bf16 KV cache (attention's products
+// consume its keys and values); their logits land closer to the float32 model's than those of
+// Transformers' all-bf16 arithmetic, and closer still with a float KV cache.
 TEST(TransformerBf16, FloatActivationsByDefaultAndCloserToFloat32) {
   for (Architecture arch : {Architecture::kQwen3, Architecture::kLlama}) {
     SCOPED_TRACE(ArchitectureName(arch));
     auto f32 = MakeModel(arch, at::kFloat);
     auto mixed = MakeModel(arch, at::kBFloat16);
     auto all_bf16 = MakeModel(arch, at::kBFloat16, 1, at::kBFloat16);
-    ASSERT_TRUE(f32 && mixed && all_bf16);
+    ModelConfig c = SmallConfig(arch);
+    LoadOptions opts;
+    opts.dtype = at::kBFloat16;
+    opts.kv_dtype = at::kFloat;
+    auto float_kv = Transformer::FromTensors(c, Transformer::RandomWeights(c, 1, 0.1), opts);
+    ASSERT_TRUE(f32 && mixed && all_bf16 && float_kv.ok());
     EXPECT_EQ(mixed->dtype(), at::kBFloat16);
     EXPECT_EQ(mixed->activation_dtype(), at::kFloat);
+    EXPECT_EQ(mixed->kv_dtype(), at::kBFloat16);
     EXPECT_EQ(all_bf16->activation_dtype(), at::kBFloat16);
-    EXPECT_EQ(mixed->kv_bytes_per_token(), 2 * all_bf16->kv_bytes_per_token());
+    EXPECT_EQ((*float_kv)->activation_dtype(), at::kFloat);
+    EXPECT_EQ(mixed->kv_bytes_per_token(), all_bf16->kv_bytes_per_token());
+    EXPECT_EQ((*float_kv)->kv_bytes_per_token(), 2 * mixed->kv_bytes_per_token());
     const std::vector<int32_t> tokens = Tokens(48, 3);
     auto logits = [&](const Transformer& m) {
       auto cache = m.NewCache();
@@ -319,18 +328,26 @@ TEST(TransformerBf16, FloatActivationsByDefaultAndCloserToFloat32) {
     auto rms = [&](const at::Tensor& got) {
       return (got - want).pow(2).mean().sqrt().item<double>();
     };
-    const double mixed_err = rms(logits(*mixed)), bf16_err = rms(logits(*all_bf16));
-    EXPECT_GT(mixed_err, 0) << "bf16 weights must differ from the float32 ones somewhere";
-    EXPECT_LT(mixed_err * 1.5, bf16_err) << mixed_err << " vs " << bf16_err;
+    const double mixed_err = rms(logits(*mixed)), float_kv_err = rms(logits(**float_kv)),
+                 bf16_err = rms(logits(*all_bf16));
+    EXPECT_GT(float_kv_err, 0) << "bf16 weights must differ from the float32 ones somewhere";
+    EXPECT_LT(float_kv_err, mixed_err);
+    EXPECT_LT(mixed_err * 1.2, bf16_err) << mixed_err << " vs " << bf16_err;
+    EXPECT_LT(float_kv_err * 1.5, bf16_err) << float_kv_err << " vs " << bf16_err;
   }
 }
 
-TEST(TransformerBf16, ActivationDtypeIsFloatOrTheWeights) {
+TEST(TransformerBf16, ActivationAndKvDtypesAreFloatOrTheWeights) {
   ModelConfig c = SmallConfig(Architecture::kQwen3);
   LoadOptions opts;
   opts.dtype = at::kFloat;
   opts.activation_dtype = at::kBFloat16;
   auto m = Transformer::FromTensors(c, Transformer::RandomWeights(c, 1, 0.1), opts);
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+  opts.dtype = at::kBFloat16;
+  opts.activation_dtype = std::nullopt;
+  opts.kv_dtype = at::kHalf;
+  m = Transformer::FromTensors(c, Transformer::RandomWeights(c, 1, 0.1), opts);
   EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
