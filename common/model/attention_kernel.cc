@@ -569,8 +569,7 @@ __attribute__((always_inline)) inline void CopyNewRowsToCache(const AttentionPro
     for (int64_t i = 0; i < w.n; ++i) {
       const int64_t from = (i * p.kv_heads + g) * d, to = w.kv_offset + (s.past + i) * d;
       StoreRow(static_cast<const float*>(s.new_keys) + from, d, KernelDType::kBF16, s.keys, to);
-      StoreRow(static_cast<const float*>(s.new_values) + from, d, KernelDType::kBF16, s.values,
-               to);
+      StoreRow(static_cast<const float*>(s.new_values) + from, d, KernelDType::kBF16, s.values, to);
     }
     return;
   }
@@ -735,8 +734,8 @@ SPECDEC_TARGET_CLONES void RunItems(const AttentionProblem& p, int64_t begin, in
     // Keys past the limit are never scored, which halves a prefill's work.
     auto limit = [&](int64_t r) { return s.bidirectional ? m : s.past + r / group + 1; };
     const bool pairs = mode != Pairs::kOff && p.pair_path && p.dtype == KernelDType::kBF16 &&
-                       CacheDType(p) == KernelDType::kBF16 &&
-                       d % 32 == 0 && d <= 32 * kMaxPairChunks;
+                       CacheDType(p) == KernelDType::kBF16 && d % 32 == 0 &&
+                       d <= 32 * kMaxPairChunks;
     if (pairs) {
       RunPairItem(p, w, mode == Pairs::kNative, limit, scratch, trace);
     } else {

@@ -320,12 +320,21 @@ TEST(AttentionKernelTest, FloatRowsOverABf16CacheEqualAFloatCacheOfRoundedValues
     at::Tensor out_mixed = at::zeros({c.n, kHeads * kDim}), out_float = at::zeros_like(out_mixed);
     const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(kDim)));
     const AttentionSequence mixed = Sequence(c, kDim, q, nk, nv, k_mixed, v_mixed, out_mixed);
-    const AttentionSequence plain =
-        Sequence(c, kDim, q, nk_rounded, nv_rounded, kf, vf, out_float);
-    AttentionProblem pm{std::span<const AttentionSequence>(&mixed, 1), kHeads, kKvHeads, kDim,
-                        KernelDType::kF32, scale, true, KernelDType::kBF16};
-    AttentionProblem pf{std::span<const AttentionSequence>(&plain, 1), kHeads, kKvHeads, kDim,
-                        KernelDType::kF32, scale};
+    const AttentionSequence plain = Sequence(c, kDim, q, nk_rounded, nv_rounded, kf, vf, out_float);
+    AttentionProblem pm{std::span<const AttentionSequence>(&mixed, 1),
+                        kHeads,
+                        kKvHeads,
+                        kDim,
+                        KernelDType::kF32,
+                        scale,
+                        true,
+                        KernelDType::kBF16};
+    AttentionProblem pf{std::span<const AttentionSequence>(&plain, 1),
+                        kHeads,
+                        kKvHeads,
+                        kDim,
+                        KernelDType::kF32,
+                        scale};
     RunAttention(pm, 0, AttentionWorkItems(pm));
     RunAttention(pf, 0, AttentionWorkItems(pf));
     EXPECT_TRUE(at::equal(out_mixed, out_float)) << "past " << c.past << ", n " << c.n;
@@ -335,8 +344,12 @@ TEST(AttentionKernelTest, FloatRowsOverABf16CacheEqualAFloatCacheOfRoundedValues
     at::Tensor out_unrounded = at::zeros_like(out_mixed), kf2 = kb.to(at::kFloat),
                vf2 = vb.to(at::kFloat);
     const AttentionSequence raw = Sequence(c, kDim, q, nk, nv, kf2, vf2, out_unrounded);
-    AttentionProblem pr{std::span<const AttentionSequence>(&raw, 1), kHeads, kKvHeads, kDim,
-                        KernelDType::kF32, scale};
+    AttentionProblem pr{std::span<const AttentionSequence>(&raw, 1),
+                        kHeads,
+                        kKvHeads,
+                        kDim,
+                        KernelDType::kF32,
+                        scale};
     RunAttention(pr, 0, AttentionWorkItems(pr));
     EXPECT_FALSE(at::equal(out_unrounded, out_mixed));
   }

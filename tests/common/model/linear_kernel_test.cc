@@ -22,9 +22,11 @@ at::Tensor RandomBf16(std::vector<int64_t> shape, double scale) {
   return (at::randn(shape, at::kFloat) * scale).to(at::kBFloat16).contiguous();
 }
 
-// y = x W^T through the kernel (`portable`: its portable path), as bf16 [rows, out].
-at::Tensor KernelProduct(const at::Tensor& x, const at::Tensor& w, bool portable) {
-  at::Tensor y = at::empty({x.size(0), w.size(0)}, at::kBFloat16);
+// y = x W^T through the kernel (`portable`: its portable path), as bf16 [rows, out], or with
+// `f32` through its float output (LinearProblem::y_f32), as float [rows, out].
+at::Tensor KernelProduct(const at::Tensor& x, const at::Tensor& w, bool portable,
+                         bool f32 = false) {
+  at::Tensor y = at::empty({x.size(0), w.size(0)}, f32 ? at::kFloat : at::kBFloat16);
   LinearProblem p;
   p.x = static_cast<const uint16_t*>(x.data_ptr());
   p.rows = x.size(0);
@@ -32,7 +34,11 @@ at::Tensor KernelProduct(const at::Tensor& x, const at::Tensor& w, bool portable
   p.w = static_cast<const uint16_t*>(w.data_ptr());
   p.in = w.size(1);
   p.out = w.size(0);
-  p.y = static_cast<uint16_t*>(y.data_ptr());
+  if (f32) {
+    p.y_f32 = y.data_ptr<float>();
+  } else {
+    p.y = static_cast<uint16_t*>(y.data_ptr());
+  }
   p.y_stride = w.size(0);
   if (portable) {
     RunLinearPortable(p);
@@ -42,24 +48,8 @@ at::Tensor KernelProduct(const at::Tensor& x, const at::Tensor& w, bool portable
   return y;
 }
 
-// The same product with the float output (LinearProblem::y_f32), as float [rows, out].
 at::Tensor KernelProductF32(const at::Tensor& x, const at::Tensor& w, bool portable) {
-  at::Tensor y = at::empty({x.size(0), w.size(0)}, at::kFloat);
-  LinearProblem p;
-  p.x = static_cast<const uint16_t*>(x.data_ptr());
-  p.rows = x.size(0);
-  p.x_stride = x.stride(0);
-  p.w = static_cast<const uint16_t*>(w.data_ptr());
-  p.in = w.size(1);
-  p.out = w.size(0);
-  p.y_f32 = y.data_ptr<float>();
-  p.y_stride = w.size(0);
-  if (portable) {
-    RunLinearPortable(p);
-  } else {
-    RunLinear(p);
-  }
-  return y;
+  return KernelProduct(x, w, portable, /*f32=*/true);
 }
 
 // Values whose float sums depend on their order: +-1024 and +-2^-14 (half a float step of 1024,
