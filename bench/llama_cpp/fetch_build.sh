@@ -7,7 +7,7 @@
 #
 # llama.cpp: release v0.4.0 (commit 80fb11ac73e6), from the git bundle that the npm package
 # node-llama-cpp@3.21.1 ships (the npm registry is reachable where no git host is). Release build,
-# native CPU flags, no CURL/OpenSSL, the llama library only (no examples or tools).
+# native CPU flags, no CURL/OpenSSL: the llama library and llama-speculative-simple.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 WORK=${1:-${WORK:-/tmp/specdec-llama-cpp}}
@@ -20,6 +20,10 @@ if [ ! -f "$llama/build/bin/libllama.so" ]; then
   cmake -S "$llama" -B "$llama/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
     -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_OPENSSL=OFF >&2
   ninja -C "$llama/build" llama >&2
+fi
+# Draft-model speculative decoding, for the peer benchmark's speculative rows.
+if [ ! -x "$llama/build/bin/llama-speculative-simple" ]; then
+  ninja -C "$llama/build" llama-speculative-simple >&2
 fi
 g++ -O2 -std=c++17 "$here/probe.cpp" -I "$llama/include" -I "$llama/ggml/include" \
   -L "$llama/build/bin" -lllama -lggml -lggml-base -Wl,-rpath,"$llama/build/bin" -o "$WORK/probe"

@@ -11,8 +11,10 @@ specdec runs `specdec generate --dtype D --threads T --prompt-ids ...` on the HF
 time the prompt's pass (prefill) and the other n - 1 tokens (decode) alike. The two systems
 alternate within every round, in turns, and each cell reports the median over the rounds, the
 ratio specdec / llama.cpp (decode tokens/s; prefill llama.cpp ms / specdec ms: above 1 means
-specdec is faster), and whether both generated the same tokens. Writes results.json and
-results.md to --out. Not in CI.
+specdec is faster), and whether both generated the same tokens. Then the speculative rows
+(speculative_rows.py; --spec-methods '' skips them): llama.cpp's draft-model speculation against
+specdec's methods on one held-out prompt, bf16. Writes results.json and results.md to --out.
+Not in CI.
 """
 import argparse
 import json
@@ -23,6 +25,9 @@ import subprocess
 import sys
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "../.."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import speculative_rows  # noqa: E402
+
 SPECDEC_LINE = re.compile(r"prefill ([0-9.]+) ms, decode ([0-9.]+) ms \(([0-9.]+) tokens/s\)")
 
 
@@ -93,6 +98,10 @@ def main():
     ap.add_argument("--specdec", default=os.path.join(REPO, "build/cli/specdec"))
     ap.add_argument("--work", default="/tmp/specdec-llama-cpp")
     ap.add_argument("--out", default="/tmp/specdec-peer-bench")
+    ap.add_argument("--spec-methods", default="DRAFT_CHAIN,DFLASH",
+                    help="specdec methods of the speculative rows ('' for none)")
+    ap.add_argument("--draft-length", type=int, default=4,
+                    help="draft tokens per step: llama.cpp's --draft-max, DRAFT_CHAIN's K")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     fetch = run(["bash", os.path.join(REPO, "bench/llama_cpp/fetch_build.sh"), a.work])
@@ -127,9 +136,14 @@ def main():
                          "rounds": {"specdec": s, "llama_cpp": l}})
     meta = {"llama_cpp": version, "model": os.path.relpath(a.model, REPO), "n": a.n,
             "prompt_tokens": len(ids), "rounds": a.rounds, "cpu_count": os.cpu_count()}
-    with open(os.path.join(a.out, "results.json"), "w") as f:
-        json.dump({"meta": meta, "rows": rows}, f, indent=1)
     md = markdown(rows, meta)
+    spec_rows = []
+    if a.spec_methods:
+        ar = {r["threads"]: r["llama_cpp"]["decode_tps"] for r in rows if r["dtype"] == "bf16"}
+        spec_rows = speculative_rows.measure(a, ar, a.work)
+        md += speculative_rows.markdown(spec_rows)
+    with open(os.path.join(a.out, "results.json"), "w") as f:
+        json.dump({"meta": meta, "rows": rows, "speculative_rows": spec_rows}, f, indent=1)
     with open(os.path.join(a.out, "results.md"), "w") as f:
         f.write(md)
     print(md)
