@@ -320,11 +320,14 @@ absl::StatusOr<std::unique_ptr<DFlashDrafter>> DFlashDrafter::FromTensors(
     const at::ScalarType dt = target.dtype(), act = target.activation_dtype();
     const c10::Device device = target.device();
     auto get = [&](const std::string& n) { return tensors.at(n).to(device, dt).contiguous(); };
+    auto matrix = [&](const at::Tensor& m) {
+      return target.pack_weights() ? PackLinearWeight(m) : m;
+    };
     auto get_norm = [&](const std::string& n) {
       return tensors.at(n).to(device, act).contiguous();
     };
     auto w = std::make_unique<Weights>();
-    w->fc = get("fc.weight");
+    w->fc = matrix(get("fc.weight"));
     w->hidden_norm = get_norm("hidden_norm.weight");
     w->norm = get_norm("norm.weight");
     w->inv_freq = RopeInvFreq(c).to(device);
@@ -335,14 +338,15 @@ absl::StatusOr<std::unique_ptr<DFlashDrafter>> DFlashDrafter::FromTensors(
       layer.post_norm = get_norm(p + "post_attention_layernorm.weight");
       layer.q_norm = get_norm(p + "self_attn.q_norm.weight");
       layer.k_norm = get_norm(p + "self_attn.k_norm.weight");
-      layer.q = get(p + "self_attn.q_proj.weight");
-      layer.kv =
+      layer.q = matrix(get(p + "self_attn.q_proj.weight"));
+      layer.kv = matrix(
           at::cat({get(p + "self_attn.k_proj.weight"), get(p + "self_attn.v_proj.weight")}, 0)
-              .contiguous();
-      layer.o = get(p + "self_attn.o_proj.weight");
+              .contiguous());
+      layer.o = matrix(get(p + "self_attn.o_proj.weight"));
       layer.gate_up =
-          at::cat({get(p + "mlp.gate_proj.weight"), get(p + "mlp.up_proj.weight")}, 0).contiguous();
-      layer.down = get(p + "mlp.down_proj.weight");
+          matrix(at::cat({get(p + "mlp.gate_proj.weight"), get(p + "mlp.up_proj.weight")}, 0)
+                     .contiguous());
+      layer.down = matrix(get(p + "mlp.down_proj.weight"));
       w->layers.push_back(std::move(layer));
     }
     return std::unique_ptr<DFlashDrafter>(new DFlashDrafter(config, target, std::move(w)));

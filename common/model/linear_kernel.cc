@@ -125,19 +125,21 @@ using PanelFn = void (*)(const LinearProblem& p, const float* panel, int64_t r0,
 // Blocks of MB rows of a panel against the 16 outputs from o0, NB outputs at a time (MB * NB = 4
 // independent sums per lane keep the multiply-adds from waiting on each other): each weight
 // chunk is widened once for the MB rows. `Block` is the instruction set's block type, with
-// Run(p, panel, row, r_out, o0); every (row, output) sum is taken in the order of the contract.
+// Run(p, panel, row, r_out, o0, prefetch); every (row, output) sum is taken in the order of the
+// contract. The group's first block reads its weights from memory and prefetches ahead; the
+// others find them in cache.
 template <template <int, int> class Block>
 __attribute__((always_inline)) inline void RunPanelBlocks(const LinearProblem& p,
                                                           const float* panel, int64_t r0,
                                                           int64_t rows) {
   for (int64_t o0 = 0; o0 < p.out; o0 += kLanes) {
     int64_t r = 0;
-    for (; r + 4 <= rows; r += 4) Block<4, 1>::Run(p, panel, r, r0 + r, o0);
+    for (; r + 4 <= rows; r += 4) Block<4, 1>::Run(p, panel, r, r0 + r, o0, r == 0);
     if (r + 2 <= rows) {
-      Block<2, 2>::Run(p, panel, r, r0 + r, o0);
+      Block<2, 2>::Run(p, panel, r, r0 + r, o0, r == 0);
       r += 2;
     }
-    if (r < rows) Block<1, 4>::Run(p, panel, r, r0 + r, o0);
+    if (r < rows) Block<1, 4>::Run(p, panel, r, r0 + r, o0, r == 0);
   }
 }
 
@@ -146,7 +148,8 @@ template <int MB, int NB>
 struct PortableBlock {
   static_assert(MB * NB == 4 && kLanes % NB == 0);
   __attribute__((always_inline)) static void Run(const LinearProblem& p, const float* panel,
-                                                 int64_t row, int64_t r_out, int64_t o0) {
+                                                 int64_t row, int64_t r_out, int64_t o0,
+                                                 bool /*prefetch*/) {
     F16 acc[MB][kLanes];
     for (int n0 = 0; n0 < kLanes; n0 += NB) {
       F16 a[MB][NB] = {};
@@ -178,23 +181,77 @@ SPECDEC_TARGET_CLONES void RunPanelPortable(const LinearProblem& p, const float*
   RunPanelBlocks<PortableBlock>(p, panel, r0, rows);
 }
 
+// Where the chunk of 32 weights from input c of output o starts, in either layout.
+template <bool Packed>
+__attribute__((always_inline)) inline const uint16_t* WeightChunk(const LinearProblem& p, int64_t o,
+                                                                  int64_t c) {
+  if constexpr (Packed) return p.w + (o & ~int64_t{3}) * p.in + c * 4 + (o & 3) * 32;
+  return p.w + o * p.in + c;
+}
+
+// How far ahead of its reads the AVX2 path prefetches weights: in the packed layout 1 KiB of the
+// stream; in the row-major one, the same chunk of the next group of 16 outputs. On the model
+// bench's 100M shape a 1-token step read 15-17 GB/s packed against 12-13 row-major on one core
+// (a triad of 16.5-16.8), 21-26 against 18-21 on two (docs/results/2026-11-26-packed-weights.md).
+constexpr int64_t kPackedPrefetchBytes = 1024;
+
+// In the packed layout, a block of rows goes through a block of 4 outputs by segments of this
+// many inputs (the 4 outputs' 8 KiB of weights and at most 16 KiB of rows stay in L1), every pass
+// over a segment finding the weights that the first pass brought in.
+constexpr int64_t kPackedSegment = 1024;
+
 // The block on AVX2 and FMA registers: a lane sum is two 8-float registers (lanes 0-7, 8-15),
-// the same sums as PortableBlock's in the same order, kept in registers.
-template <int MB, int NB>
-struct Avx2Block {
-  static_assert(MB * NB == 4 && kLanes % NB == 0);
-  __attribute__((target("avx2,fma"))) static void Run(const LinearProblem& p, const float* panel,
-                                                      int64_t row, int64_t r_out, int64_t o0) {
-    F16 acc[MB][kLanes];
-    const __m256i high = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
-    for (int n0 = 0; n0 < kLanes; n0 += NB) {
+// the same sums as PortableBlock's in the same order, kept in registers within a segment.
+template <bool Packed>
+struct Avx2Blocks {
+  template <int MB, int NB>
+  struct Block {
+    static_assert(MB * NB == 4 && kLanes % NB == 0);
+    __attribute__((target("avx2,fma"))) static void Run(const LinearProblem& p, const float* panel,
+                                                        int64_t row, int64_t r_out, int64_t o0,
+                                                        bool prefetch) {
+      F16 acc[MB][kLanes];
+      const int64_t segment = Packed && MB > 1 ? kPackedSegment : p.in;
+      for (int q0 = 0; q0 < kLanes; q0 += 4) {
+        for (int64_t s0 = 0; s0 < p.in; s0 += segment) {
+          const int64_t s1 = std::min(p.in, s0 + segment);
+          for (int n0 = q0; n0 < q0 + 4; n0 += NB) {
+            Pass(p, panel, row, o0, n0, s0, s1, prefetch && n0 == q0, acc);
+          }
+        }
+      }
+      for (int m = 0; m < MB; ++m) {
+        StoreSums(Reduce16(acc[m]), kLanes, p, r_out + m, o0);
+      }
+    }
+
+    // Outputs o0 + n0 .. + NB of rows `row` .. + MB over inputs [s0, s1), their sums carried in
+    // acc from earlier segments. Prefetches ahead when `prefetch` is set (the first pass over
+    // weights not yet read).
+    __attribute__((target("avx2,fma"), always_inline)) static inline void Pass(
+        const LinearProblem& p, const float* panel, int64_t row, int64_t o0, int n0, int64_t s0,
+        int64_t s1, bool prefetch, F16 (&acc)[MB][kLanes]) {
+      const __m256i high = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
+      const int64_t ahead = Packed ? kPackedPrefetchBytes : kLanes * p.in * 2;
       __m256 lo[MB][NB], hi[MB][NB];
       for (int m = 0; m < MB; ++m) {
-        for (int n = 0; n < NB; ++n) lo[m][n] = hi[m][n] = _mm256_setzero_ps();
-      }
-      for (int64_t c = 0; c < p.in; c += 32) {
         for (int n = 0; n < NB; ++n) {
-          const uint16_t* w = p.w + (o0 + n0 + n) * p.in + c;
+          const auto* sums = reinterpret_cast<const float*>(&acc[m][n0 + n]);
+          lo[m][n] = s0 == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(sums);
+          hi[m][n] = s0 == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(sums + 8);
+        }
+      }
+      for (int64_t c = s0; c < s1; c += 32) {
+        if (Packed && prefetch) {
+          // The 4 lines of this chunk's block of 4 outputs, `ahead` bytes on.
+          const char* line = reinterpret_cast<const char*>(WeightChunk<true>(p, o0 + n0, c));
+          for (int k = 0; k < 4; ++k) _mm_prefetch(line + ahead + 64 * k, _MM_HINT_T0);
+        }
+        for (int n = 0; n < NB; ++n) {
+          const uint16_t* w = WeightChunk<Packed>(p, o0 + n0 + n, c);
+          if (!Packed && prefetch) {
+            _mm_prefetch(reinterpret_cast<const char*>(w) + ahead, _MM_HINT_T0);
+          }
           const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
           const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16));
           const __m256 odd0 = _mm256_castsi256_ps(_mm256_and_si256(w0, high));
@@ -212,21 +269,22 @@ struct Avx2Block {
       }
       for (int m = 0; m < MB; ++m) {
         for (int n = 0; n < NB; ++n) {
-          auto* out = reinterpret_cast<float*>(&acc[m][n0 + n]);
-          _mm256_storeu_ps(out, lo[m][n]);
-          _mm256_storeu_ps(out + 8, hi[m][n]);
+          auto* sums = reinterpret_cast<float*>(&acc[m][n0 + n]);
+          _mm256_storeu_ps(sums, lo[m][n]);
+          _mm256_storeu_ps(sums + 8, hi[m][n]);
         }
       }
     }
-    for (int m = 0; m < MB; ++m) {
-      StoreSums(Reduce16(acc[m]), kLanes, p, r_out + m, o0);
-    }
-  }
+  };
 };
 
 __attribute__((target("avx2,fma"))) void RunPanelAvx2(const LinearProblem& p, const float* panel,
                                                       int64_t r0, int64_t rows) {
-  RunPanelBlocks<Avx2Block>(p, panel, r0, rows);
+  if (p.w_packed) {
+    RunPanelBlocks<Avx2Blocks<true>::Block>(p, panel, r0, rows);
+  } else {
+    RunPanelBlocks<Avx2Blocks<false>::Block>(p, panel, r0, rows);
+  }
 }
 
 // The problem's rows a panel at a time: widened, then run by `run`.
@@ -240,9 +298,45 @@ void RunPanels(const LinearProblem& p, PanelFn run) {
   }
 }
 
+// `p` with its packed matrix unpacked into `scratch`: the paths that read row-major weights only.
+LinearProblem Unpacked(const LinearProblem& p, std::vector<uint16_t>* scratch) {
+  if (!p.w_packed) return p;
+  scratch->resize(static_cast<size_t>(p.in * p.out));
+  UnpackLinearWeights(p.w, p.in, p.out, scratch->data());
+  LinearProblem q = p;
+  q.w = scratch->data();
+  q.w_packed = false;
+  return q;
+}
+
 }  // namespace
 
-void RunLinearPortable(const LinearProblem& p) { RunPanels(p, RunPanelPortable); }
+void PackLinearWeights(const uint16_t* w, int64_t in, int64_t out, uint16_t* packed) {
+  for (int64_t o = 0; o < out; ++o) {
+    for (int64_t c = 0; c < in; c += 32) {
+      std::memcpy(packed + (o & ~int64_t{3}) * in + c * 4 + (o & 3) * 32, w + o * in + c,
+                  32 * sizeof(uint16_t));
+    }
+  }
+}
+
+void UnpackLinearWeights(const uint16_t* packed, int64_t in, int64_t out, uint16_t* w) {
+  for (int64_t o = 0; o < out; ++o) CopyPackedRow(packed, in, o, w + o * in);
+}
+
+void CopyPackedRow(const uint16_t* packed, int64_t in, int64_t o, uint16_t* dst) {
+  for (int64_t c = 0; c < in; c += 32) {
+    std::memcpy(dst + c, packed + (o & ~int64_t{3}) * in + c * 4 + (o & 3) * 32,
+                32 * sizeof(uint16_t));
+  }
+}
+
+bool LinearKernelReadsPacked() { return !LinearKernelNative() && CpuHasAvx2Fma(); }
+
+void RunLinearPortable(const LinearProblem& p) {
+  std::vector<uint16_t> scratch;
+  RunPanels(Unpacked(p, &scratch), RunPanelPortable);
+}
 
 void RoundRowsToBf16(const float* x, int64_t rows, int64_t in, int64_t x_stride, uint16_t* out) {
   for (int64_t r = 0; r < rows; ++r) {
@@ -252,7 +346,8 @@ void RoundRowsToBf16(const float* x, int64_t rows, int64_t in, int64_t x_stride,
 
 void RunLinear(const LinearProblem& p) {
   if (LinearKernelNative()) {
-    RunNative(p);
+    std::vector<uint16_t> scratch;
+    RunNative(Unpacked(p, &scratch));
   } else if (CpuHasAvx2Fma()) {
     RunPanels(p, RunPanelAvx2);
   } else {

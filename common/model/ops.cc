@@ -9,6 +9,8 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <tuple>
+#include <utility>
 
 #include "common/model/linear_kernel.h"
 #include "common/model/row_kernels.h"
@@ -71,25 +73,42 @@ void RunLinearParallel(const LinearProblem& p) {
   });
 }
 
+// Whether `weight` holds a matrix in linear_kernel.h's packed layout (PackLinearWeight): such
+// tensors are [out / 4, in / 32, 128].
+bool IsPacked(const at::Tensor& weight) { return weight.dim() == 3 && weight.size(2) == 128; }
+
+// The [out, in] of a 2-D or packed matrix.
+std::pair<int64_t, int64_t> MatrixShape(const at::Tensor& weight) {
+  if (IsPacked(weight)) return {weight.size(0) * 4, weight.size(1) * 32};
+  return {weight.size(0), weight.size(-1)};
+}
+
+// The problem of x (bf16, contiguous rows) times `weight` (2-D or packed) into y.
+LinearProblem KernelProblem(const uint16_t* x, int64_t rows, const at::Tensor& weight) {
+  LinearProblem p;
+  p.x = x;
+  p.rows = rows;
+  p.w = static_cast<const uint16_t*>(weight.data_ptr());
+  p.w_packed = IsPacked(weight);
+  std::tie(p.out, p.in) = MatrixShape(weight);
+  p.x_stride = p.in;
+  p.y_stride = p.out;
+  return p;
+}
+
 // x W^T on linear_kernel.h, or an undefined tensor when the kernel does not take the operands.
 at::Tensor KernelLinear(const at::Tensor& x, const at::Tensor& weight) {
+  const auto [out, in] = MatrixShape(weight);
   if (x.dim() != 2 || x.size(0) == 0 || x.size(0) > LinearKernelMaxRows() ||
       RowKernelType(x) != KernelDType::kBF16 || RowKernelType(weight) != KernelDType::kBF16 ||
-      weight.dim() != 2 || !weight.is_contiguous() || x.stride(1) != 1 ||
-      weight.size(1) != x.size(1) || !LinearKernelFits(x.size(1), weight.size(0))) {
+      (weight.dim() != 2 && !IsPacked(weight)) || !weight.is_contiguous() || x.stride(1) != 1 ||
+      x.size(1) != in || !LinearKernelFits(in, out)) {
     return {};
   }
-  const int64_t rows = x.size(0), in = x.size(1), out = weight.size(0);
-  at::Tensor y = at::empty({rows, out}, x.options());
-  LinearProblem p;
-  p.x = static_cast<const uint16_t*>(x.data_ptr());
-  p.rows = rows;
+  at::Tensor y = at::empty({x.size(0), out}, x.options());
+  LinearProblem p = KernelProblem(static_cast<const uint16_t*>(x.data_ptr()), x.size(0), weight);
   p.x_stride = x.stride(0);
-  p.w = static_cast<const uint16_t*>(weight.data_ptr());
-  p.in = in;
-  p.out = out;
   p.y = static_cast<uint16_t*>(y.data_ptr());
-  p.y_stride = out;
   RunLinearParallel(p);
   return y;
 }
@@ -99,40 +118,78 @@ at::Tensor KernelLinear(const at::Tensor& x, const at::Tensor& weight) {
 // never depends on the rows beside it; widths the kernel does not take go through ATen's bf16
 // product, rounded to bf16 on the way out.
 at::Tensor MixedLinear(const at::Tensor& x, const at::Tensor& weight) {
-  const int64_t rows = x.size(0), in = x.size(1), out = weight.size(0);
+  const int64_t rows = x.size(0), in = x.size(1);
+  const auto [out, w_in] = MatrixShape(weight);
   if (!RowKernelType(x) || !RowKernelType(weight) || !weight.is_contiguous() ||
-      !LinearKernelFits(in, out) || rows == 0) {
-    return at::linear(x.to(at::kBFloat16), weight).to(at::kFloat);
+      (weight.dim() != 2 && !IsPacked(weight)) || w_in != in || !LinearKernelFits(in, out) ||
+      rows == 0) {
+    return at::linear(x.to(at::kBFloat16), UnpackLinearWeight(weight)).to(at::kFloat);
   }
   const at::Tensor xc = x.stride(1) == 1 ? x : x.contiguous();
-  at::Tensor xb = at::empty({rows, in}, weight.options());
+  at::Tensor xb = at::empty({rows, in}, weight.options().dtype(at::kBFloat16));
   auto* xbp = static_cast<uint16_t*>(xb.data_ptr());
   RoundRowsToBf16(xc.data_ptr<float>(), rows, in, xc.stride(0), xbp);
-  at::Tensor y = at::empty({rows, out}, x.options());
-  LinearProblem p;
-  p.x = xbp;
-  p.rows = rows;
-  p.x_stride = in;
-  p.w = static_cast<const uint16_t*>(weight.data_ptr());
-  p.in = in;
-  p.out = out;
+  LinearProblem p = KernelProblem(xbp, rows, weight);
+  at::Tensor y = at::empty({rows, p.out}, x.options());
   p.y_f32 = y.data_ptr<float>();
-  p.y_stride = out;
   RunLinearParallel(p);
   return y;
 }
 
 }  // namespace
 
+at::Tensor PackLinearWeight(const at::Tensor& weight) {
+  static const bool enabled = [] {
+    const char* v = std::getenv("SPECDEC_PACKED_WEIGHTS");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  if (!enabled || !LinearKernelReadsPacked() ||
+      LinearKernelMaxRows() != std::numeric_limits<int64_t>::max() ||
+      RowKernelType(weight) != KernelDType::kBF16 || weight.dim() != 2 ||
+      !LinearKernelFits(weight.size(1), weight.size(0))) {
+    return weight;
+  }
+  const at::Tensor w = weight.contiguous();
+  at::Tensor packed = at::empty({w.size(0) / 4, w.size(1) / 32, 128}, w.options());
+  PackLinearWeights(static_cast<const uint16_t*>(w.data_ptr()), w.size(1), w.size(0),
+                    static_cast<uint16_t*>(packed.data_ptr()));
+  return packed;
+}
+
+at::Tensor UnpackLinearWeight(const at::Tensor& weight) {
+  if (!IsPacked(weight)) return weight;
+  const int64_t in = weight.size(1) * 32, out = weight.size(0) * 4;
+  at::Tensor w = at::empty({out, in}, weight.options());
+  UnpackLinearWeights(static_cast<const uint16_t*>(weight.data_ptr()), in, out,
+                      static_cast<uint16_t*>(w.data_ptr()));
+  return w;
+}
+
+at::Tensor EmbeddingRows(const at::Tensor& weight, const at::Tensor& ids) {
+  if (!IsPacked(weight)) return weight.index_select(0, ids.to(weight.device()));
+  const at::Tensor idx = ids.to(at::kCPU, at::kLong).contiguous();
+  const int64_t in = weight.size(1) * 32, vocab = weight.size(0) * 4;
+  at::Tensor rows = at::empty({idx.numel(), in}, weight.options());
+  const auto* src = static_cast<const uint16_t*>(weight.data_ptr());
+  auto* dst = static_cast<uint16_t*>(rows.data_ptr());
+  const int64_t* id = idx.data_ptr<int64_t>();
+  for (int64_t r = 0; r < idx.numel(); ++r) {
+    TORCH_CHECK(id[r] >= 0 && id[r] < vocab, "token id ", id[r], " is outside the vocabulary");
+    CopyPackedRow(src, in, id[r], dst + r * in);
+  }
+  return rows;
+}
+
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight) {
   if (x.scalar_type() == at::kFloat && weight.scalar_type() == at::kBFloat16 && x.dim() == 2 &&
       x.device().is_cpu()) {
     return MixedLinear(x, weight);
   }
+  if (at::Tensor y = KernelLinear(x, weight); y.defined()) return y;
+  if (IsPacked(weight)) return Linear(x, UnpackLinearWeight(weight));
   if (x.dim() == 2 && x.size(0) == 1 && x.scalar_type() == at::kFloat) {
     return at::mv(weight, x.select(0, 0)).unsqueeze(0);
   }
-  if (at::Tensor y = KernelLinear(x, weight); y.defined()) return y;
   if (x.dim() == 2 && x.scalar_type() == at::kBFloat16 && x.device().is_cpu()) {
     const int64_t rows = x.size(0), padded = GemmRows(rows);
     if (padded != rows) {

@@ -23,7 +23,21 @@ namespace specdec::model {
 // the rows beside it. Float x with a bf16 weight on the CPU (float activations, see
 // LoadOptions::activation_dtype) is rounded to bf16 and multiplied on linear_kernel.h at every
 // row count, its sums returned in float, unrounded.
+// `weight` may be 2-D or in the packed layout of PackLinearWeight.
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight);
+
+// A bf16 CPU matrix [out, in] in linear_kernel.h's packed layout, as a tensor [out / 4, in / 32,
+// 128], where the kernel's AVX2 path reads packed weights and takes every bf16 product
+// (LinearKernelReadsPacked, LinearKernelMaxRows unbounded) and the widths fit it; otherwise
+// `weight` itself. A one-row product reads a packed matrix as one stream, about 1.2x faster on
+// a memory-bound shape (docs/results/2026-11-26-packed-weights.md). Linear and EmbeddingRows take
+// either layout; other uses need UnpackLinearWeight. SPECDEC_PACKED_WEIGHTS=0 in the environment
+// turns packing off (read once).
+at::Tensor PackLinearWeight(const at::Tensor& weight);
+// The 2-D matrix of a packed one (a copy); any other tensor as it is.
+at::Tensor UnpackLinearWeight(const at::Tensor& weight);
+// Rows `ids` (int64 or int32 token ids) of an embedding matrix, 2-D or packed: [ids, hidden].
+at::Tensor EmbeddingRows(const at::Tensor& weight, const at::Tensor& ids);
 
 // The most rows a bf16 product runs on linear_kernel.h: 32 on CPUs with AVX-512 BF16; 2 on
 // other AVX-512 CPUs, where oneDNN runs ATen's bf16 products (timing the pack target's products

@@ -404,9 +404,10 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::FromTensors(
     auto get_norm = [&](const std::string& name) {
       return tensors.at(name).to(opts.device, act).contiguous();
     };
+    auto matrix = [&](const at::Tensor& m) { return opts.pack_weights ? PackLinearWeight(m) : m; };
     auto w = std::make_unique<Weights>();
-    w->embed = get("model.embed_tokens.weight");
-    w->lm_head = config.tie_word_embeddings ? w->embed : get("lm_head.weight");
+    w->embed = matrix(get("model.embed_tokens.weight"));
+    w->lm_head = config.tie_word_embeddings ? w->embed : matrix(get("lm_head.weight"));
     w->final_norm = get_norm("model.norm.weight");
     w->inv_freq = RopeInvFreq(config).to(opts.device);
     for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
@@ -418,14 +419,16 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::FromTensors(
         layer.q_norm = get_norm(p + "self_attn.q_norm.weight");
         layer.k_norm = get_norm(p + "self_attn.k_norm.weight");
       }
-      layer.qkv = at::cat({get(p + "self_attn.q_proj.weight"), get(p + "self_attn.k_proj.weight"),
-                           get(p + "self_attn.v_proj.weight")},
-                          0)
-                      .contiguous();
-      layer.o = get(p + "self_attn.o_proj.weight");
+      layer.qkv =
+          matrix(at::cat({get(p + "self_attn.q_proj.weight"), get(p + "self_attn.k_proj.weight"),
+                          get(p + "self_attn.v_proj.weight")},
+                         0)
+                     .contiguous());
+      layer.o = matrix(get(p + "self_attn.o_proj.weight"));
       layer.gate_up =
-          at::cat({get(p + "mlp.gate_proj.weight"), get(p + "mlp.up_proj.weight")}, 0).contiguous();
-      layer.down = get(p + "mlp.down_proj.weight");
+          matrix(at::cat({get(p + "mlp.gate_proj.weight"), get(p + "mlp.up_proj.weight")}, 0)
+                     .contiguous());
+      layer.down = matrix(get(p + "mlp.down_proj.weight"));
       w->layers.push_back(std::move(layer));
     }
     return std::unique_ptr<Transformer>(new Transformer(config, opts, std::move(w)));
@@ -471,6 +474,7 @@ const ModelConfig& Transformer::config() const { return config_; }
 at::ScalarType Transformer::dtype() const { return *options_.dtype; }
 at::ScalarType Transformer::activation_dtype() const { return *options_.activation_dtype; }
 at::ScalarType Transformer::kv_dtype() const { return *options_.kv_dtype; }
+bool Transformer::pack_weights() const { return options_.pack_weights; }
 c10::Device Transformer::device() const { return options_.device; }
 int64_t Transformer::max_context() const { return options_.max_context; }
 int64_t Transformer::kv_bytes_per_token() const {
@@ -479,8 +483,7 @@ int64_t Transformer::kv_bytes_per_token() const {
 }
 
 at::Tensor Transformer::Embed(const at::Tensor& token_ids) const {
-  return weights_->embed.index_select(0, token_ids.to(weights_->embed.device()))
-      .to(*options_.activation_dtype);
+  return EmbeddingRows(weights_->embed, token_ids).to(*options_.activation_dtype);
 }
 
 at::Tensor Transformer::FinalNorm(const at::Tensor& hidden) const {
@@ -509,7 +512,7 @@ absl::StatusOr<std::vector<SequenceOutput>> Transformer::Forward(
     RouteAttention(rows);
 
     // ---- decoder layers.
-    at::Tensor x = weights_->embed.index_select(0, rows.tokens).to(*options_.activation_dtype);
+    at::Tensor x = EmbeddingRows(weights_->embed, rows.tokens).to(*options_.activation_dtype);
     std::vector<at::Tensor> layer_out(c.num_hidden_layers);
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
       RunDecoderLayer(weights_->layers[l], c, l, rows, x);

@@ -69,6 +69,10 @@ struct LoadOptions {
   // libtorch has one. Logits always come back to the host (float32, see SequenceOutput); features
   // stay on the device for the drafter that reads them.
   c10::Device device = c10::kCPU;
+  // Whether bf16 matrices on the CPU are laid out for the linear kernel where it reads that
+  // layout faster (PackLinearWeight in ops.h; its DFlash drafter follows the target). The
+  // logits are the same either way.
+  bool pack_weights = true;
 
   // The options of a service's --dtype flag: "auto" (the checkpoint's), "f32" or "bf16";
   // INVALID_ARGUMENT otherwise.
@@ -108,6 +112,8 @@ class Transformer {
   at::ScalarType activation_dtype() const;
   // The KV caches' dtype (NewCache, kv_bytes_per_token).
   at::ScalarType kv_dtype() const;
+  // LoadOptions::pack_weights as loaded.
+  bool pack_weights() const;
   c10::Device device() const;
   int64_t max_context() const;
   // Bytes of one token's K and V over all layers.

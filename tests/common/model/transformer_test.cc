@@ -353,6 +353,36 @@ TEST(TransformerBf16, ActivationAndKvDtypesAreFloatOrTheWeights) {
 
 // --device at the boundary: the CPU always; a CUDA device only where this libtorch has one (a
 // clear FAILED_PRECONDITION elsewhere, before anything loads); anything else is refused.
+TEST(TransformerLoad, PackedWeightsGiveTheSameLogits) {
+  // Where the CPU's linear kernel reads packed matrices (AVX2 without AVX-512), bf16 matrices
+  // load packed by default; a vocabulary of 128 packs the embedding too (tied for Llama).
+  for (Architecture arch : {Architecture::kQwen3, Architecture::kLlama}) {
+    for (at::ScalarType act : {at::kFloat, at::kBFloat16}) {
+      SCOPED_TRACE(testing::Message()
+                   << ArchitectureName(arch) << ", activations " << c10::toString(act));
+      ModelConfig c = SmallConfig(arch);
+      c.vocab_size = 128;
+      const auto weights = Transformer::RandomWeights(c, 5, 0.1);
+      LoadOptions opts;
+      opts.dtype = at::kBFloat16;
+      opts.activation_dtype = act;
+      auto packed = Transformer::FromTensors(c, weights, opts);
+      opts.pack_weights = false;
+      auto plain = Transformer::FromTensors(c, weights, opts);
+      ASSERT_TRUE(packed.ok() && plain.ok());
+      EXPECT_TRUE((*packed)->pack_weights());
+      EXPECT_FALSE((*plain)->pack_weights());
+      auto passes = [&](const Transformer& m) {
+        auto cache = m.NewCache();
+        const std::vector<int32_t> prompt = Tokens(21, 4), step = {7}, chain = Tokens(5, 9);
+        return at::cat({RunAll(m, cache.get(), prompt), RunAll(m, cache.get(), step),
+                        RunAll(m, cache.get(), chain)});
+      };
+      EXPECT_TRUE(at::equal(passes(**packed), passes(**plain)));
+    }
+  }
+}
+
 TEST(TransformerLoad, DevicesAreCheckedBeforeAnythingLoads) {
   SPECDEC_ASSERT_OK_AND_ASSIGN(c10::Device cpu, LoadOptions::ParseDevice("cpu"));
   EXPECT_TRUE(cpu.is_cpu());
