@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "common/model/dflash_drafter.h"
 #include "common/model/runtime.h"
@@ -208,13 +209,73 @@ void AddDeviceRows(const Transformer& m, KvCache* cache, int64_t context, int re
       draft_ms);
 }
 
+// Times k-token forwards of the same bf16 weights loaded packed and row-major (LoadOptions::
+// pack_weights), one forward of each in turn, so that both meet the same moments of a noisy
+// machine: median ms of each, and the weight bytes per ms of a 1-token step.
+void ComparePacking(const ModelConfig& c, const std::map<std::string, at::Tensor>& weights,
+                    const std::vector<int>& ks, int64_t context, int reps, int threads,
+                    nlohmann::json& results) {
+  std::unique_ptr<Transformer> models[2];
+  std::unique_ptr<KvCache> caches[2];
+  std::vector<int32_t> prompt(context);
+  for (int64_t i = 0; i < context; ++i) prompt[i] = (i * 13 + 5) % c.vocab_size;
+  for (int packed = 0; packed < 2; ++packed) {
+    LoadOptions opts;
+    opts.dtype = at::kBFloat16;
+    opts.pack_weights = packed == 1;
+    auto model = Transformer::FromTensors(c, weights, opts);
+    if (!model.ok()) {
+      std::cerr << model.status() << "\n";
+      std::exit(1);
+    }
+    models[packed] = *std::move(model);
+    caches[packed] = models[packed]->NewCache();
+    SequenceInput in{caches[packed].get(), prompt};
+    if (!models[packed]->Forward(std::span<const SequenceInput>(&in, 1)).ok()) std::exit(1);
+  }
+  std::printf("%-6s %4s %14s %14s %8s\n", "k", "", "packed ms", "row-major ms", "ratio");
+  for (int k : ks) {
+    std::vector<int32_t> toks(k);
+    for (int i = 0; i < k; ++i) toks[i] = (i * 37 + 11) % c.vocab_size;
+    std::vector<double> ms[2];
+    for (int r = 0; r < reps + 2; ++r) {
+      for (int packed = 0; packed < 2; ++packed) {
+        SequenceInput in{caches[packed].get(), toks};
+        const auto t0 = std::chrono::steady_clock::now();
+        if (!models[packed]->Forward(std::span<const SequenceInput>(&in, 1)).ok()) std::exit(1);
+        const auto t1 = std::chrono::steady_clock::now();
+        (void)caches[packed]->Truncate(context);
+        if (r >= 2)
+          ms[packed].push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+      }
+    }
+    const double packed_ms = Median(ms[1]), plain_ms = Median(ms[0]);
+    std::printf("%-6d %4s %14.2f %14.2f %8.2f\n", k, "", packed_ms, plain_ms, plain_ms / packed_ms);
+    nlohmann::json row = {{"k", k},
+                          {"context", context},
+                          {"threads", threads},
+                          {"packed_ms", packed_ms},
+                          {"row_major_ms", plain_ms},
+                          {"params", c.NumParameters()}};
+    if (k == 1) {
+      const double bytes = StepBytes(*models[1], context);
+      row["step_bytes"] = bytes;
+      row["packed_gbs"] = bytes / (packed_ms * 1e6);
+      row["row_major_gbs"] = bytes / (plain_ms * 1e6);
+      std::printf("       1-token step reads %.1f MB: %.1f GB/s packed, %.1f GB/s row-major\n",
+                  bytes / 1e6, bytes / (packed_ms * 1e6), bytes / (plain_ms * 1e6));
+    }
+    results.push_back(row);
+  }
+}
+
 }  // namespace
 }  // namespace specdec::model
 
 int main(int argc, char** argv) {
   using namespace specdec::model;
   CLI::App app{"specdec decoder speed benchmark (random Qwen3-shaped weights)"};
-  std::string sizes = "30M,100M", dtypes = "f32,bf16", json_path;
+  std::string sizes = "30M,100M", dtypes = "f32,bf16", ks_list = "1,2,4,8,16,32", json_path;
   int64_t context = 200;
   int reps = 15, threads = 0;
   std::string device_name = "cpu";
@@ -222,10 +283,14 @@ int main(int argc, char** argv) {
                  "comma-separated model sizes: 7M, 30M, 100M, qwen3-0.6b, qwen3-4b");
   app.add_option("--device", device_name, "cpu, cuda or cuda:N");
   app.add_option("--dtypes", dtypes, "comma-separated: f32, bf16");
+  app.add_option("--ks", ks_list, "comma-separated tokens per forward (the first is the base)");
   app.add_option("--context", context, "tokens already in the KV cache");
   app.add_option("--reps", reps, "timed repetitions per point (median reported)");
   app.add_option("--threads", threads, "compute threads (0 = all cores)");
   app.add_option("--json", json_path, "write results as JSON here");
+  bool compare_packing = false;
+  app.add_flag("--compare-packing", compare_packing,
+               "bf16 on the CPU: packed against row-major weights, forwards alternating");
   CLI11_PARSE(app, argc, argv);
   const int used_threads = ConfigureComputeThreads(threads);
   auto device = LoadOptions::ParseDevice(device_name);
@@ -241,17 +306,32 @@ int main(int argc, char** argv) {
                 bandwidth_gbs);
   }
 
-  const std::vector<int> ks = {1, 2, 4, 8, 16, 32};
+  std::vector<int> ks;
+  for (absl::string_view k : absl::StrSplit(ks_list, ',')) {
+    int value = 0;
+    if (!absl::SimpleAtoi(k, &value) || value < 1) {
+      std::cerr << "--ks takes positive integers, got '" << k << "'\n";
+      return 1;
+    }
+    ks.push_back(value);
+  }
   nlohmann::json results = nlohmann::json::array();
   std::printf("threads=%d context=%lld reps=%d (median ms per forward)\n", used_threads,
               static_cast<long long>(context), reps);
-  std::printf("%-6s %-5s %8s %10s %10s", "model", "dtype", "params", "1-tok ms", "AR tok/s");
-  for (int k : ks) std::printf("  k=%-2d x", k);
-  std::printf("\n");
+  if (!compare_packing) {
+    std::printf("%-6s %-5s %8s %10s %10s", "model", "dtype", "params", "1-tok ms", "AR tok/s");
+    for (int k : ks) std::printf("  k=%-2d x", k);
+    std::printf("\n");
+  }
   for (const std::string& size : std::vector<std::string>(absl::StrSplit(sizes, ','))) {
     ModelConfig c = ShapeFor(size);
     std::map<std::string, at::Tensor> weights;
     if (!gpu) weights = Transformer::RandomWeights(c, 7, 0.02);
+    if (compare_packing && !gpu) {
+      std::printf("%s, bf16:\n", size.c_str());
+      ComparePacking(c, weights, ks, context, reps, used_threads, results);
+      continue;
+    }
     for (const std::string& dt : std::vector<std::string>(absl::StrSplit(dtypes, ','))) {
       LoadOptions opts;
       opts.dtype = dt == "bf16" ? at::kBFloat16 : at::kFloat;
@@ -280,7 +360,7 @@ int main(int argc, char** argv) {
       std::vector<double> ratios;
       for (int k : ks) {
         double ms = TimeForward(**model, cache.get(), context, k, reps);
-        if (k == 1) one = ms;
+        if (k == ks.front()) one = ms;
         ratios.push_back(ms / one);
         row["ms"][std::to_string(k)] = ms;
         row["ratio"][std::to_string(k)] = ms / one;

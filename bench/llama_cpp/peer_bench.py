@@ -32,7 +32,7 @@ SPECDEC_LINE = re.compile(r"prefill ([0-9.]+) ms, decode ([0-9.]+) ms \(([0-9.]+
 
 
 def run(cmd):
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    r = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=900)
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[:3])} ... exited {r.returncode}: {r.stderr[-2000:]}")
     return r
@@ -109,7 +109,7 @@ def main():
     version = fetch.stderr.strip().splitlines()[-1]
     ggufs = {}
     for dtype in a.dtypes.split(","):
-        ggufs[dtype] = os.path.join(a.work, f"peer-{dtype}.gguf")
+        ggufs[dtype] = os.path.join(a.work, f"peer-{os.path.basename(a.model)}-{dtype}.gguf")
         extra = ["--outtype", "f32"] if dtype == "f32" else []
         run([a.specdec, "convert", a.model, "-o", ggufs[dtype]] + extra)
     ids = prompt_ids(probe, ggufs[a.dtypes.split(",")[0]], a.prompt_tokens)
