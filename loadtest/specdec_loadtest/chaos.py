@@ -30,6 +30,7 @@ Writes ``chaos.json`` and ``chaos.md`` into ``--out``; exit status 0 when every 
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import signal
@@ -94,7 +95,7 @@ class Cluster:
         os.kill(self.pid(name), sig)
 
     def kill(self, name: str) -> None:
-        """SIGKILL, and wait until the process is gone (or a zombie)."""
+        """SIGKILL, and wait until every thread of the process is gone (or a zombie)."""
         pid = self.pid(name)
         os.kill(pid, signal.SIGKILL)
         for child in self.children:
@@ -116,11 +117,21 @@ class Cluster:
 
 
 def _alive(pid: int) -> bool:
+    """Whether any thread of ``pid`` is still running. A SIGKILLed process's main thread turns
+    zombie before its other threads have exited, and its listening sockets stay open until the
+    last one has: a service restarted on the same ports at that moment cannot bind them."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return False
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X"):
+                    return True
+        except OSError:
+            continue
+    return False
 
 
 def inject(cluster: Cluster, fault: str, a: argparse.Namespace) -> None:
@@ -211,6 +222,11 @@ class Load:
             t.join(timeout=60)
 
 
+def _stage(fault: str, what: str, t0: float) -> None:
+    """A progress line, so that a scenario that stalls shows where."""
+    print(f"chaos: {fault}: {what} at +{perf_counter() - t0:.1f} s", flush=True)
+
+
 def run_scenario(cluster: Cluster, runner: Runner, refs, fault: str,
                  a: argparse.Namespace) -> Dict[str, object]:
     load = Load(runner, a.methods)
@@ -220,10 +236,13 @@ def run_scenario(cluster: Cluster, runner: Runner, refs, fault: str,
     in_flight = load.in_flight()
     inject(cluster, fault, a)
     t_fault_end = perf_counter()
+    _stage(fault, "injected", t_fault)
     recovery = probe_recovery(cluster.router, fault, a.recover_bound_s)
+    _stage(fault, "probed recovery", t_fault)
     t_recovered = t_fault_end + (recovery if recovery is not None else a.recover_bound_s)
     time.sleep(a.after_s)
     load.finish()
+    _stage(fault, "load finished", t_fault)
     handles = prom.check_handles([cluster.target_metrics], a.handle_grace_s)
     return summarize(fault, load.records, refs, a, in_flight, t_fault, t_fault_end,
                      t_recovered, recovery, handles)
@@ -307,6 +326,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--recover-bound-s", type=float, default=30.0)
     p.add_argument("--handle-grace-s", type=float, default=15.0)
     p.add_argument("--request-timeout-s", type=float, default=60.0)
+    p.add_argument("--watchdog-s", type=float, default=0.0,
+                   help="after this many seconds, print every thread's stack and exit 1 (0: off)")
     return p
 
 
@@ -321,6 +342,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     if SDK_DIR not in sys.path:
         sys.path.insert(0, SDK_DIR)
     from specdec import Client
+    if a.watchdog_s > 0:
+        faulthandler.dump_traceback_later(a.watchdog_s, exit=True)
     os.makedirs(a.out, exist_ok=True)
     cluster = Cluster(os.path.abspath(a.build_dir), os.path.abspath(a.pack),
                       os.path.abspath(os.path.join(a.out, "run")), a.port_base)

@@ -38,11 +38,13 @@ bash clients/python/generate_protos.sh >/dev/null || { echo "run_chaos: proto ge
 PYTHONDONTWRITEBYTECODE=1 PYTHONPATH=loadtest "$PYTHON" -m specdec_loadtest.chaos --out "$out" \
   --build-dir "$BUILD_DIR" --pack "$PACK" --port-base "$base" \
   --faults target-pause,target-kill,router-kill,drafter-flap --max-new-tokens 32 \
-  --fault-at 2 --after-s 3 --pause-s 2 --flaps 2
+  --fault-at 2 --after-s 3 --pause-s 2 --flaps 2 --watchdog-s 240
 rc=$?
 if [ "$rc" -ne 0 ]; then
   for log in "$out"/run/*.log; do
     [ -f "$log" ] && { echo "---- $(basename "$log") (last 15 lines)" >&2; tail -n 15 "$log" >&2; }
   done
+  # A run the watchdog ended left its cluster up.
+  SPECDEC_RUN_DIR="$out/run" bash deploy/local/cluster.sh stop >/dev/null 2>&1
 fi
 exit "$rc"
