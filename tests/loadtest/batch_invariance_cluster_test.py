@@ -46,7 +46,11 @@ def main() -> int:
     if not os.path.exists(os.path.join(build, "services", "router", "specdec-router")):
         print("batch_invariance_cluster_test: SKIP: no service binaries", file=sys.stderr)
         return 77
-    texts = prompts.load_prompts("humaneval", limit=8)
+    humaneval = prompts.resolve("humaneval")
+    if not os.path.exists(humaneval):
+        print(f"batch_invariance_cluster_test: SKIP: no {humaneval} (../shared)", file=sys.stderr)
+        return 77
+    texts = prompts.load_prompts(humaneval, limit=8)
     run_dir = tempfile.mkdtemp(prefix="specdec-invariance.")
     cluster = Cluster(build, pack, run_dir, free_base())
     cluster.start()

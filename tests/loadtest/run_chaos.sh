@@ -24,6 +24,8 @@ for f in "$BUILD_DIR/services/target/specdec-target" "$BUILD_DIR/services/router
          "$PACK/target/config.json"; do
   [ -e "$f" ] || { echo "run_chaos: SKIP: $f is missing" >&2; exit 77; }
 done
+humaneval="$(PYTHONPATH=loadtest "$PYTHON" -c 'from specdec_loadtest import prompts; print(prompts.resolve("humaneval"))')"
+[ -f "$humaneval" ] || { echo "run_chaos: SKIP: $humaneval is missing (../shared)" >&2; exit 77; }
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 base=
 for b in $(seq 23650 10 23950); do  # services on b..b+4, /metrics on b+100..b+103

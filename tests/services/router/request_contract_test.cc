@@ -29,6 +29,7 @@ std::string WriteByteTokenizer() {
   const std::string dir =
       std::filesystem::temp_directory_path() / ("specdec_bytes_tok_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
+  testing_util::RemoveAtExit(dir);
   tokenizer::testing::ByteLevelSpec spec;
   spec.pre_tokenizer = tokenizer::testing::Gpt2PreTokenizer();
   std::ofstream(dir + "/tokenizer.json") << tokenizer::testing::BuildByteLevelJson(spec);

@@ -6,17 +6,13 @@
 #include <ATen/ATen.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
-#include <fstream>
 #include <limits>
 #include <thread>
 
 #include "common/engine/target_session.h"
-#include "common/io/safetensors.h"
 #include "common/model/dflash_drafter.h"
 #include "common/model/transformer.h"
 #include "specdec/v1/target.grpc.pb.h"
@@ -25,7 +21,6 @@
 namespace specdec::services {
 namespace {
 
-namespace fs = std::filesystem;
 using Stream = grpc::ClientReaderWriter<v1::TargetRequest, v1::TargetResponse>;
 
 model::ModelConfig SmallConfig() {
@@ -47,26 +42,13 @@ model::ModelConfig SmallConfig() {
 // Writes a random checkpoint once per process.
 const std::string& ModelDir() {
   static const std::string* dir = [] {
-    auto* d = new std::string(fs::temp_directory_path() /
-                              ("specdec_target_svc_" + std::to_string(::getpid())));
-    fs::create_directories(*d);
     auto c = SmallConfig();
-    auto w = model::Transformer::RandomWeights(c, 5, 0.3);
-    std::vector<io::TensorToWrite> tw;
-    for (auto& [name, t] : w) {
-      t = t.contiguous();
-      tw.push_back({name, io::DType::kF32, std::vector<int64_t>(t.sizes().begin(), t.sizes().end()),
-                    std::span<const std::byte>(reinterpret_cast<const std::byte*>(t.data_ptr()),
-                                               t.nbytes())});
-    }
-    EXPECT_TRUE(io::WriteSafetensors(*d + "/model.safetensors", tw).ok());
-    std::ofstream(*d + "/config.json") << model::ModelConfigToJson(c);
-    return d;
+    return new std::string(testing_util::WriteCheckpoint(
+        "target_svc", model::Transformer::RandomWeights(c, 5, 0.3), model::ModelConfigToJson(c)));
   }();
   return *dir;
 }
 
-// A random DFlash drafter for the SmallConfig target (block size 4), written once per process.
 const std::string& DFlashDir() {
   static const std::string* dir = [] {
     model::DFlashConfig fc;
