@@ -42,6 +42,8 @@ struct BenchArgs {
   int tree_max_depth = 8;
   float tree_threshold = 0.f;
   int block_size = 0;
+  std::vector<int> block_sizes;  // DFLASH runs once per block size (each a row of its own)
+  std::string compare_policy;    // DFLASH_ADAPTIVE runs with this policy too ("... policy 2")
   bool no_adaptive_lookup = false;
   int threads = 0;
   std::string dtype = "auto", device = "cpu";
@@ -110,9 +112,18 @@ using AggMap = std::map<std::pair<std::string, std::string>, Agg>;
 struct BenchModels {
   std::unique_ptr<model::Transformer> target, draft;
   std::unique_ptr<model::DFlashDrafter> dflash;
-  std::unique_ptr<model::BlockPilot> policy;
+  std::unique_ptr<model::BlockPilot> policy, policy2;
   std::unique_ptr<tokenizer::Tokenizer> tok;
   engine::EngineModels em;
+  engine::EngineModels em2;  // em with --compare-policy's policy
+};
+
+// One row's way of decoding: a method, its block size, and which policy it asks.
+struct Variant {
+  engine::Method method = engine::Method::kAr;
+  int block_size = 0;  // 0: --block-size
+  bool second_policy = false;
+  std::string name;
 };
 
 // What a run accumulates over its prompts.
@@ -156,14 +167,22 @@ absl::Status LoadBenchModels(const BenchArgs& a, BenchModels& m) {
     m.policy = *std::move(p);
     m.em.policy = m.policy.get();
   }
+  m.em2 = m.em;
+  if (!a.compare_policy.empty()) {
+    auto p = model::BlockPilot::Load(a.compare_policy);
+    if (!p.ok()) return p.status();
+    m.policy2 = *std::move(p);
+    m.em2.policy = m.policy2.get();
+  }
   return absl::OkStatus();
 }
 
 // The methods of `names` to compare with AR (which always runs), skipping, with a note, those
 // whose model is not loaded.
-absl::StatusOr<std::vector<engine::Method>> SelectMethods(const std::string& names,
-                                                          const engine::EngineModels& em) {
-  std::vector<engine::Method> methods;
+absl::StatusOr<std::vector<Variant>> SelectVariants(const BenchArgs& a,
+                                                    const engine::EngineModels& em) {
+  std::vector<Variant> variants;
+  const std::string& names = a.methods;
   for (absl::string_view name : absl::StrSplit(names, ',', absl::SkipWhitespace())) {
     auto m = engine::ParseMethod(std::string(name));
     if (!m.ok()) return m.status();
@@ -171,9 +190,19 @@ absl::StatusOr<std::vector<engine::Method>> SelectMethods(const std::string& nam
       std::printf("skipping %s: %s\n", engine::MethodName(*m), std::string(s.message()).c_str());
       continue;
     }
-    if (*m != engine::Method::kAr) methods.push_back(*m);
+    const std::string method_name = engine::MethodName(*m);
+    if (*m == engine::Method::kAr) continue;
+    if (*m == engine::Method::kDflash && !a.block_sizes.empty()) {
+      for (int b : a.block_sizes)
+        variants.push_back({*m, b, false, absl::StrCat(method_name, " b=", b)});
+      continue;
+    }
+    variants.push_back({*m, 0, false, method_name});
+    if (*m == engine::Method::kDflashAdaptive && !a.compare_policy.empty()) {
+      variants.push_back({*m, 0, true, method_name + " policy 2"});
+    }
   }
-  return methods;
+  return variants;
 }
 
 engine::DecodeOptions BenchDecodeOptions(const BenchArgs& a) {
@@ -215,7 +244,7 @@ void AddResult(const engine::DecodeResult& r, const engine::DecodeResult& ar, Ag
 
 // Runs AR and every method on prompt `p` and adds the results to `totals`.
 absl::Status BenchPrompt(const BenchArgs& a, const BenchModels& models,
-                         const std::vector<engine::Method>& methods, const Prompt& p,
+                         const std::vector<Variant>& variants, const Prompt& p,
                          BenchTotals& totals) {
   const tokenizer::Tokenizer& tok = *models.tok;
   auto ids = tok.Encode(p.text, tok.add_bos_by_default());
@@ -224,24 +253,25 @@ absl::Status BenchPrompt(const BenchArgs& a, const BenchModels& models,
     ids->erase(ids->begin(), ids->end() - a.max_prompt_tokens);  // keep the prompt's tail
   }
   engine::DecodeOptions o = BenchDecodeOptions(a);
-  // AR and every method on this prompt, in a rotating order so no method always runs first.
-  std::vector<engine::Method> order = {engine::Method::kAr};
-  order.insert(order.end(), methods.begin(), methods.end());
+  // AR and every variant on this prompt, in a rotating order so no variant always runs first.
+  std::vector<Variant> order = {Variant{engine::Method::kAr, 0, false, "AR"}};
+  order.insert(order.end(), variants.begin(), variants.end());
   std::rotate(order.begin(), order.begin() + (totals.rotation++ % order.size()), order.end());
-  std::map<engine::Method, engine::DecodeResult> results;
-  for (engine::Method m : order) {
-    o.method = m;
-    auto r = engine::Decode(models.em, *ids, o);
+  std::map<std::string, engine::DecodeResult> results;
+  for (const Variant& v : order) {
+    o.method = v.method;
+    o.block_size = v.block_size > 0 ? v.block_size : a.block_size;
+    auto r = engine::Decode(v.second_policy ? models.em2 : models.em, *ids, o);
     if (!r.ok()) return r.status();
-    results[m] = *std::move(r);
+    results[v.name] = *std::move(r);
   }
-  const engine::DecodeResult& ar = results[engine::Method::kAr];
-  for (auto& [m, r] : results) {
-    AddResult(r, ar, totals.aggs[{p.dataset, engine::MethodName(m)}]);
+  const engine::DecodeResult& ar = results["AR"];
+  for (auto& [name, r] : results) {
+    AddResult(r, ar, totals.aggs[{p.dataset, name}]);
     if (!a.samples_path.empty()) {
       totals.samples.push_back(
           {{"dataset", p.dataset},
-           {"method", engine::MethodName(m)},
+           {"method", name},
            {"prompt", p.text},
            {"completion", tok.Decode(r.tokens)},
            {"repeated_8gram_share", CountRepeatedNgrams(r.tokens, 8).share()}});
@@ -265,7 +295,7 @@ nlohmann::json ReportAgg(const std::pair<std::string, std::string>& key, const A
   }
   std::vector<std::string> bs;
   for (const auto& [b, n] : g.block_sizes) bs.push_back(absl::StrCat(b, ":", n));
-  std::printf("%-12s %-16s %4d %6lld %8.1f %6.2f %8.2f %8.2f %3d/%-2d %5.3f  %-28s %s\n",
+  std::printf("%-12s %-24s %4d %6lld %8.1f %6.2f %8.2f %8.2f %3d/%-2d %5.3f  %-28s %s\n",
               key.first.c_str(), key.second.c_str(), g.prompts, static_cast<long long>(g.tokens),
               tps, tau, speedup, tau > 0 ? speedup / tau : 0, g.matches_ar, g.prompts,
               g.rep8.share(), absl::StrJoin(pos, " ").c_str(), absl::StrJoin(bs, " ").c_str());
@@ -294,7 +324,7 @@ nlohmann::json ReportAgg(const std::pair<std::string, std::string>& key, const A
 nlohmann::json ReportResults(const BenchArgs& a, const AggMap& aggs) {
   std::printf("target %s, %d threads, T=%.2f, max_new_tokens %d\n", a.target.c_str(),
               model::ConfigureComputeThreads(a.threads), a.temperature, a.max_new_tokens);
-  std::printf("%-12s %-16s %4s %6s %8s %6s %8s %8s %6s %5s  %-28s %s\n", "dataset", "method", "n",
+  std::printf("%-12s %-24s %4s %6s %8s %6s %8s %8s %6s %5s  %-28s %s\n", "dataset", "method", "n",
               "tokens", "tok/s", "tau", "speedup", "spd/tau", "=AR", "rep8",
               "accept rate by position", "block sizes");
   nlohmann::json rows = nlohmann::json::array();
@@ -322,15 +352,15 @@ int RunBench(const BenchArgs& a) {
   model::ConfigureComputeThreads(a.threads);
   BenchModels models;
   if (absl::Status s = LoadBenchModels(a, models); !s.ok()) return Fail(s);
-  auto methods = SelectMethods(a.methods, models.em);
-  if (!methods.ok()) return Fail(methods.status());
+  auto variants = SelectVariants(a, models.em);
+  if (!variants.ok()) return Fail(variants.status());
 
   BenchTotals totals;
   for (const std::string& file : a.prompt_files) {
     auto prompts = LoadPrompts(file, a.max_prompts);
     if (!prompts.ok()) return Fail(prompts.status());
     for (const Prompt& p : *prompts) {
-      if (absl::Status s = BenchPrompt(a, models, *methods, p, totals); !s.ok()) return Fail(s);
+      if (absl::Status s = BenchPrompt(a, models, *variants, p, totals); !s.ok()) return Fail(s);
     }
   }
   std::fprintf(stderr, "\n");
@@ -366,6 +396,11 @@ void RegisterBenchCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--tree-max-depth", a->tree_max_depth, "DYSPEC_TREE depth");
   cmd->add_option("--tree-threshold", a->tree_threshold, "DYSPEC_TREE threshold variant (> 0)");
   cmd->add_option("--block-size", a->block_size, "DFLASH block size (0 = training size)");
+  cmd->add_option("--block-sizes", a->block_sizes,
+                  "DFLASH once per block size, each its own row (e.g. 2,3,4,8,16)")
+      ->delimiter(',');
+  cmd->add_option("--compare-policy", a->compare_policy,
+                  "a second BlockPilot: DFLASH_ADAPTIVE also runs with it (\"policy 2\" rows)");
   cmd->add_flag("--no-adaptive-lookup", a->no_adaptive_lookup,
                 "DFLASH_ADAPTIVE never drafts by prompt lookup (the drafter drafts every step)");
   cmd->add_option("--threads", a->threads, "compute threads (0 = all cores)");

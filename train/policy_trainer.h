@@ -1,6 +1,8 @@
-// `specdec train policy-data` and `specdec train policy`: BlockPilot labels by enumerating the
-// candidate block sizes with the real DFlash loop, and the MLP trained on them (docs/design.md
-// §2.5).
+// `specdec train policy-data` and `specdec train policy`: BlockPilot labels from the real DFlash
+// loop, and the MLP trained on them (docs/design.md §2.5). Acceptance labels (the default) run
+// the largest block once per prompt and record the share of steps accepting each draft position,
+// which labels every block size at once; candidates labels run every candidate block size and
+// record its tau.
 #ifndef SPECDEC_TRAIN_POLICY_TRAINER_H_
 #define SPECDEC_TRAIN_POLICY_TRAINER_H_
 
@@ -21,8 +23,10 @@ struct PolicyDataOptions {
   int64_t min_prompt_len = 16;
   int64_t max_prompt_len = 128;
   int32_t max_new_tokens = 96;
-  int32_t radius = 2;                // candidates B-radius .. B+radius
-  std::vector<int32_t> block_sizes;  // explicit candidates (overrides radius)
+  std::string labels = "acceptance";  // acceptance | candidates
+  int32_t max_block = 0;              // acceptance: the block drafted (0: the training block B)
+  int32_t radius = 2;                 // candidates: B-radius .. B+radius
+  std::vector<int32_t> block_sizes;   // candidates: explicit (overrides radius)
   double temperature = 0.0;
   int64_t part_size = 32;  // prompts per part file
   int workers = 0;         // parallel decoders (0 = cores), one compute thread each
@@ -35,6 +39,7 @@ struct PolicyTrainOptions {
   std::string data_dir;  // from policy-data
   std::string out_dir;   // BlockPilot directory: config.json, model.safetensors, training.json
   int64_t hidden = 256;
+  int32_t input_top_k = 0;  // BlockPilotConfig::input_top_k
   int64_t epochs = 100;
   int64_t batch_size = 64;
   double lr = 1e-3;

@@ -118,8 +118,9 @@ void AddPolicy(CLI::App& parent, int* exit_code) {
   auto d = std::make_shared<PolicyDataOptions>();
   auto* data = parent.add_subcommand(
       "policy-data",
-      "Label prompts for BlockPilot: run the DFlash loop at every candidate block size and "
-      "record tau per size and the target's last-token logits (parallel, resumable)");
+      "Label prompts for BlockPilot: run the DFlash loop and record the target's last-token "
+      "logits with the share of steps accepting each draft position (acceptance) or the tau "
+      "of every candidate block size (candidates); parallel, resumable");
   data->add_option("--target", d->target_dir, "target HF directory")->required();
   data->add_option("--dflash", d->dflash_dir, "DFlash drafter directory")->required();
   data->add_option("--prompts", d->prompt_tokens, "token file prompts are cut from")->required();
@@ -128,6 +129,9 @@ void AddPolicy(CLI::App& parent, int* exit_code) {
   data->add_option("--min-prompt-len", d->min_prompt_len, "shortest prompt")->capture_default_str();
   data->add_option("--max-prompt-len", d->max_prompt_len, "longest prompt")->capture_default_str();
   data->add_option("--max-new-tokens", d->max_new_tokens, "tokens generated per run")
+      ->capture_default_str();
+  data->add_option("--labels", d->labels, "acceptance | candidates")->capture_default_str();
+  data->add_option("--max-block", d->max_block, "acceptance: block drafted (0 = training B)")
       ->capture_default_str();
   data->add_option("--radius", d->radius, "candidates B-k..B+k")->capture_default_str();
   data->add_option("--block-sizes", d->block_sizes, "explicit candidate block sizes");
@@ -142,6 +146,9 @@ void AddPolicy(CLI::App& parent, int* exit_code) {
   cmd->add_option("--data", o->data_dir, "policy-data directory")->required();
   cmd->add_option("--out", o->out_dir, "output BlockPilot directory")->required();
   cmd->add_option("--hidden", o->hidden, "MLP width")->capture_default_str();
+  cmd->add_option("--input-top-k", o->input_top_k,
+                  "input: the k largest log-probabilities (0 = the raw logits)")
+      ->capture_default_str();
   cmd->add_option("--epochs", o->epochs, "epochs")->capture_default_str();
   cmd->add_option("--batch", o->batch_size, "batch size")->capture_default_str();
   cmd->add_option("--lr", o->lr, "learning rate")->capture_default_str();

@@ -32,11 +32,16 @@ CostAwareHook::CostAwareHook(BlockCostModel& model, Options options)
 double CostAwareHook::RequestTau(int32_t block) const {
   double tau = 1;
   for (int i = 0; i + 1 < block && i < BlockCostModel::kMaxPositions; ++i) {
-    double machine_weight = 0;
-    const double machine = model_.AcceptedShare(i, &machine_weight);
-    const double prior = machine_weight > 0 ? options_.prior_steps : 0;
+    double prior_weight = 0, share = 0;
+    if (static_cast<size_t>(i) < predicted_.size()) {
+      prior_weight = 1;
+      share = predicted_[static_cast<size_t>(i)];
+    } else {
+      share = model_.AcceptedShare(i, &prior_weight);
+    }
+    const double prior = prior_weight > 0 ? options_.prior_steps : 0;
     const double steps = drafted_[i] + prior;
-    if (steps > 0) tau += (accepted_[i] + prior * machine) / steps;
+    if (steps > 0) tau += (accepted_[i] + prior * share) / steps;
   }
   return tau;
 }
@@ -69,7 +74,10 @@ std::vector<int32_t> CostAwareHook::ExploredBlocks(int32_t cap) {
   return blocks;
 }
 
-int32_t CostAwareHook::Decide(int32_t cap) {
+int32_t CostAwareHook::Decide(const LoopView& view, int32_t cap) {
+  if (predicted_.empty() && !view.predicted_acceptance.empty()) {
+    predicted_.assign(view.predicted_acceptance.begin(), view.predicted_acceptance.end());
+  }
   for (size_t i = 0; i < drafted_.size(); ++i) {
     drafted_[i] *= options_.request_decay;
     accepted_[i] *= options_.request_decay;
@@ -96,7 +104,7 @@ void CostAwareHook::PlanStep(const LoopView& view, StepPlan* plan) {
   // Before the request's first speculative step its block is not known yet: that step decides in
   // ChooseBlock.
   exploring_ = false;
-  decided_ = view.block_size >= 2 ? Decide(view.block_size) : 0;
+  decided_ = view.block_size >= 2 ? Decide(view, view.block_size) : 0;
   // A target-drafted run lasts until the next decision; one that explores, about one step.
   if (view.hosted) {
     plan->run_tokens =
@@ -114,7 +122,7 @@ void CostAwareHook::PlanStep(const LoopView& view, StepPlan* plan) {
 int32_t CostAwareHook::ChooseBlock(const LoopView& view, int32_t block) {
   // A speculative step that PlanStep did not decide (the request's first) decides here, among
   // the blocks only.
-  const int32_t b = decided_ >= 2 ? decided_ : std::max(2, Decide(block));
+  const int32_t b = decided_ >= 2 ? decided_ : std::max(2, Decide(view, block));
   decided_ = 0;
   return std::min(b, block);
 }

@@ -4,7 +4,8 @@
 //   AR: 1 / StepMs(1)        a block of b rows, 2 <= b <= cap: tau(b) / StepMs(b),
 // with StepMs the pass costs measured on this machine at this load (a BlockCostModel shared by
 // every request) and tau(b) = 1 + the acceptance of draft positions 0 .. b-2 as this request has
-// shown it lately, the machine's acceptance counting as `prior_steps` steps of it. `cap` is the
+// shown it lately, a prior counting as `prior_steps` steps of it: the acceptance BlockPilot
+// predicted for this request where it predicted one, else the machine's. `cap` is the
 // request's block: BlockPilot's pick, or the drafter's training block size. So that costs and
 // acceptance stay measured at every candidate, the shared model's first `warmup` decisions and
 // one in `explore_every` after them take the candidates in turn, and a request on AR drafts its
@@ -35,7 +36,7 @@ class CostAwareHook final : public PlanningHook {
  public:
   struct Options {
     int sessions = 1;        // requests sharing the target's passes
-    double prior_steps = 4;  // weight of the machine's acceptance, in steps
+    double prior_steps = 4;  // weight of the prior (predicted or machine) acceptance, in steps
     // Weight this request's observed acceptance keeps per decision: recent steps count most, and
     // a request that stopped drafting drifts back to the machine's acceptance (so that a bad
     // patch does not keep it on AR for the rest of the request).
@@ -66,7 +67,7 @@ class CostAwareHook final : public PlanningHook {
  private:
   // The candidates the exploration schedule takes in turn.
   static std::vector<int32_t> ExploredBlocks(int32_t cap);
-  int32_t Decide(int32_t cap);
+  int32_t Decide(const LoopView& view, int32_t cap);
   double RequestTau(int32_t block) const;
 
   BlockCostModel& model_;
@@ -75,6 +76,7 @@ class CostAwareHook final : public PlanningHook {
   // request did for it included (drafting, verifying, committing, the drafter's update).
   std::optional<SteadyClock::time_point> last_step_end_;
   std::array<double, BlockCostModel::kMaxPositions> drafted_{}, accepted_{};  // this request's
+  std::vector<float> predicted_;  // BlockPilot's acceptance curve for this request (may be empty)
   int32_t decided_ = 0;     // the block PlanStep chose for the next speculative step (0: none)
   int since_drafted_ = 0;   // decisions since this request last drafted
   bool exploring_ = false;  // the last decision explored

@@ -170,9 +170,9 @@ class LocalDflashDrafter final : public DrafterSide {
 class LocalBlockPolicy final : public BlockPolicy {
  public:
   explicit LocalBlockPolicy(const model::BlockPilot& policy) : policy_(policy) {}
-  absl::StatusOr<int32_t> ChooseBlockSize(std::span<const float> last_logits) override {
+  absl::StatusOr<BlockChoice> ChooseBlockSize(std::span<const float> last_logits) override {
     ASSIGN_OR_RETURN(auto prediction, policy_.Predict(last_logits));
-    return prediction.block_size;
+    return BlockChoice{prediction.block_size, std::move(prediction.acceptance)};
   }
 
  private:

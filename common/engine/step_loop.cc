@@ -111,7 +111,8 @@ class StepLoop {
   }
 
   LoopView View() const {
-    return LoopView{options_.method, stop_.tokens_left(), stats_.block_size, hosted_};
+    return LoopView{options_.method, stop_.tokens_left(), stats_.block_size, hosted_,
+                    predicted_acceptance_};
   }
 
   // Opens the drafter (unless the target drafts) and picks DFlash's block size.
@@ -130,10 +131,12 @@ class StepLoop {
     int32_t b = options_.block_size > 0 ? options_.block_size : trained;
     if (options_.method == Method::kDflashAdaptive && options_.block_size == 0) {
       const auto t0 = SteadyClock::now();
-      absl::StatusOr<int32_t> chosen = absl::UnavailableError("no block-size policy is available");
+      absl::StatusOr<BlockChoice> chosen =
+          absl::UnavailableError("no block-size policy is available");
       if (parts_.policy) chosen = parts_.policy->ChooseBlockSize(prefill_.last_logits);
       if (chosen.ok()) {
-        b = *chosen;
+        b = chosen->block_size;
+        predicted_acceptance_ = std::move(chosen->acceptance);
         stats_.block_size_from_policy = true;
       } else {
         stats_.policy_fallback = true;
@@ -330,6 +333,7 @@ class StepLoop {
   StopRule stop_;
   DrafterSide* drafter_;  // null once it failed
   PrefillResult prefill_;
+  std::vector<float> predicted_acceptance_;  // DFLASH_ADAPTIVE: from the policy (BlockChoice)
   bool hosted_ = false;
   bool speculation_started_ = false;
   bool drafter_failed_ = false;

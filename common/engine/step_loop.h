@@ -114,11 +114,19 @@ class DrafterSide {
   virtual bool WantsFeatures() const { return false; }
 };
 
+// What DFLASH_ADAPTIVE's policy says of a request.
+struct BlockChoice {
+  int32_t block_size = 0;  // the request's block: the largest one its steps may draft
+  // The predicted share of steps that accept each draft position (non-increasing); empty when
+  // the policy predicts only the block.
+  std::vector<float> acceptance;
+};
+
 // DFLASH_ADAPTIVE's block size from the target's raw last-prompt-position logits.
 class BlockPolicy {
  public:
   virtual ~BlockPolicy() = default;
-  virtual absl::StatusOr<int32_t> ChooseBlockSize(std::span<const float> last_logits) = 0;
+  virtual absl::StatusOr<BlockChoice> ChooseBlockSize(std::span<const float> last_logits) = 0;
 };
 
 // Where a step came from, for planning hooks that measure steps.
@@ -132,6 +140,9 @@ struct LoopView {
   int32_t tokens_left = 0;
   int32_t block_size = 0;  // DFLASH*: the request's block (0 until speculation starts)
   bool hosted = false;     // the target drafts (known after prefill)
+  // DFLASH_ADAPTIVE: the policy's predicted acceptance per draft position (BlockChoice), empty
+  // when it predicted none.
+  std::span<const float> predicted_acceptance;
 };
 
 // What the next step of a request that may speculate does.

@@ -13,6 +13,35 @@
 
 namespace specdec::model {
 
+namespace {
+
+// The acceptance head's fields: `head`, `positions`, `min_position_share`; block_sizes derived.
+absl::Status ParseAcceptanceHead(const nlohmann::json& j, const std::string& origin,
+                                 BlockPilotConfig* c) {
+  c->head = BlockPilotHead::kAcceptance;
+  try {
+    c->positions = j.at("positions").get<int32_t>();
+    if (j.contains("min_position_share")) {
+      c->min_position_share = j.at("min_position_share").get<double>();
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(origin, ": the acceptance head needs an integer positions (", e.what(), ")"));
+  }
+  if (c->positions < 1 || c->positions > 255) {
+    return absl::InvalidArgumentError(absl::StrCat(origin, ": positions must be in 1..255"));
+  }
+  if (!(c->min_position_share >= 0 && c->min_position_share <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(origin, ": min_position_share must be in [0, 1]"));
+  }
+  c->block_sizes.clear();
+  for (int32_t b = 2; b <= c->positions + 1; ++b) c->block_sizes.push_back(b);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<BlockPilotConfig> ParseBlockPilotConfig(std::string_view json,
                                                        const std::string& origin) {
   auto j = nlohmann::json::parse(json.begin(), json.end(), nullptr, false);
@@ -20,17 +49,30 @@ absl::StatusOr<BlockPilotConfig> ParseBlockPilotConfig(std::string_view json,
     return absl::InvalidArgumentError(absl::StrCat(origin, ": not a valid JSON object"));
   }
   BlockPilotConfig c;
+  std::string head = "candidates";
   try {
     c.vocab_size = j.at("vocab_size").get<int64_t>();
     c.hidden_size = j.at("hidden_size").get<int64_t>();
     c.training_block_size = j.at("training_block_size").get<int32_t>();
-    c.block_sizes = j.at("block_sizes").get<std::vector<int32_t>>();
+    if (j.contains("head")) head = j.at("head").get<std::string>();
+    if (j.contains("input_top_k")) c.input_top_k = j.at("input_top_k").get<int32_t>();
+    if (head == "candidates") c.block_sizes = j.at("block_sizes").get<std::vector<int32_t>>();
   } catch (const nlohmann::json::exception& e) {
     return absl::InvalidArgumentError(
         absl::StrCat(origin,
-                     ": needs integer vocab_size, hidden_size, training_block_size and an integer "
-                     "array block_sizes (",
+                     ": needs integer vocab_size, hidden_size, training_block_size, a string head "
+                     "and, for the candidates head, an integer array block_sizes (",
                      e.what(), ")"));
+  }
+  if (head == "acceptance") {
+    RETURN_IF_ERROR(ParseAcceptanceHead(j, origin, &c));
+  } else if (head != "candidates") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        origin, ": head must be \"candidates\" or \"acceptance\", got \"", head, "\""));
+  }
+  if (c.input_top_k < 0 || c.input_top_k > c.vocab_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(origin, ": input_top_k must be in 0..vocab_size"));
   }
   if (c.vocab_size <= 0 || c.hidden_size <= 0 || c.block_sizes.empty()) {
     return absl::InvalidArgumentError(
@@ -50,13 +92,23 @@ std::string BlockPilotConfigToJson(const BlockPilotConfig& c) {
                       {"vocab_size", c.vocab_size},
                       {"hidden_size", c.hidden_size},
                       {"training_block_size", c.training_block_size},
-                      {"block_sizes", c.block_sizes}};
+                      {"input_top_k", c.input_top_k}};
+  if (c.head == BlockPilotHead::kAcceptance) {
+    j["head"] = "acceptance";
+    j["positions"] = c.positions;
+    j["min_position_share"] = c.min_position_share;
+  } else {
+    j["head"] = "candidates";
+    j["block_sizes"] = c.block_sizes;
+  }
   return j.dump(2);
 }
 
 std::vector<TensorSpec> BlockPilot::WeightShapes(const BlockPilotConfig& c) {
-  const int64_t n = static_cast<int64_t>(c.block_sizes.size());
-  return {{"fc1.weight", {c.hidden_size, c.vocab_size}},
+  const int64_t n = c.head == BlockPilotHead::kAcceptance
+                        ? c.positions
+                        : static_cast<int64_t>(c.block_sizes.size());
+  return {{"fc1.weight", {c.hidden_size, c.input_top_k > 0 ? c.input_top_k : c.vocab_size}},
           {"fc1.bias", {c.hidden_size}},
           {"fc2.weight", {c.hidden_size, c.hidden_size}},
           {"fc2.bias", {c.hidden_size}},
@@ -94,7 +146,7 @@ absl::StatusOr<at::Tensor> BlockPilot::Scores(const at::Tensor& logits) const {
                                                    "] logits, got ", ShapeString(logits.sizes())));
   }
   try {
-    at::Tensor x = logits.to(at::kFloat);
+    at::Tensor x = Features(config_, logits.to(at::kFloat));
     at::Tensor h1 = at::relu(at::linear(x, w_.at("fc1.weight"), w_.at("fc1.bias")));
     at::Tensor h2 = h1 + at::relu(at::linear(h1, w_.at("fc2.weight"), w_.at("fc2.bias")));
     return at::linear(h2, w_.at("out.weight"), w_.at("out.bias"));
@@ -124,8 +176,16 @@ absl::StatusOr<std::vector<BlockPilotPrediction>> BlockPilot::PredictBatch(
     std::memcpy(x[static_cast<int64_t>(r)].data_ptr<float>(), rows[r].data(), v * sizeof(float));
   }
   ASSIGN_OR_RETURN(at::Tensor scores, Scores(x));
-  scores = scores.contiguous();
   std::vector<BlockPilotPrediction> out(rows.size());
+  if (config_.head == BlockPilotHead::kAcceptance) {
+    at::Tensor curve = AcceptanceCurve(scores).contiguous();
+    for (size_t r = 0; r < rows.size(); ++r) {
+      const float* p = curve.data_ptr<float>() + r * config_.positions;
+      out[r] = FromCurve(std::span<const float>(p, config_.positions));
+    }
+    return out;
+  }
+  scores = scores.contiguous();
   const int64_t c = scores.size(1);
   for (size_t r = 0; r < rows.size(); ++r) {
     const float* p = scores.data_ptr<float>() + r * c;
@@ -137,6 +197,28 @@ absl::StatusOr<std::vector<BlockPilotPrediction>> BlockPilot::PredictBatch(
     out[r].block_size = config_.block_sizes[best];
   }
   return out;
+}
+
+at::Tensor BlockPilot::Features(const BlockPilotConfig& config, const at::Tensor& logits) {
+  if (config.input_top_k == 0) return logits;
+  return std::get<0>(at::log_softmax(logits, 1).topk(config.input_top_k, 1));
+}
+
+at::Tensor BlockPilot::AcceptanceCurve(const at::Tensor& outputs) {
+  return at::cumprod(at::sigmoid(outputs), 1);
+}
+
+BlockPilotPrediction BlockPilot::FromCurve(std::span<const float> curve) const {
+  BlockPilotPrediction pred;
+  pred.acceptance.assign(curve.begin(), curve.end());
+  pred.block_size = 2;
+  float tau = 1;
+  for (size_t i = 0; i < curve.size(); ++i) {
+    tau += curve[i];
+    pred.scores.push_back(tau);  // block i + 2 drafts positions 0 .. i
+    if (curve[i] >= config_.min_position_share) pred.block_size = static_cast<int32_t>(i) + 2;
+  }
+  return pred;
 }
 
 }  // namespace specdec::model

@@ -303,7 +303,8 @@ absl::Status RemoteDrafter::Accept(const engine::StepResult& step) {
   return Call(c, "drafter commit").status();
 }
 
-absl::StatusOr<int32_t> RemotePolicy::ChooseBlockSize(std::span<const float> last_logits) {
+absl::StatusOr<engine::BlockChoice> RemotePolicy::ChooseBlockSize(
+    std::span<const float> last_logits) {
   ReplicaSet* set = backends_.policies();
   if (set == nullptr) return absl::UnavailableError("no policy service is configured");
   std::optional<size_t> i = backends_.Pick(*set, "policy");
@@ -318,7 +319,11 @@ absl::StatusOr<int32_t> RemotePolicy::ChooseBlockSize(std::span<const float> las
   *request.mutable_logits() = FloatsToTensor(last_logits, shape, v1::F32);
   v1::PredictBlockSizeResponse response;
   grpc::Status s = backends_.policy_stub(*i)->PredictBlockSize(&ctx, request, &response);
-  if (s.ok()) return response.block_size();
+  if (s.ok()) {
+    return engine::BlockChoice{
+        response.block_size(),
+        std::vector<float>(response.acceptance().begin(), response.acceptance().end())};
+  }
   absl::Status why(static_cast<absl::StatusCode>(s.error_code()),
                    absl::StrCat("policy ", set->address(*i), ": ", s.error_message()));
   Backends::NoteFailure(*set, *i, why);

@@ -88,7 +88,7 @@ class RemoteDrafter final : public engine::DrafterSide {
 class RemotePolicy final : public engine::BlockPolicy {
  public:
   RemotePolicy(Backends& backends, Deadline deadline) : backends_(backends), deadline_(deadline) {}
-  absl::StatusOr<int32_t> ChooseBlockSize(std::span<const float> last_logits) override;
+  absl::StatusOr<engine::BlockChoice> ChooseBlockSize(std::span<const float> last_logits) override;
 
  private:
   Backends& backends_;

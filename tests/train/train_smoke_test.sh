@@ -24,12 +24,27 @@ grep -q "resuming from target/checkpoint at step 6" lm2.log
 $specdec train dflash --target target --prompts train.tok --out dflash --layers 1 \
   --block-size 4 --gen-sequences 8 --gen-batch 4 --prompt-len 8 --gen-len 12 --batch 4 \
   --anchors 2 --steps 4 --eval-every 2 --threads 1
+# Acceptance labels (the default) and the older candidates labels, each with its policy.
 $specdec train policy-data --target target --dflash dflash --prompts train.tok --out pdata \
   --num-prompts 6 --part-size 4 --max-new-tokens 8 --min-prompt-len 4 --max-prompt-len 12 \
-  --radius 1 --workers 1
+  --workers 1
 $specdec train policy --data pdata --out policy --hidden 16 --epochs 2 --heldout-frac 0.34
+$specdec train policy-data --target target --dflash dflash --prompts train.tok --out pdata_c \
+  --labels candidates --num-prompts 6 --part-size 4 --max-new-tokens 8 --min-prompt-len 4 \
+  --max-prompt-len 12 --radius 1 --workers 1
+$specdec train policy --data pdata_c --out policy_c --hidden 16 --epochs 2 --heldout-frac 0.34
+python3 - <<'PY'
+import json
+a = json.load(open("policy/config.json"))
+assert a["head"] == "acceptance" and a["positions"] == 3, a  # block 4: positions 0..2
+m = json.load(open("policy/training.json"))["metrics"]
+assert len(m["per_block"]) == 3 and m["heldout_tau_abs_error_policy"] >= 0, m
+c = json.load(open("policy_c/config.json"))
+assert c["head"] == "candidates" and c["block_sizes"] == [3, 4, 5], c
+PY
 for f in target/config.json target/model.safetensors target/tokenizer.json \
   dflash/config.json dflash/model.safetensors policy/config.json policy/model.safetensors \
+  policy_c/model.safetensors pdata_c/part-00001.safetensors \
   pdata/part-00000.safetensors pdata/part-00001.safetensors corpus/sources.json; do
   test -s "$f" || { echo "missing $f"; exit 1; }
 done
@@ -44,4 +59,6 @@ text = json.dumps(rows)
 assert "DFLASH_ADAPTIVE" in text, text
 PY
 grep -E "DFLASH_ADAPTIVE" bench.log | grep -q "1/1"
+$specdec bench --target target --dflash dflash --policy policy_c --prompts prompts.txt \
+  --methods DFLASH_ADAPTIVE -n 12 --threads 1 | grep -E "DFLASH_ADAPTIVE" | grep -q "1/1"
 echo "train smoke test passed"

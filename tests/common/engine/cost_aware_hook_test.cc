@@ -182,5 +182,36 @@ TEST(CostAwareHookTest, ARequestsOwnAcceptanceOutweighsTheMachinesWithSteps) {
   EXPECT_EQ(other.BestBlock(16), 1);
 }
 
+// BlockPilot's predicted acceptance curve is the request's prior in place of the machine's: a
+// request predicted to accept most positions drafts a large block on a machine whose requests
+// accept nothing, and one predicted to accept nothing runs AR on a machine that accepts all.
+TEST(CostAwareHookTest, APredictedCurveIsTheRequestsPriorInPlaceOfTheMachines) {
+  auto verify = [](int rows) { return 1.0 + 0.1 * rows; };
+  auto draft = [](int rows) { return 0.2; };
+  const std::vector<float> high(15, 0.95f), none(15, 0.0f);
+  struct Case {
+    std::vector<int> machine_accepts;
+    const std::vector<float>* predicted;
+    bool expect_large;
+  };
+  for (const Case& c : {Case{{0}, &high, true}, Case{{15}, &none, false}}) {
+    BlockCostModel m;
+    Measure(m, verify, draft, c.machine_accepts);
+    CostAwareHook hook(m, {.warmup = 0, .explore_every = 1000});
+    m.NextDecision();  // past the exploring decision 0
+    LoopView view{Method::kDflashAdaptive, 100, 16, false, *c.predicted};
+    StepPlan plan;
+    plan.run_tokens = 100;
+    hook.PlanStep(view, &plan);
+    if (c.expect_large) {
+      ASSERT_TRUE(plan.speculate);
+      EXPECT_GT(hook.ChooseBlock(view, 16), 8);
+    } else {
+      EXPECT_FALSE(plan.speculate);
+      EXPECT_EQ(hook.BestBlock(16), 1);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace specdec::engine

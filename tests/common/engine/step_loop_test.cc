@@ -143,9 +143,11 @@ class FakeDrafter final : public DrafterSide {
 class FakePolicy final : public BlockPolicy {
  public:
   absl::StatusOr<int32_t> block = 7;
-  absl::StatusOr<int32_t> ChooseBlockSize(std::span<const float> logits) override {
+  std::vector<float> acceptance;
+  absl::StatusOr<BlockChoice> ChooseBlockSize(std::span<const float> logits) override {
     EXPECT_EQ(logits.size(), 2u);
-    return block;
+    if (!block.ok()) return block.status();
+    return BlockChoice{*block, acceptance};
   }
 };
 
@@ -358,6 +360,31 @@ TEST(StepLoopTest, AdaptiveLooksUpBetweenTargetDraftedRuns) {
 }
 
 // A hook that runs every other step as an AR run of 3 tokens.
+class ViewRecordingHook final : public PlanningHook {
+ public:
+  std::vector<std::vector<float>> seen;
+  void PlanStep(const LoopView& view, StepPlan*) override {
+    seen.emplace_back(view.predicted_acceptance.begin(), view.predicted_acceptance.end());
+  }
+};
+
+// The policy's predicted acceptance reaches every planning decision once speculation started.
+TEST(StepLoopTest, ThePolicysPredictedAcceptanceReachesThePlanningHook) {
+  FakeTarget t;
+  FakeDrafter d(t, false, /*trained_block=*/5, 3);
+  FakePolicy p;
+  p.acceptance = {0.9f, 0.5f, 0.25f};
+  ViewRecordingHook hook;
+  LoopParts parts = Parts(&t, &d, &p);
+  parts.hook = &hook;
+  auto r = RunStepLoop(parts, kPrompt, Options(Method::kDflashAdaptive, 30));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->tokens, TruthPrefix(30));
+  ASSERT_GE(hook.seen.size(), 3u);
+  EXPECT_TRUE(hook.seen.front().empty());  // before the first speculative step: not asked yet
+  for (size_t i = 1; i < hook.seen.size(); ++i) EXPECT_EQ(hook.seen[i], p.acceptance) << i;
+}
+
 class AlternatingHook final : public PlanningHook {
  public:
   int planned = 0, observed = 0;

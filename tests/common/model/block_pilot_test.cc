@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -88,6 +89,84 @@ TEST(BlockPilot, RejectsBadInputAndConfigs) {
   w["fc2.weight"] = at::zeros({12, 11});
   SPECDEC_EXPECT_STATUS(BlockPilot::FromTensors(SmallConfig(), w),
                         absl::StatusCode::kInvalidArgument, "fc2.weight");
+}
+
+BlockPilotConfig AcceptanceConfig() {
+  auto c = ParseBlockPilotConfig(
+      R"({"vocab_size":40,"hidden_size":12,"training_block_size":8,"head":"acceptance",
+          "positions":7,"min_position_share":0.2})",
+      "acceptance");
+  EXPECT_TRUE(c.ok()) << c.status();
+  return *c;
+}
+
+// The acceptance head: output i is the logit of accepting position i after position i-1, so the
+// curve is the running product of sigmoids; scores are tau(b) for b = 2..8, and the pick is the
+// largest block whose last position is accepted at least min_position_share of the time.
+TEST(BlockPilot, AcceptanceHeadPredictsANonIncreasingCurveAndTheLargestPayingBlock) {
+  const BlockPilotConfig c = AcceptanceConfig();
+  EXPECT_EQ(c.head, BlockPilotHead::kAcceptance);
+  EXPECT_EQ(c.block_sizes, (std::vector<int32_t>{2, 3, 4, 5, 6, 7, 8}));
+  auto again = ParseBlockPilotConfig(BlockPilotConfigToJson(c), "again");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->positions, 7);
+  EXPECT_DOUBLE_EQ(again->min_position_share, 0.2);
+  auto w = RandomWeights(c, 5);
+  auto policy = BlockPilot::FromTensors(c, w);
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  std::map<int32_t, int> picks;
+  for (int i = 0; i < 60; ++i) {
+    at::Tensor x = at::randn({40}) * 3;
+    auto pred = (*policy)->Predict(std::span<const float>(x.data_ptr<float>(), 40));
+    ASSERT_TRUE(pred.ok()) << pred.status();
+    const std::vector<double> out = RefScores(w, x);
+    ASSERT_EQ(pred->acceptance.size(), 7u);
+    ASSERT_EQ(pred->scores.size(), 7u);
+    double share = 1, tau = 1;
+    int32_t expected_block = 2;
+    for (size_t k = 0; k < 7; ++k) {
+      share *= 1 / (1 + std::exp(-out[k]));
+      tau += share;
+      EXPECT_NEAR(pred->acceptance[k], share, 1e-4) << k;
+      EXPECT_NEAR(pred->scores[k], tau, 1e-3) << k;
+      if (k > 0) EXPECT_LE(pred->acceptance[k], pred->acceptance[k - 1]);
+      if (share >= 0.2) expected_block = static_cast<int32_t>(k) + 2;
+    }
+    EXPECT_EQ(pred->block_size, expected_block);
+    ++picks[pred->block_size];
+  }
+  EXPECT_GE(picks.size(), 2u);  // the pick follows the input
+}
+
+TEST(BlockPilot, ConfigsWithoutAHeadAreCandidatesAndBadHeadsAreRefused) {
+  auto old = ParseBlockPilotConfig(
+      R"({"vocab_size":4,"hidden_size":2,"training_block_size":8,"block_sizes":[7,8,9]})", "old");
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(old->head, BlockPilotHead::kCandidates);
+  EXPECT_EQ(BlockPilot::WeightShapes(*old).back().shape, (std::vector<int64_t>{3}));
+  SPECDEC_EXPECT_STATUS(
+      ParseBlockPilotConfig(
+          R"({"vocab_size":4,"hidden_size":2,"training_block_size":8,"head":"curve"})", "p"),
+      absl::StatusCode::kInvalidArgument, "head must be");
+  SPECDEC_EXPECT_STATUS(
+      ParseBlockPilotConfig(
+          R"({"vocab_size":4,"hidden_size":2,"training_block_size":8,"head":"acceptance"})", "p"),
+      absl::StatusCode::kInvalidArgument, "positions");
+  SPECDEC_EXPECT_STATUS(
+      ParseBlockPilotConfig(R"({"vocab_size":4,"hidden_size":2,"training_block_size":8,
+                                "head":"acceptance","positions":0})",
+                            "p"),
+      absl::StatusCode::kInvalidArgument, "1..255");
+  SPECDEC_EXPECT_STATUS(
+      ParseBlockPilotConfig(R"({"vocab_size":4,"hidden_size":2,"training_block_size":8,
+                                "head":"acceptance","positions":3,"min_position_share":2})",
+                            "p"),
+      absl::StatusCode::kInvalidArgument, "min_position_share");
+  // An acceptance checkpoint's out layer has one row per position.
+  auto w = RandomWeights(AcceptanceConfig(), 2);
+  w["out.weight"] = at::zeros({5, 12});
+  SPECDEC_EXPECT_STATUS(BlockPilot::FromTensors(AcceptanceConfig(), w),
+                        absl::StatusCode::kInvalidArgument, "out.weight");
 }
 
 }  // namespace

@@ -47,7 +47,13 @@ class PolicyServiceTest : public ::testing::Test {
     config_.hidden_size = 16;
     config_.training_block_size = 8;
     config_.block_sizes = {6, 7, 8, 9, 10};
+    Start();
+  }
+  // Writes config_ with random weights and (re)starts the server on it.
+  void Start() {
+    server_.reset();
     at::manual_seed(4);
+    weights_.clear();
     std::vector<io::TensorToWrite> tw;
     for (const auto& s : model::BlockPilot::WeightShapes(config_)) {
       weights_[s.name] = at::randn(s.shape);
@@ -109,6 +115,34 @@ TEST_F(PolicyServiceTest, PredictionsMatchInProcessPolicy) {
     EXPECT_EQ(resp.candidates_size(), 5);
   }
   EXPECT_EQ(CounterValue(server_->registry(), "specdec_policy_requests_total", "code", "OK"), 20);
+}
+
+// An acceptance policy answers with its curve, tau per candidate and its pick.
+TEST_F(PolicyServiceTest, AnAcceptancePolicyAnswersWithItsCurve) {
+  config_.head = model::BlockPilotHead::kAcceptance;
+  config_.positions = 7;
+  config_.block_sizes = {2, 3, 4, 5, 6, 7, 8};
+  config_.min_position_share = 0.1;
+  Start();
+  auto local = model::BlockPilot::FromTensors(config_, weights_);
+  ASSERT_TRUE(local.ok()) << local.status();
+  for (int i = 0; i < 10; ++i) {
+    at::Tensor x = at::randn({32}) * 4;
+    std::vector<float> logits(x.data_ptr<float>(), x.data_ptr<float>() + 32);
+    v1::PredictBlockSizeResponse resp;
+    grpc::Status s = Predict(logits, v1::F32, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    auto want = (*local)->Predict(logits);
+    ASSERT_TRUE(want.ok());
+    EXPECT_EQ(resp.block_size(), want->block_size);
+    ASSERT_EQ(resp.acceptance_size(), 7);
+    ASSERT_EQ(resp.scores_size(), 7);
+    EXPECT_EQ(resp.candidates_size(), 7);
+    for (int k = 0; k < 7; ++k) {
+      EXPECT_NEAR(resp.acceptance(k), want->acceptance[k], 1e-5);
+      EXPECT_NEAR(resp.scores(k), want->scores[k], 1e-4);
+    }
+  }
 }
 
 TEST_F(PolicyServiceTest, ConcurrentRequestsAreAllAnswered) {
