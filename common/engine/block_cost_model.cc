@@ -137,6 +137,15 @@ double BlockCostModel::StepMsLocked(int sessions, int block) const {
   return ms;
 }
 
+double BlockCostModel::DrafterlessStepMs(int sessions, int rows) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const double n = std::max(1, sessions);
+  double ms = verify_curve_.At(static_cast<int>(n * std::max(1, rows)), verify_);
+  const Mean& overhead = ar_overhead_.w > 0 ? ar_overhead_ : spec_overhead_;
+  if (overhead.w > 0) ms += overhead.sum / overhead.w;
+  return ms;
+}
+
 double BlockCostModel::AcceptedShare(int position, double* weight) const {
   std::lock_guard<std::mutex> lock(mu_);
   const bool known = position >= 0 && position < kMaxPositions && drafted_[position] > 1e-9;

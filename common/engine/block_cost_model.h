@@ -69,6 +69,9 @@ class BlockCostModel {
   // Expected milliseconds of a step in which `sessions` requests each verify `block` rows
   // (block 1: an AR step); 0 while the model has no pass measured.
   double StepMs(int sessions, int block) const;
+  // Expected milliseconds of a step that verifies `rows` rows per request with no drafter pass
+  // (a prompt-lookup draft): the target's pass and the rest of an AR step; 0 while unmeasured.
+  double DrafterlessStepMs(int sessions, int rows) const;
   // The block in [2, max_block] with the highest Tau / StepMs for `sessions` requests in flight;
   // max_block until min_steps speculative steps have been observed.
   int BestBlock(int sessions, int max_block) const;

@@ -65,6 +65,42 @@ int32_t CostAwareHook::BestBlock(int32_t cap) const {
   return best;
 }
 
+double CostAwareHook::PredictedLookupRate(int32_t tokens) const {
+  const double ms = model_.DrafterlessStepMs(options_.sessions, tokens + 1);
+  if (ms <= 0) return 0;
+  double tau = 1;
+  for (int i = 0; i < tokens && i < kLookupPositions; ++i) {
+    // The prior: one step that accepted every position.
+    tau += (lookup_accepted_[i] + 1) / (lookup_drafted_[i] + 1);
+  }
+  return tau / ms;
+}
+
+int32_t CostAwareHook::LookupTokens(const LoopView& view, int32_t available) {
+  for (int i = 0; i < kLookupPositions; ++i) {
+    lookup_drafted_[i] *= options_.request_decay;
+    lookup_accepted_[i] *= options_.request_decay;
+  }
+  const int32_t cap = std::max(2, view.block_size);
+  const double alternative = PredictedRate(BestBlock(cap));
+  int32_t best = available;
+  double best_rate = PredictedLookupRate(available);
+  for (int32_t k = available - 1; k >= 1; --k) {
+    const double rate = PredictedLookupRate(k);
+    if (rate > best_rate) {
+      best_rate = rate;
+      best = k;
+    }
+  }
+  if (alternative <= 0 || best_rate >= alternative) {
+    lookups_declined_ = 0;
+    return best;
+  }
+  if (++lookups_declined_ < options_.probe_every) return 0;
+  lookups_declined_ = 0;  // the probe: the whole draft, so that every position stays measured
+  return available;
+}
+
 std::vector<int32_t> CostAwareHook::ExploredBlocks(int32_t cap) {
   std::vector<int32_t> blocks = {1};
   for (int32_t b : {2, 3, 4, 6, 8, 12}) {
@@ -136,7 +172,13 @@ void CostAwareHook::Observe(const StepPlan& plan, StepOrigin origin, const StepR
                      : -1.0;
   last_step_end_ = now;
   model_.ObserveStep(cost);
-  if (origin == StepOrigin::kLookup) return;  // the drafter's acceptance is not this step's
+  if (origin == StepOrigin::kLookup) {  // the drafter's acceptance is not this step's
+    for (int i = 0; i < step.drafted && i < kLookupPositions; ++i) {
+      lookup_drafted_[i] += 1;
+      if (i < step.accepted) lookup_accepted_[i] += 1;
+    }
+    return;
+  }
   if (step.drafted > 0) {
     model_.ObserveAcceptance(step.drafted, step.accepted);
     since_drafted_ = 0;

@@ -9,7 +9,11 @@
 // request's block: BlockPilot's pick, or the drafter's training block size. So that costs and
 // acceptance stay measured at every candidate, the shared model's first `warmup` decisions and
 // one in `explore_every` after them take the candidates in turn, and a request on AR drafts its
-// best block once every `probe_every` decisions. Every choice is lossless: the
+// best block once every `probe_every` decisions. A prompt-lookup draft is weighed the same way:
+// its first k tokens (the k with the best rate) are verified when tau_lookup(k) / (the cost of a
+// (k+1)-row pass without a drafter) is at least the best candidate's rate, tau_lookup from this
+// request's lookup steps (a prior of one fully accepted step); a request that declined
+// `probe_every` lookups in a row takes the next whole. Every choice is lossless: the
 // block only changes how much is drafted, never what is committed.
 #ifndef SPECDEC_COMMON_ENGINE_COST_AWARE_HOOK_H_
 #define SPECDEC_COMMON_ENGINE_COST_AWARE_HOOK_H_
@@ -54,6 +58,7 @@ class CostAwareHook final : public PlanningHook {
 
   void PlanStep(const LoopView& view, StepPlan* plan) override;
   int32_t ChooseBlock(const LoopView& view, int32_t block) override;
+  int32_t LookupTokens(const LoopView& view, int32_t available) override;
   void Observe(const StepPlan& plan, StepOrigin origin, const StepResult& step,
                bool first) override;
 
@@ -63,6 +68,9 @@ class CostAwareHook final : public PlanningHook {
   // The candidate with the highest PredictedRate among AR and blocks 2..cap (from the largest
   // down, a smaller one only when strictly faster); cap while nothing is measured.
   int32_t BestBlock(int32_t cap) const;
+  // Predicted committed tokens per millisecond of a step verifying the first `tokens` tokens of
+  // a lookup draft; 0 while the model has no pass measured.
+  double PredictedLookupRate(int32_t tokens) const;
 
  private:
   // The candidates the exploration schedule takes in turn.
@@ -77,6 +85,9 @@ class CostAwareHook final : public PlanningHook {
   std::optional<SteadyClock::time_point> last_step_end_;
   std::array<double, BlockCostModel::kMaxPositions> drafted_{}, accepted_{};  // this request's
   std::vector<float> predicted_;  // BlockPilot's acceptance curve for this request (may be empty)
+  static constexpr int kLookupPositions = 16;
+  std::array<double, kLookupPositions> lookup_drafted_{}, lookup_accepted_{};  // this request's
+  int lookups_declined_ = 0;  // lookup drafts declined in a row
   int32_t decided_ = 0;     // the block PlanStep chose for the next speculative step (0: none)
   int since_drafted_ = 0;   // decisions since this request last drafted
   bool exploring_ = false;  // the last decision explored

@@ -93,7 +93,13 @@ class StepLoop {
     // every committed row.
     if (speculation_started_) {
       if (std::optional<Draft> lookup = LookupDraft(left)) {
-        return VerifyDraft(StepPlan{}, *std::move(lookup), StepOrigin::kLookup, 0, 0);
+        const int32_t tokens =
+            parts_.hook ? parts_.hook->LookupTokens(View(), lookup->positions) : lookup->positions;
+        if (tokens > 0) {
+          lookup->tokens.resize(static_cast<size_t>(std::min(tokens, lookup->positions)));
+          lookup->positions = static_cast<int32_t>(lookup->tokens.size());
+          return VerifyDraft(StepPlan{}, *std::move(lookup), StepOrigin::kLookup, 0, 0);
+        }
       }
     }
     StepPlan plan;

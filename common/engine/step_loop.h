@@ -161,6 +161,9 @@ class PlanningHook {
   virtual void PlanStep(const LoopView& view, StepPlan* plan) {}
   // The block of a speculative step or run, at most `block` (the request's).
   virtual int32_t ChooseBlock(const LoopView& view, int32_t block) { return block; }
+  // DFLASH_ADAPTIVE found a prompt-lookup draft of `available` tokens: how many of them the next
+  // step verifies (0: none; the step is planned as usual instead).
+  virtual int32_t LookupTokens(const LoopView& view, int32_t available) { return available; }
   // After every step of a planned step or run (`first`: the first step of its run).
   virtual void Observe(const StepPlan& plan, StepOrigin origin, const StepResult& step,
                        bool first) {}

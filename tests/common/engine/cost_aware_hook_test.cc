@@ -213,5 +213,45 @@ TEST(CostAwareHookTest, APredictedCurveIsTheRequestsPriorInPlaceOfTheMachines) {
   }
 }
 
+// A prompt-lookup draft is verified as far as its predicted rate beats the request's best
+// candidate: whole where this request's lookups are accepted, cut where only the first token
+// is, and declined (but for a probe every few lookups) where nothing is.
+TEST(CostAwareHookTest, ALookupDraftIsVerifiedAsFarAsItPays) {
+  // Each row costs as much as the rest of a pass; the drafter's blocks accept nothing.
+  auto verify = [](int rows) { return 1.0 + rows; };
+  auto draft = [](int rows) { return 0.1; };
+  const LoopView view{Method::kDflashAdaptive, 100, 16, false};
+  auto observe_lookups = [](CostAwareHook& hook, int accepted) {
+    for (int i = 0; i < 30; ++i) {
+      hook.Observe(StepPlan{}, StepOrigin::kLookup, Drafted(4, accepted, 5.0, 0), true);
+    }
+  };
+  {
+    BlockCostModel m;
+    Measure(m, verify, draft, {0});
+    CostAwareHook hook(m, {.warmup = 0, .explore_every = 1000});
+    EXPECT_EQ(hook.LookupTokens(view, 4), 4);  // the prior: lookups are accepted
+    observe_lookups(hook, 4);
+    EXPECT_EQ(hook.LookupTokens(view, 4), 4);
+    EXPECT_GT(hook.PredictedLookupRate(4), hook.PredictedRate(1));
+  }
+  {
+    BlockCostModel m;
+    Measure(m, verify, draft, {0});
+    CostAwareHook hook(m, {.warmup = 0, .explore_every = 1000});
+    observe_lookups(hook, 1);  // only the first token is ever accepted
+    EXPECT_EQ(hook.LookupTokens(view, 4), 1);
+  }
+  {
+    BlockCostModel m;
+    Measure(m, verify, draft, {0});
+    CostAwareHook hook(m, {.probe_every = 4, .warmup = 0, .explore_every = 1000});
+    observe_lookups(hook, 0);
+    std::vector<int32_t> taken;
+    for (int i = 0; i < 8; ++i) taken.push_back(hook.LookupTokens(view, 4));
+    EXPECT_EQ(taken, (std::vector<int32_t>{0, 0, 0, 4, 0, 0, 0, 4}));
+  }
+}
+
 }  // namespace
 }  // namespace specdec::engine

@@ -39,7 +39,7 @@ double CounterValue(prometheus::Registry& r, const std::string& name, const std:
 }
 
 class PolicyServiceTest : public ::testing::Test {
- protected:
+ public:
   void SetUp() override {
     dir_ = fs::temp_directory_path() / ("specdec_policy_svc_" + std::to_string(::getpid()));
     fs::create_directories(dir_);
@@ -98,22 +98,33 @@ class PolicyServiceTest : public ::testing::Test {
   std::unique_ptr<v1::Policy::Stub> stub_;
 };
 
-TEST_F(PolicyServiceTest, PredictionsMatchInProcessPolicy) {
-  auto local = model::BlockPilot::FromTensors(config_, weights_);
-  ASSERT_TRUE(local.ok());
-  for (int i = 0; i < 20; ++i) {
+// `n` random requests answered as the in-process policy answers them: pick, `outputs` candidates
+// and scores, and a curve over `positions` draft positions (0: a candidates policy).
+void ExpectServedAsInProcess(PolicyServiceTest& t, int n, size_t outputs, size_t positions) {
+  auto local = model::BlockPilot::FromTensors(t.config_, t.weights_);
+  ASSERT_TRUE(local.ok()) << local.status();
+  for (int i = 0; i < n; ++i) {
     at::Tensor x = at::randn({32}) * 4;
     std::vector<float> logits(x.data_ptr<float>(), x.data_ptr<float>() + 32);
     v1::PredictBlockSizeResponse resp;
-    grpc::Status s = Predict(logits, v1::F32, &resp);
+    grpc::Status s = t.Predict(logits, v1::F32, &resp);
     ASSERT_TRUE(s.ok()) << s.error_message();
     auto want = (*local)->Predict(logits);
     ASSERT_TRUE(want.ok());
     EXPECT_EQ(resp.block_size(), want->block_size);
-    ASSERT_EQ(resp.scores_size(), 5);
-    for (int k = 0; k < 5; ++k) EXPECT_NEAR(resp.scores(k), want->scores[k], 1e-4);
-    EXPECT_EQ(resp.candidates_size(), 5);
+    EXPECT_EQ(resp.candidates_size(), static_cast<int>(outputs));
+    ASSERT_EQ(resp.scores_size(), static_cast<int>(outputs));
+    ASSERT_EQ(want->acceptance.size(), positions);
+    ASSERT_EQ(resp.acceptance_size(), static_cast<int>(positions));
+    for (size_t k = 0; k < outputs; ++k) EXPECT_NEAR(resp.scores(k), want->scores[k], 1e-4);
+    for (size_t k = 0; k < want->acceptance.size(); ++k) {
+      EXPECT_NEAR(resp.acceptance(k), want->acceptance[k], 1e-5);
+    }
   }
+}
+
+TEST_F(PolicyServiceTest, PredictionsMatchInProcessPolicy) {
+  ExpectServedAsInProcess(*this, 20, 5, 0);
   EXPECT_EQ(CounterValue(server_->registry(), "specdec_policy_requests_total", "code", "OK"), 20);
 }
 
@@ -124,25 +135,7 @@ TEST_F(PolicyServiceTest, AnAcceptancePolicyAnswersWithItsCurve) {
   config_.block_sizes = {2, 3, 4, 5, 6, 7, 8};
   config_.min_position_share = 0.1;
   Start();
-  auto local = model::BlockPilot::FromTensors(config_, weights_);
-  ASSERT_TRUE(local.ok()) << local.status();
-  for (int i = 0; i < 10; ++i) {
-    at::Tensor x = at::randn({32}) * 4;
-    std::vector<float> logits(x.data_ptr<float>(), x.data_ptr<float>() + 32);
-    v1::PredictBlockSizeResponse resp;
-    grpc::Status s = Predict(logits, v1::F32, &resp);
-    ASSERT_TRUE(s.ok()) << s.error_message();
-    auto want = (*local)->Predict(logits);
-    ASSERT_TRUE(want.ok());
-    EXPECT_EQ(resp.block_size(), want->block_size);
-    ASSERT_EQ(resp.acceptance_size(), 7);
-    ASSERT_EQ(resp.scores_size(), 7);
-    EXPECT_EQ(resp.candidates_size(), 7);
-    for (int k = 0; k < 7; ++k) {
-      EXPECT_NEAR(resp.acceptance(k), want->acceptance[k], 1e-5);
-      EXPECT_NEAR(resp.scores(k), want->scores[k], 1e-4);
-    }
-  }
+  ExpectServedAsInProcess(*this, 10, 7, 7);
 }
 
 TEST_F(PolicyServiceTest, ConcurrentRequestsAreAllAnswered) {
