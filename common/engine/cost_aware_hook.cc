@@ -1,6 +1,7 @@
 #include "common/engine/cost_aware_hook.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace specdec::engine {
 
@@ -112,7 +113,11 @@ std::vector<int32_t> CostAwareHook::ExploredBlocks(int32_t cap) {
 
 int32_t CostAwareHook::Decide(const LoopView& view, int32_t cap) {
   if (predicted_.empty() && !view.predicted_acceptance.empty()) {
-    predicted_.assign(view.predicted_acceptance.begin(), view.predicted_acceptance.end());
+    // A share is a probability: what a remote policy sends outside [0, 1] (or NaN) is clamped.
+    for (float a : view.predicted_acceptance) {
+      if (predicted_.size() >= static_cast<size_t>(BlockCostModel::kMaxPositions)) break;
+      predicted_.push_back(std::isnan(a) ? 0.f : std::clamp(a, 0.f, 1.f));
+    }
   }
   for (size_t i = 0; i < drafted_.size(); ++i) {
     drafted_[i] *= options_.request_decay;

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <vector>
 
 namespace specdec::engine {
@@ -211,6 +212,24 @@ TEST(CostAwareHookTest, APredictedCurveIsTheRequestsPriorInPlaceOfTheMachines) {
       EXPECT_EQ(hook.BestBlock(16), 1);
     }
   }
+}
+
+// A remote policy's curve is untrusted input: NaN and values outside [0, 1] are clamped, so the
+// predicted rates stay finite and a share above 1 cannot claim more than every position.
+TEST(CostAwareHookTest, AMalformedPredictedCurveIsClamped) {
+  BlockCostModel m;
+  Measure(
+      m, [](int rows) { return 1.0 + 0.1 * rows; }, [](int rows) { return 0.2; }, {0});
+  CostAwareHook hook(m, {.warmup = 0, .explore_every = 1000});
+  m.NextDecision();
+  const std::vector<float> bad = {std::nanf(""), 7.0f, -3.0f, 1.0f};
+  LoopView view{Method::kDflashAdaptive, 100, 5, false, bad};
+  StepPlan plan;
+  plan.run_tokens = 100;
+  hook.PlanStep(view, &plan);
+  for (int32_t b = 1; b <= 5; ++b) EXPECT_TRUE(std::isfinite(hook.PredictedRate(b))) << b;
+  // tau(5) = 1 + 0 + 1 + 0 + 1 at most: the prior's shares are 0, 1, 0, 1.
+  EXPECT_LE(hook.PredictedRate(5) * m.StepMs(1, 5), 3.0 + 1e-9);
 }
 
 // A prompt-lookup draft is verified as far as its predicted rate beats the request's best
