@@ -58,8 +58,19 @@ absl::StatusOr<PolicyData> LoadPolicyData(const std::string& dir) {
     if (!m.count("logits") || !m.count(label_name) || (acceptance && !m.count("drafted"))) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": lacks logits or ", label_name));
     }
-    logits.push_back(m.at("logits"));
-    labels.push_back(m.at(label_name));
+    const int64_t width =
+        acceptance ? d.positions : static_cast<int64_t>(d.block_sizes.size());
+    const at::Tensor& x = m.at("logits");
+    const at::Tensor& l = m.at(label_name);
+    const bool same_vocab = logits.empty() || x.size(-1) == logits[0].size(1);
+    if (l.dim() != 2 || l.size(1) != width || x.dim() != 2 || x.size(0) != l.size(0) ||
+        !same_vocab) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": ", label_name, " must be [rows, ", width,
+          "] (meta.json) beside logits [rows, vocab] of the other parts' width"));
+    }
+    logits.push_back(x);
+    labels.push_back(l);
     weights.push_back(acceptance ? m.at("drafted") : at::ones_like(m.at(label_name)));
   }
   if (logits.empty()) return absl::NotFoundError(absl::StrCat(dir, ": no part files"));
