@@ -288,6 +288,9 @@ int main(int argc, char** argv) {
   app.add_option("--reps", reps, "timed repetitions per point (median reported)");
   app.add_option("--threads", threads, "compute threads (0 = all cores)");
   app.add_option("--json", json_path, "write results as JSON here");
+  std::string graph_modes = "on";
+  app.add_option("--cuda-graphs", graph_modes,
+                 "CUDA: on, off or on,off (each model measured with and without graphs)");
   bool compare_packing = false;
   app.add_flag("--compare-packing", compare_packing,
                "bf16 on the CPU: packed against row-major weights, forwards alternating");
@@ -333,47 +336,56 @@ int main(int argc, char** argv) {
       continue;
     }
     for (const std::string& dt : std::vector<std::string>(absl::StrSplit(dtypes, ','))) {
-      LoadOptions opts;
-      opts.dtype = dt == "bf16" ? at::kBFloat16 : at::kFloat;
-      opts.device = *device;
-      if (gpu) weights = DeviceRandomTensors(TransformerTensorSpecs(c), *device, *opts.dtype, 0.02);
-      auto model = Transformer::FromTensors(c, weights, opts);
+      const at::ScalarType dtype = dt == "bf16" ? at::kBFloat16 : at::kFloat;
+      if (gpu) weights = DeviceRandomTensors(TransformerTensorSpecs(c), *device, dtype, 0.02);
+      for (const std::string& graphs : std::vector<std::string>(absl::StrSplit(graph_modes, ','))) {
+        LoadOptions opts;
+        opts.dtype = dtype;
+        opts.device = *device;
+        opts.cuda_graphs = graphs != "off";
+        auto model = Transformer::FromTensors(c, weights, opts);
+        if (!model.ok()) {
+          std::cerr << model.status() << "\n";
+          return 1;
+        }
+        auto cache = (*model)->NewCache();
+        std::vector<int32_t> prompt(context);
+        for (int64_t i = 0; i < context; ++i) prompt[i] = (i * 13 + 5) % c.vocab_size;
+        SequenceInput in{cache.get(), prompt};
+        if (auto s = (*model)->Forward(std::span<const SequenceInput>(&in, 1)); !s.ok()) {
+          std::cerr << s.status() << "\n";
+          return 1;
+        }
+        nlohmann::json row = {{"model", size},
+                              {"dtype", dt},
+                              {"params", c.NumParameters()},
+                              {"context", context},
+                              {"threads", used_threads}};
+        double one = 0;
+        std::vector<double> ratios;
+        for (int k : ks) {
+          double ms = TimeForward(**model, cache.get(), context, k, reps);
+          if (k == ks.front()) one = ms;
+          ratios.push_back(ms / one);
+          row["ms"][std::to_string(k)] = ms;
+          row["ratio"][std::to_string(k)] = ms / one;
+        }
+        row["ar_tokens_per_s"] = 1000.0 / one;
+        row["device"] = device_name;
+        if (gpu) {
+          row["cuda_graphs"] = opts.cuda_graphs;
+          AddDeviceRows(**model, cache.get(), context, reps, bandwidth_gbs, one, row);
+          row["graphs_captured"] = (*model)->captured_graphs();
+        }
+        std::printf("%-6s %-5s %7.1fM %10.2f %10.1f", size.c_str(), dt.c_str(),
+                    c.NumParameters() / 1e6, one, 1000.0 / one);
+        for (double r : ratios) std::printf("  %6.2f", r);
+        if (gpu) std::printf("  (CUDA graphs %s)", graphs.c_str());
+        std::printf("\n");
+        std::fflush(stdout);
+        results.push_back(row);
+      }
       if (gpu) weights.clear();
-      if (!model.ok()) {
-        std::cerr << model.status() << "\n";
-        return 1;
-      }
-      auto cache = (*model)->NewCache();
-      std::vector<int32_t> prompt(context);
-      for (int64_t i = 0; i < context; ++i) prompt[i] = (i * 13 + 5) % c.vocab_size;
-      SequenceInput in{cache.get(), prompt};
-      if (auto s = (*model)->Forward(std::span<const SequenceInput>(&in, 1)); !s.ok()) {
-        std::cerr << s.status() << "\n";
-        return 1;
-      }
-      nlohmann::json row = {{"model", size},
-                            {"dtype", dt},
-                            {"params", c.NumParameters()},
-                            {"context", context},
-                            {"threads", used_threads}};
-      double one = 0;
-      std::vector<double> ratios;
-      for (int k : ks) {
-        double ms = TimeForward(**model, cache.get(), context, k, reps);
-        if (k == ks.front()) one = ms;
-        ratios.push_back(ms / one);
-        row["ms"][std::to_string(k)] = ms;
-        row["ratio"][std::to_string(k)] = ms / one;
-      }
-      row["ar_tokens_per_s"] = 1000.0 / one;
-      row["device"] = device_name;
-      if (gpu) AddDeviceRows(**model, cache.get(), context, reps, bandwidth_gbs, one, row);
-      std::printf("%-6s %-5s %7.1fM %10.2f %10.1f", size.c_str(), dt.c_str(),
-                  c.NumParameters() / 1e6, one, 1000.0 / one);
-      for (double r : ratios) std::printf("  %6.2f", r);
-      std::printf("\n");
-      std::fflush(stdout);
-      results.push_back(row);
     }
   }
   if (!json_path.empty()) {

@@ -18,9 +18,12 @@ void KvCache::Reserve(int64_t extra) {
   if (need <= capacity_) return;
   int64_t new_cap = std::max<int64_t>({need, capacity_ * 2, 64});
   const auto options = at::TensorOptions().dtype(shape_.dtype).device(shape_.device);
+  attachment_.reset();  // it holds the old buffers' addresses
   for (int64_t l = 0; l < shape_.num_layers; ++l) {
-    at::Tensor k = at::empty({shape_.num_kv_heads, new_cap, shape_.head_dim}, options);
-    at::Tensor v = at::empty({shape_.num_kv_heads, new_cap, shape_.head_dim}, options);
+    // Zeros, not garbage: a pass that attends over the whole capacity masks the unwritten slots,
+    // and a masked NaN would still poison the sums (0 * NaN).
+    at::Tensor k = at::zeros({shape_.num_kv_heads, new_cap, shape_.head_dim}, options);
+    at::Tensor v = at::zeros({shape_.num_kv_heads, new_cap, shape_.head_dim}, options);
     if (length_ > 0) {
       k.narrow(1, 0, length_).copy_(keys_[l].narrow(1, 0, length_));
       v.narrow(1, 0, length_).copy_(values_[l].narrow(1, 0, length_));

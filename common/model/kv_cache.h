@@ -6,6 +6,7 @@
 #include <c10/core/Device.h>
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -53,6 +54,22 @@ class KvCache {
   void* KeyData(int64_t layer) const;
   void* ValueData(int64_t layer) const;
 
+  // The whole buffers of a layer as tensors, [kv_heads, capacity, head_dim]: for passes that
+  // write and read slots by a slot index held on the device (a captured pass, see
+  // transformer.h). Slots never written hold zeros.
+  const at::Tensor& KeyBuffer(int64_t layer) const { return keys_[layer]; }
+  const at::Tensor& ValueBuffer(int64_t layer) const { return values_[layer]; }
+
+  // State a model keeps with this cache and drops when the buffers move: the captured passes
+  // that read and write these buffers by address. Reserve discards it when it reallocates.
+  struct Attachment {
+    virtual ~Attachment() = default;
+  };
+  Attachment* attachment() const { return attachment_.get(); }
+  void set_attachment(std::unique_ptr<Attachment> attachment) {
+    attachment_ = std::move(attachment);
+  }
+
   // Drops every slot at or after `new_length`. INVALID_ARGUMENT if new_length > length().
   absl::Status Truncate(int64_t new_length);
   // Keeps slots [0, base) plus the listed slots (absolute indices >= base, strictly increasing),
@@ -69,6 +86,7 @@ class KvCache {
   int64_t capacity_ = 0;
   std::vector<at::Tensor> keys_;    // per layer [kv_heads, capacity, head_dim]
   std::vector<at::Tensor> values_;  // per layer [kv_heads, capacity, head_dim]
+  std::unique_ptr<Attachment> attachment_;
 };
 
 }  // namespace specdec::model

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <torch/version.h>
 
 #include <algorithm>
 #include <cmath>
@@ -16,6 +17,23 @@
 #include "common/model/row_kernels.h"
 
 namespace specdec::model {
+
+// Whether a CUDA tensor's norms, and attention of recurring shapes, take ATen's fused operators
+// (libtorch 2.4 and later: rms_norm, scaled_dot_product_attention) instead of compositions of
+// small ones; each small operator is a kernel launch, and a decoding step is bound by them
+// (design.md §2.9). SPECDEC_CUDA_FUSED_OPS=0 keeps the compositions (read once).
+bool FusedOpsOn(const at::Tensor& t) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  static const bool on = [] {
+    const char* v = std::getenv("SPECDEC_CUDA_FUSED_OPS");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return on && t.is_cuda();
+#else
+  (void)t;
+  return false;
+#endif
+}
 
 int64_t GemmRows(int64_t rows) {
   static const bool enabled = [] {
@@ -224,6 +242,10 @@ at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
     RmsNormRows(rows, weight.data_ptr(), static_cast<float>(eps), *dt, out.data_ptr());
     return out;
   }
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  // Normalized in float and rounded to x's dtype, then scaled: the composition's order.
+  if (FusedOpsOn(x)) return at::rms_norm(x, {x.size(-1)}, std::nullopt, eps) * weight;
+#endif
   at::Tensor xf = x.to(at::kFloat);
   at::Tensor var = xf.pow(2).mean(-1, /*keepdim=*/true);
   return (xf * at::rsqrt(var + eps)).to(x.scalar_type()) * weight;
@@ -297,7 +319,7 @@ at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tenso
 }
 
 at::Tensor Attention(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
-                     const at::Tensor& mask) {
+                     const at::Tensor& mask, bool recurring_shape) {
   const int64_t n = q.size(0);
   const int64_t heads = q.size(1);
   const int64_t d = q.size(2);
@@ -308,8 +330,20 @@ at::Tensor Attention(const at::Tensor& q, const at::Tensor& keys, const at::Tens
   at::Tensor qg =
       q.view({n, kv_heads, group, d}).permute({1, 2, 0, 3}).reshape({kv_heads, group * n, d});
   if (keys.scalar_type() != q.scalar_type()) {  // a bf16 cache under float rows
-    return Attention(q, keys.to(q.scalar_type()), values.to(q.scalar_type()), mask);
+    return Attention(q, keys.to(q.scalar_type()), values.to(q.scalar_type()), mask,
+                     recurring_shape);
   }
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  if (recurring_shape && FusedOpsOn(q)) {
+    // The group's query rows as one head each of kv_heads batches: [1, kv, g*n, d]; the mask
+    // repeated per group row, additive in q's dtype (0 and -inf are exact in bf16).
+    std::optional<at::Tensor> bias;
+    if (mask.defined()) bias = mask.to(q.scalar_type()).repeat({group, 1});
+    at::Tensor out = at::scaled_dot_product_attention(qg.unsqueeze(0), keys.unsqueeze(0),
+                                                      values.unsqueeze(0), bias);
+    return out.view({kv_heads, group, n, d}).permute({2, 0, 1, 3}).reshape({n, heads * d});
+  }
+#endif
   at::Tensor scores = at::matmul(qg, keys.transpose(1, 2)).to(at::kFloat);  // [kv, g*n, m]
   scores.mul_(1.0 / std::sqrt(static_cast<double>(d)));
   if (mask.defined()) {

@@ -71,16 +71,23 @@ at::Tensor RopeInvFreq(const ModelConfig& config);
 void RopeCosSin(const at::Tensor& inv_freq, const at::Tensor& positions, at::Tensor* cos,
                 at::Tensor* sin);
 
-// Applies rotate-half RoPE to x [n, heads, head_dim] with cos/sin [n, head_dim] in f32; the
-// tables are cast to x's dtype first, as HF does. Runs through row_kernels.h for f32 and bf16
-// x whose last dim is contiguous (the result is contiguous).
+// Applies rotate-half RoPE to x [n, heads, head_dim] with cos/sin [n, head_dim] in f32 (or
+// already in x's dtype); the tables are cast to x's dtype first, as HF does. Runs through
+// row_kernels.h for f32 and bf16 x whose last dim is contiguous (the result is contiguous).
 at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
 // Grouped-query attention of n query rows against `keys`/`values` ([kv_heads, m, head_dim]).
 // q: [n, heads, head_dim]; mask: f32 additive [n, m] (0 or -inf) or undefined for "see all".
 // Returns [n, heads * head_dim] in q's dtype; softmax runs in f32.
+// `recurring_shape`: the caller runs these shapes again and again (a fixed pass's rows against a
+// cache's whole capacity). On a CUDA device with libtorch 2.4 or later such attention is ATen's
+// fused scaled_dot_product_attention, whose backends prepare every new shape once, at a cost of
+// milliseconds: a pass whose key count grows by one each step would pay it every step
+// (docs/results/2026-11-26-cuda-graphs-h100.md). Elsewhere: the matmul composition.
+// RmsNorm takes ATen's fused rms_norm on such a device, for any shape. SPECDEC_CUDA_FUSED_OPS=0
+// keeps the compositions for both.
 at::Tensor Attention(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
-                     const at::Tensor& mask);
+                     const at::Tensor& mask, bool recurring_shape = false);
 
 // One sequence for FusedAttention: its rows [offset, offset + n) of the pass's q, k and v, whose
 // keys and values go to `cache` at slots [past, past + n) before it attends to slots [0, past + n).

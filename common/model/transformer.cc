@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/model/ops.h"
+#include "common/model/transformer_internal.h"
 #include "common/model/weights.h"
 #include "common/util/status_macros.h"
 
@@ -53,15 +54,6 @@ at::ScalarType DefaultKvDtype(at::ScalarType weights, at::ScalarType activations
   }();
   return activations_dtype ? activations : weights;
 }
-
-// One decoder layer's weights (Transformer::Weights::Layer).
-struct DecoderLayerWeights {
-  at::Tensor input_norm, post_norm, q_norm, k_norm;
-  at::Tensor qkv;      // [q + 2 kv, hidden]
-  at::Tensor o;        // [hidden, q]
-  at::Tensor gate_up;  // [2 * intermediate, hidden]
-  at::Tensor down;     // [hidden, intermediate]
-};
 
 // The new rows of a forward pass's batch, one sequence after another, and what every layer
 // shares: positions, masks and which sequences attend through which path.
@@ -149,8 +141,8 @@ absl::StatusOr<int64_t> ValidateForward(std::span<const SequenceInput> batch,
   return total;
 }
 
-// The additive mask of `in`'s n new rows over [past + n] keys: the cache is always visible; among
-// the new rows, the earlier ones and itself (causal) or its ancestors and itself (tree).
+}  // namespace
+
 at::Tensor NewRowsMask(const SequenceInput& in, int64_t past, int64_t n) {
   at::Tensor mask = at::full({n, past + n}, -std::numeric_limits<float>::infinity());
   mask.narrow(1, 0, past).zero_();
@@ -164,6 +156,8 @@ at::Tensor NewRowsMask(const SequenceInput& in, int64_t past, int64_t n) {
   }
   return mask;
 }
+
+namespace {
 
 // Gathers the batch's tokens, positions and masks into `rows` (whose batch and total are set) and
 // reserves each cache's room for its new rows.
@@ -243,11 +237,12 @@ at::Tensor LayerAttention(const ForwardRows& rows, int64_t l, const at::Tensor& 
   return attn;
 }
 
-// Decoder layer `l` over every new row: `x` (the residual stream, [total, hidden]) becomes the
-// layer's output.
+}  // namespace
+
 void RunDecoderLayer(const DecoderLayerWeights& w, const ModelConfig& c, int64_t l,
-                     const ForwardRows& rows, at::Tensor& x) {
-  const int64_t total = rows.total;
+                     const at::Tensor& cos, const at::Tensor& sin, const LayerAttend& attend,
+                     at::Tensor& x) {
+  const int64_t total = x.size(0);
   const int64_t heads = c.num_attention_heads, kv_heads = c.num_key_value_heads, d = c.head_dim;
   const int64_t q_width = heads * d, kv_width = kv_heads * d;
   at::Tensor h = RmsNorm(x, w.input_norm, c.rms_norm_eps);
@@ -259,9 +254,9 @@ void RunDecoderLayer(const DecoderLayerWeights& w, const ModelConfig& c, int64_t
     q = RmsNorm(q, w.q_norm, c.rms_norm_eps);
     k = RmsNorm(k, w.k_norm, c.rms_norm_eps);
   }
-  q = ApplyRope(q, rows.cos, rows.sin);
-  k = ApplyRope(k, rows.cos, rows.sin);
-  at::Tensor attn = LayerAttention(rows, l, q, k, v, q_width, x);
+  q = ApplyRope(q, cos, sin);
+  k = ApplyRope(k, cos, sin);
+  at::Tensor attn = attend(l, q, k, v);
   x = x + Linear(attn, w.o);
   h = RmsNorm(x, w.post_norm, c.rms_norm_eps);
   at::Tensor gu = Linear(h, w.gate_up);
@@ -269,7 +264,6 @@ void RunDecoderLayer(const DecoderLayerWeights& w, const ModelConfig& c, int64_t
   x = x + Linear(SwiGlu(gu, inter), w.down);
 }
 
-// The captured layers' outputs side by side, in the order asked for; undefined if none.
 at::Tensor CapturedFeatures(const std::vector<at::Tensor>& layer_out,
                             const std::vector<int64_t>& capture_layers) {
   std::vector<at::Tensor> ordered;
@@ -278,6 +272,8 @@ at::Tensor CapturedFeatures(const std::vector<at::Tensor>& layer_out,
   if (!ordered.empty()) features = ordered.size() == 1 ? ordered[0] : at::cat(ordered, 1);
   return features;
 }
+
+namespace {
 
 // The rows that want logits, in batch order.
 std::vector<int64_t> LogitRows(const ForwardRows& rows) {
@@ -314,15 +310,6 @@ std::vector<SequenceOutput> SplitOutputsAndCommit(const ForwardRows& rows, const
 }
 
 }  // namespace
-
-struct Transformer::Weights {
-  using Layer = DecoderLayerWeights;
-  at::Tensor embed;    // [vocab, hidden]
-  at::Tensor lm_head;  // [vocab, hidden]; aliases embed when tied
-  at::Tensor final_norm;
-  at::Tensor inv_freq;  // f32 [head_dim/2]
-  std::vector<Layer> layers;
-};
 
 absl::StatusOr<LoadOptions> LoadOptions::ForDtype(std::string_view dtype) {
   LoadOptions o;
@@ -392,6 +379,10 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::FromTensors(
   if (!opts.kv_dtype) opts.kv_dtype = DefaultKvDtype(dt, act);
   if (*opts.kv_dtype != act && *opts.kv_dtype != dt) {
     return absl::InvalidArgumentError("KV cache dtype must be the activations' or the weights'");
+  }
+  if (const char* env = std::getenv("SPECDEC_CUDA_GRAPHS");
+      env != nullptr && std::string(env) == "0") {
+    opts.cuda_graphs = false;
   }
   if (opts.device.is_cuda() && !at::hasCUDA()) {
     return absl::FailedPreconditionError("a CUDA device was asked for, but this libtorch has none");
@@ -495,6 +486,10 @@ at::Tensor Transformer::LmHead(const at::Tensor& normed) const {
       .to(at::TensorOptions().device(at::kCPU).dtype(at::kFloat));
 }
 
+at::Tensor Transformer::DeviceLogits(const at::Tensor& normed) const {
+  return Linear(normed, weights_->lm_head).to(at::kFloat);
+}
+
 absl::StatusOr<std::vector<SequenceOutput>> Transformer::Forward(
     std::span<const SequenceInput> batch, const ForwardOptions& options) const {
   const ModelConfig& c = config_;
@@ -503,19 +498,30 @@ absl::StatusOr<std::vector<SequenceOutput>> Transformer::Forward(
                    ValidateForward(batch, options, c, id_, options_.max_context));
 
   try {
+    if (batch.size() == 1 && TakesFixedPass(batch[0])) {
+      if (auto out = RunFixedPass(batch[0], options)) return *std::move(out);
+    }
     ForwardRows rows;
     rows.batch = batch;
     rows.device = options_.device;
     rows.total = total;
     GatherRows(rows);
     RopeCosSin(weights_->inv_freq, rows.positions, &rows.cos, &rows.sin);
+    if (!rows.device.is_cpu()) {  // once here, not in every layer's ApplyRope (the same rounding)
+      rows.cos = rows.cos.to(*options_.activation_dtype);
+      rows.sin = rows.sin.to(*options_.activation_dtype);
+    }
     RouteAttention(rows);
 
     // ---- decoder layers.
     at::Tensor x = EmbeddingRows(weights_->embed, rows.tokens).to(*options_.activation_dtype);
     std::vector<at::Tensor> layer_out(c.num_hidden_layers);
+    const LayerAttend attend = [&](int64_t l, const at::Tensor& q, const at::Tensor& k,
+                                   const at::Tensor& v) {
+      return LayerAttention(rows, l, q, k, v, c.num_attention_heads * c.head_dim, x);
+    };
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-      RunDecoderLayer(weights_->layers[l], c, l, rows, x);
+      RunDecoderLayer(weights_->layers[l], c, l, rows.cos, rows.sin, attend, x);
       if (std::find(options.capture_layers.begin(), options.capture_layers.end(), l) !=
           options.capture_layers.end()) {
         layer_out[l] = x;

@@ -9,6 +9,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -73,6 +74,15 @@ struct LoadOptions {
   // layout faster (PackLinearWeight in ops.h; its DFlash drafter follows the target). The
   // logits are the same either way.
   bool pack_weights = true;
+  // Whether single-sequence passes of up to kMaxCapturedRows new rows on a CUDA device (decoding
+  // steps, verifies, tree verifies) replay CUDA graphs, captured per KV cache and pass shape on
+  // a shape's second use: one launch instead of hundreds, whose host cost bounds a step
+  // otherwise (design.md §2.9). Needs a libtorch with CUDA. SPECDEC_CUDA_GRAPHS=0 in the
+  // environment turns it off.
+  bool cuda_graphs = true;
+  // Tests: every such pass, on any device, runs the graphs' body (fixed buffers, slot and
+  // positions read from a tensor, attention over the cache's whole capacity) uncaptured.
+  bool uncaptured_fixed_passes = false;
 
   // The options of a service's --dtype flag: "auto" (the checkpoint's), "f32" or "bf16";
   // INVALID_ARGUMENT otherwise.
@@ -86,6 +96,9 @@ struct LoadOptions {
 // no KV cache is used by two calls concurrently.
 class Transformer {
  public:
+  // The most new rows of a pass that is captured as a CUDA graph (LoadOptions::cuda_graphs).
+  static constexpr int64_t kMaxCapturedRows = 64;
+
   // Loads `<dir>/config.json` and the safetensors weights (single or sharded). Every expected
   // tensor must exist with the exact shape; errors name the file, tensor and shapes.
   static absl::StatusOr<std::unique_ptr<Transformer>> Load(const std::string& dir,
@@ -118,6 +131,8 @@ class Transformer {
   int64_t max_context() const;
   // Bytes of one token's K and V over all layers.
   int64_t kv_bytes_per_token() const;
+  // CUDA graphs captured so far, over all caches (LoadOptions::cuda_graphs).
+  int64_t captured_graphs() const { return captured_graphs_.load(); }
 
   // Building blocks shared with drafters that reuse the target's embedding and head.
   // int64 [n] (any device) -> [n, hidden], activation dtype, model device.
@@ -131,10 +146,25 @@ class Transformer {
   struct Weights;
   Transformer(ModelConfig config, LoadOptions options, std::unique_ptr<Weights> weights);
 
+  struct FixedPass;  // captured_pass.cc
+
+  // Logits of `normed` rows, float32 on the model's device.
+  at::Tensor DeviceLogits(const at::Tensor& normed) const;
+  // Whether `in` (validated, alone in its batch) runs as a fixed pass (captured_pass.cc).
+  bool TakesFixedPass(const SequenceInput& in) const;
+  // `in` through its cache's fixed pass of this shape, replayed when captured; nullopt when the
+  // shape runs through the general path this time (its first use, too many shapes, a failed
+  // capture).
+  std::optional<std::vector<SequenceOutput>> RunFixedPass(const SequenceInput& in,
+                                                          const ForwardOptions& options) const;
+  // The pass itself, from `pass`'s input tensors to its output tensors: what a graph captures.
+  void RunFixedPassBody(FixedPass& pass, const KvCache& cache) const;
+
   ModelConfig config_;
   LoadOptions options_;
   std::unique_ptr<Weights> weights_;
   uint64_t id_;
+  mutable std::atomic<int64_t> captured_graphs_{0};
 };
 
 }  // namespace specdec::model

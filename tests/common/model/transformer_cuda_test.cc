@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,10 +28,14 @@ c10::Device TestDevice() {
   return *device;
 }
 
-std::unique_ptr<Transformer> LoadTarget(c10::Device device, at::ScalarType dtype) {
+std::unique_ptr<Transformer> LoadTarget(c10::Device device, at::ScalarType dtype,
+                                        bool cuda_graphs = true,
+                                        std::optional<at::ScalarType> activations = {}) {
   LoadOptions o;
   o.device = device;
   o.dtype = dtype;
+  o.cuda_graphs = cuda_graphs;
+  o.activation_dtype = activations;
   auto m = Transformer::Load(kPack + "/target", o);
   EXPECT_TRUE(m.ok()) << m.status();
   return m.ok() ? std::move(*m) : nullptr;
@@ -89,7 +94,9 @@ TEST(TransformerCudaTest, F32LogitsMatchTheCpuThroughPrefillVerifyTreeAndSteps) 
 TEST(TransformerCudaTest, Bf16IsAsAccurateAsTheCpusBf16) {
   const c10::Device device = TestDevice();
   auto ref = LoadTarget(c10::kCPU, at::kFloat);
-  auto cpu = LoadTarget(c10::kCPU, at::kBFloat16);
+  // The GPU's arithmetic: bf16 activations too, every intermediate rounded (the CPU's default
+  // keeps them in float, which is more accurate).
+  auto cpu = LoadTarget(c10::kCPU, at::kBFloat16, true, at::kBFloat16);
   auto gpu = LoadTarget(device, at::kBFloat16);
   ASSERT_TRUE(ref && cpu && gpu);
   const at::Tensor want = Trace(*ref);
@@ -124,6 +131,65 @@ TEST(TransformerCudaTest, DFlashDrafterMatchesTheCpu) {
   const double diff = MaxAbsDiff(want, got);
   std::printf("DFlash draft logits f32 %s vs cpu: max diff %.3g\n", device.str().c_str(), diff);
   EXPECT_LT(diff, 1e-3);
+}
+
+// Many single-token steps and 17-row verifies, each shape captured on its second use and
+// replayed after, across the cache's growth (64, 128, 256 slots), against the same passes
+// uncaptured; and a second cache that captures its own graphs.
+TEST(TransformerCudaTest, CudaGraphsGiveTheUncapturedLogits) {
+  const c10::Device device = TestDevice();
+  at::Tensor f32_logits;
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    auto graphs = LoadTarget(device, dtype, true);
+    auto plain = LoadTarget(device, dtype, false);
+    ASSERT_TRUE(graphs && plain);
+    auto trace = [&](const Transformer& m) {
+      std::vector<at::Tensor> rows;
+      for (int c = 0; c < 2; ++c) {
+        auto cache = m.NewCache();
+        auto run = [&](std::vector<int32_t> toks, LogitsMode mode) {
+          SequenceInput in{cache.get(), toks, {}, {}, mode};
+          auto out = m.Forward(std::span<const SequenceInput>(&in, 1));
+          EXPECT_TRUE(out.ok()) << out.status();
+          if (out.ok()) rows.push_back((*out)[0].logits);
+        };
+        std::vector<int32_t> prompt;
+        for (int i = 0; i < 30; ++i) prompt.push_back(4 + (i * 37 + 11 + c) % 4000);
+        run(prompt, LogitsMode::kLast);
+        for (int i = 0; i < 150; ++i) {
+          run({5 + (i * 53 + c) % 4000}, LogitsMode::kLast);
+          if (i % 10 != 0) continue;
+          std::vector<int32_t> block;
+          for (int j = 0; j < 17; ++j) block.push_back(5 + (i * 7 + j * 31) % 4000);
+          const int64_t length = cache->length();
+          run(block, LogitsMode::kAll);
+          EXPECT_TRUE(cache->Truncate(length + 3).ok());  // three accepted
+        }
+      }
+      return at::cat(rows, 0);
+    };
+    const at::Tensor want = trace(*plain), got = trace(*graphs);
+    ASSERT_EQ(want.sizes(), got.sizes());
+    const double diff = MaxAbsDiff(want, got);
+    std::printf(
+        "%s: CUDA graphs against uncaptured: max |logit diff| %.3g over %lld rows, %lld "
+        "graphs captured\n",
+        c10::toString(dtype), diff, static_cast<long long>(want.size(0)),
+        static_cast<long long>(graphs->captured_graphs()));
+    if (dtype == at::kFloat) {
+      f32_logits = want;
+      EXPECT_LT(diff, 1e-3);
+    } else {  // graphs add no more than bf16 itself costs (attention over other key counts)
+      const double bf16_err = MaxAbsDiff(want, f32_logits);
+      std::printf("bf16 uncaptured against f32: %.3g\n", bf16_err);
+      EXPECT_LT(diff, 2 * bf16_err);
+    }
+    EXPECT_GE(graphs->captured_graphs(), 4);  // two shapes per cache at least
+    EXPECT_EQ(plain->captured_graphs(), 0);
+    if (dtype == at::kFloat) {
+      EXPECT_GT(at::eq(want.argmax(1), got.argmax(1)).to(at::kFloat).mean().item<double>(), 0.99);
+    }
+  }
 }
 
 TEST(TransformerCudaTest, ForeignDeviceNamesAreRefused) {
