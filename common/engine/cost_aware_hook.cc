@@ -95,10 +95,13 @@ int32_t CostAwareHook::LookupTokens(const LoopView& view, int32_t available) {
   }
   if (alternative <= 0 || best_rate >= alternative) {
     lookups_declined_ = 0;
+    lookup_probe_wait_ = options_.probe_every;
     return best;
   }
-  if (++lookups_declined_ < options_.probe_every) return 0;
+  if (lookup_probe_wait_ <= 0) lookup_probe_wait_ = options_.probe_every;
+  if (++lookups_declined_ < lookup_probe_wait_) return 0;
   lookups_declined_ = 0;  // the probe: the whole draft, so that every position stays measured
+  lookup_probe_wait_ = std::min(2 * lookup_probe_wait_, options_.max_probe_every);
   return available;
 }
 
@@ -126,14 +129,25 @@ int32_t CostAwareHook::Decide(const LoopView& view, int32_t cap) {
   const int64_t n = model_.NextDecision();
   const bool warming = n < options_.warmup;
   exploring_ = warming || n % std::max<int64_t>(1, options_.explore_every) == 0;
+  const int32_t best = warming ? cap : BestBlock(cap);
   if (exploring_) {
     const std::vector<int32_t> blocks = ExploredBlocks(cap);
     const int64_t turn = warming ? n : n / options_.explore_every;
-    return blocks[static_cast<size_t>(turn % static_cast<int64_t>(blocks.size()))];
+    const int32_t candidate =
+        blocks[static_cast<size_t>(turn % static_cast<int64_t>(blocks.size()))];
+    if (warming || PredictedRate(candidate) >= options_.explore_min_share * PredictedRate(best)) {
+      return candidate;
+    }
+    exploring_ = false;
   }
-  const int32_t best = BestBlock(cap);
-  if (best >= 2 || ++since_drafted_ < options_.probe_every) return best;
-  // The probe: the best block, AR aside.
+  if (probe_wait_ <= 0) probe_wait_ = options_.probe_every;
+  if (best >= 2) {
+    probe_wait_ = options_.probe_every;
+    return best;
+  }
+  if (++since_drafted_ < probe_wait_) return best;
+  // The probe: the best block, AR aside. Should AR still win after it, the next waits longer.
+  probe_wait_ = std::min(2 * probe_wait_, options_.max_probe_every);
   int32_t probe = cap;
   for (int32_t b = cap - 1; b >= 2; --b) {
     if (PredictedRate(b) > PredictedRate(probe)) probe = b;

@@ -9,11 +9,12 @@
 // request's block: BlockPilot's pick, or the drafter's training block size. So that costs and
 // acceptance stay measured at every candidate, the shared model's first `warmup` decisions and
 // one in `explore_every` after them take the candidates in turn, and a request on AR drafts its
-// best block once every `probe_every` decisions. A prompt-lookup draft is weighed the same way:
-// its first k tokens (the k with the best rate) are verified when tau_lookup(k) / (the cost of a
-// (k+1)-row pass without a drafter) is at least the best candidate's rate, tau_lookup from this
-// request's lookup steps (a prior of one fully accepted step); a request that declined
-// `probe_every` lookups in a row takes the next whole. Every choice is lossless: the
+// best block after `probe_every` decisions (then after twice as many while AR keeps winning).
+// Exploration skips a candidate predicted at under half the best's rate. A prompt-lookup draft is
+// weighed the same way: its first k tokens (the k with the best rate) are verified when
+// tau_lookup(k) / (the cost of a (k+1)-row pass without a drafter) is at least the best candidate's
+// rate, tau_lookup from this request's lookup steps (a prior of one fully accepted step); a request
+// that declined `probe_every` lookups in a row takes the next whole. Every choice is lossless: the
 // block only changes how much is drafted, never what is committed.
 #ifndef SPECDEC_COMMON_ENGINE_COST_AWARE_HOOK_H_
 #define SPECDEC_COMMON_ENGINE_COST_AWARE_HOOK_H_
@@ -46,10 +47,16 @@ class CostAwareHook final : public PlanningHook {
     // patch does not keep it on AR for the rest of the request).
     double request_decay = 0.95;
     // A request that has not drafted for this many decisions drafts its best block once, so that
-    // its own acceptance stays measured.
+    // its own acceptance stays measured; each probe after which AR still wins doubles the wait,
+    // up to max_probe_every, and a decision to speculate resets it. Lookup probes alike.
     int probe_every = 8;
+    int max_probe_every = 64;
     int64_t warmup = 16;             // the shared model's first decisions explore
     int64_t explore_every = 32;      // then one decision in this many explores
+    // After the warm-up, an exploring decision skips a candidate predicted at less than this
+    // share of the best candidate's rate (it decides as usual instead): measuring it would cost
+    // more than its chance of winning is worth, and its costs were measured in the warm-up.
+    double explore_min_share = 0.5;
     int32_t ar_run_tokens = 4;       // an AR run's tokens before the next decision (not hosted)
     int32_t hosted_run_tokens = 16;  // a target-drafted run's tokens before the next decision
   };
@@ -88,8 +95,10 @@ class CostAwareHook final : public PlanningHook {
   static constexpr int kLookupPositions = 16;
   std::array<double, kLookupPositions> lookup_drafted_{}, lookup_accepted_{};  // this request's
   int lookups_declined_ = 0;  // lookup drafts declined in a row
+  int lookup_probe_wait_ = 0;  // declines before the next lookup probe (0: probe_every)
   int32_t decided_ = 0;     // the block PlanStep chose for the next speculative step (0: none)
   int since_drafted_ = 0;   // decisions since this request last drafted
+  int probe_wait_ = 0;      // AR decisions before the next probe (0: probe_every)
   bool exploring_ = false;  // the last decision explored
 };
 

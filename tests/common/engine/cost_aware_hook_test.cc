@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -151,7 +152,7 @@ TEST(CostAwareHookTest, ARequestOnArProbesItsBestBlockEveryFewDecisions) {
   CostAwareHook hook(m, {.probe_every = 8, .warmup = 0, .explore_every = 1000});
   m.NextDecision();  // past the exploring decision 0
   std::vector<int> probes;
-  for (int d = 1; d <= 24; ++d) {
+  for (int d = 1; d <= 130; ++d) {
     StepPlan plan;
     plan.run_tokens = 100;
     hook.PlanStep(LoopView{Method::kDflashAdaptive, 100, 16, false}, &plan);
@@ -161,7 +162,66 @@ TEST(CostAwareHookTest, ARequestOnArProbesItsBestBlockEveryFewDecisions) {
     EXPECT_GE(b, 2);
     hook.Observe(plan, StepOrigin::kDrafted, Drafted(b - 1, 0, 2.0, 1.0), true);
   }
-  EXPECT_EQ(probes, (std::vector<int>{8, 16, 24}));
+  // Every probe that leaves AR ahead doubles the wait: 8, 16, 32, then 64 at most.
+  EXPECT_EQ(probes, (std::vector<int>{8, 24, 56, 120}));
+}
+
+TEST(CostAwareHookTest, AProbeThatPaysEndsTheBackOff) {
+  // AR: 1.1 ms a token; a block of 2 that accepts nothing 1 token in 1.4 ms, one that accepts
+  // half its drafted tokens (as a single accepted probe makes it for this prior) 1.5 in 1.4.
+  BlockCostModel m;
+  Measure(
+      m, [](int rows) { return 1.0 + 0.1 * rows; }, [](int rows) { return 0.2; }, {0});
+  CostAwareHook hook(m, {.prior_steps = 1, .probe_every = 8, .warmup = 0, .explore_every = 1000});
+  m.NextDecision();
+  std::vector<int> drafted;
+  for (int d = 1; d <= 200; ++d) {
+    StepPlan plan;
+    plan.run_tokens = 100;
+    hook.PlanStep(LoopView{Method::kDflashAdaptive, 100, 16, false}, &plan);
+    if (!plan.speculate) continue;
+    drafted.push_back(d);
+    const int32_t b = hook.ChooseBlock(LoopView{}, 16);
+    // The request accepts every drafted token from decision 50 to 60, nothing otherwise.
+    const int accepted = d >= 50 && d <= 60 ? b - 1 : 0;
+    hook.Observe(plan, StepOrigin::kDrafted, Drafted(b - 1, accepted, 1.0 + 0.1 * b, 0.2), true);
+  }
+  ASSERT_GE(drafted.size(), 4u);
+  EXPECT_EQ(std::vector<int>(drafted.begin(), drafted.begin() + 2), (std::vector<int>{8, 24}));
+  // The probe at 56 pays, the request speculates while it accepts, and once AR wins again the
+  // next probe comes `probe_every` decisions after its last drafted step, not 64.
+  const auto after = std::find(drafted.begin(), drafted.end(), 56);
+  ASSERT_NE(after, drafted.end());
+  auto last = after;
+  while (last + 1 != drafted.end() && *(last + 1) == *last + 1) ++last;
+  EXPECT_GT(*last, 56);
+  ASSERT_NE(last + 1, drafted.end());
+  EXPECT_EQ(*(last + 1), *last + 8);
+}
+
+TEST(CostAwareHookTest, ExplorationSkipsACandidateFarBelowTheBest) {
+  // AR: 2 ms a token; a block of 2 costs 3 + 2 ms and accepts nothing (0.4 of AR's rate).
+  for (double min_share : {0.5, 0.0}) {
+    BlockCostModel m;
+    Measure(
+        m, [](int rows) { return 1.0 + rows; }, [](int rows) { return 2.0; }, {0});
+    CostAwareHook hook(
+        m, {.probe_every = 8, .warmup = 0, .explore_every = 1, .explore_min_share = min_share});
+    std::vector<int32_t> taken;
+    for (int d = 0; d < 7; ++d) {
+      StepPlan plan;
+      plan.run_tokens = 100;
+      hook.PlanStep(LoopView{Method::kDflashAdaptive, 100, 16, false}, &plan);
+      const int32_t b = plan.speculate ? hook.ChooseBlock(LoopView{}, 16) : 1;
+      taken.push_back(b);
+      if (b >= 2) hook.Observe(plan, StepOrigin::kDrafted, Drafted(b - 1, 0, 4.0, 2.0), true);
+    }
+    if (min_share > 0) {
+      EXPECT_EQ(taken, (std::vector<int32_t>(7, 1)));
+    } else {
+      EXPECT_EQ(taken, (std::vector<int32_t>{1, 2, 3, 4, 6, 8, 12}));
+    }
+  }
 }
 
 TEST(CostAwareHookTest, ARequestsOwnAcceptanceOutweighsTheMachinesWithSteps) {
@@ -267,8 +327,11 @@ TEST(CostAwareHookTest, ALookupDraftIsVerifiedAsFarAsItPays) {
     CostAwareHook hook(m, {.probe_every = 4, .warmup = 0, .explore_every = 1000});
     observe_lookups(hook, 0);
     std::vector<int32_t> taken;
-    for (int i = 0; i < 8; ++i) taken.push_back(hook.LookupTokens(view, 4));
-    EXPECT_EQ(taken, (std::vector<int32_t>{0, 0, 0, 4, 0, 0, 0, 4}));
+    for (int i = 0; i < 20; ++i) taken.push_back(hook.LookupTokens(view, 4));
+    // Probes after 4, then 8, then 16 declines while lookups keep failing.
+    std::vector<int32_t> want(20, 0);
+    want[3] = want[11] = 4;
+    EXPECT_EQ(taken, want);
   }
 }
 
