@@ -87,11 +87,17 @@ class StepLoop {
   absl::Status Step() {
     const int32_t left = stop_.tokens_left();
     if (!MaySpeculate() || left <= 1) return RunAr(std::min(left, kMaxRunTokens), 0, false);
+    // The request's block (BlockPilot's pick for DFLASH_ADAPTIVE) before its first plan: the
+    // planning weighs AR against this request's blocks from the first step on, and a request
+    // whose speculation would not pay never opens its drafter.
+    if (stats_.block_size == 0 && IsDflash(options_.method) && (hosted_ || drafter_ != nullptr)) {
+      ChooseBlockSize();
+    }
     // DFLASH_ADAPTIVE: where the sequence repeats, a lookup draft costs one short target pass and
-    // no drafter pass, whatever the planning would choose.
+    // no drafter pass, whatever the planning would choose, from the first step on.
     // A target that drafts itself takes a verify between its runs too; its hosted drafter keeps
     // every committed row.
-    if (speculation_started_) {
+    if (stats_.block_size >= kMinBlockSize) {
       if (std::optional<Draft> lookup = LookupDraft(left)) {
         const int32_t tokens =
             parts_.hook ? parts_.hook->LookupTokens(View(), lookup->positions) : lookup->positions;
@@ -128,7 +134,7 @@ class StepLoop {
       if (drafter_ == nullptr) return DrafterFailed(parts_.drafter_unavailable);
       if (absl::Status s = drafter_->Open(prompt_); !s.ok()) return DrafterFailed(s);
     }
-    if (IsDflash(options_.method)) ChooseBlockSize();
+    if (IsDflash(options_.method) && stats_.block_size == 0) ChooseBlockSize();
   }
 
   void ChooseBlockSize() {

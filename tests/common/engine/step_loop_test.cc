@@ -368,7 +368,7 @@ class ViewRecordingHook final : public PlanningHook {
   }
 };
 
-// The policy's predicted acceptance reaches every planning decision once speculation started.
+// The policy's predicted acceptance reaches every planning decision, the first included.
 TEST(StepLoopTest, ThePolicysPredictedAcceptanceReachesThePlanningHook) {
   FakeTarget t;
   FakeDrafter d(t, false, /*trained_block=*/5, 3);
@@ -381,8 +381,36 @@ TEST(StepLoopTest, ThePolicysPredictedAcceptanceReachesThePlanningHook) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->tokens, TruthPrefix(30));
   ASSERT_GE(hook.seen.size(), 3u);
-  EXPECT_TRUE(hook.seen.front().empty());  // before the first speculative step: not asked yet
-  for (size_t i = 1; i < hook.seen.size(); ++i) EXPECT_EQ(hook.seen[i], p.acceptance) << i;
+  for (size_t i = 0; i < hook.seen.size(); ++i) EXPECT_EQ(hook.seen[i], p.acceptance) << i;
+}
+
+class ArOnlyHook final : public PlanningHook {
+ public:
+  int32_t first_block = 0;
+  void PlanStep(const LoopView& view, StepPlan* plan) override {
+    if (first_block == 0) first_block = view.block_size;
+    plan->speculate = false;
+    plan->run_tokens = 4;
+  }
+};
+
+// A DFLASH_ADAPTIVE request whose every plan is AR knows its block from the first plan, never
+// opens its drafter, and still verifies lookup drafts where the text repeats.
+TEST(StepLoopTest, ARequestPlannedAsArNeverOpensItsDrafterButLooksUp) {
+  FakeTarget t;
+  FakeDrafter d(t, false, /*trained_block=*/5, 3);
+  FakePolicy p;
+  ArOnlyHook hook;
+  LoopParts parts = Parts(&t, &d, &p);
+  parts.hook = &hook;
+  auto r = RunStepLoop(parts, kPrompt, Options(Method::kDflashAdaptive, 150));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->tokens, TruthPrefix(150));
+  EXPECT_EQ(hook.first_block, r->stats.block_size);
+  EXPECT_GE(hook.first_block, 2);
+  EXPECT_FALSE(d.opened);
+  EXPECT_TRUE(d.shapes.empty());
+  EXPECT_GT(r->stats.lookup_steps, 5);
 }
 
 class AlternatingHook final : public PlanningHook {
