@@ -302,6 +302,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   const bool gpu = !device->is_cpu();
+  if (compare_packing && gpu) {
+    std::cerr << "--compare-packing compares the CPU's weight layouts: drop --device\n";
+    return 1;
+  }
   double bandwidth_gbs = 0;
   if (gpu) {
     bandwidth_gbs = CopyBandwidthGbs(*device);

@@ -204,7 +204,14 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight) {
     return MixedLinear(x, weight);
   }
   if (at::Tensor y = KernelLinear(x, weight); y.defined()) return y;
-  if (IsPacked(weight)) return Linear(x, UnpackLinearWeight(weight));
+  if (IsPacked(weight)) {
+    // A bf16 x whose rows are strided takes the kernel once copied; only a product the kernel
+    // does not take at all unpacks the matrix.
+    if (x.dim() == 2 && x.stride(1) != 1) {
+      if (at::Tensor y = KernelLinear(x.contiguous(), weight); y.defined()) return y;
+    }
+    return Linear(x, UnpackLinearWeight(weight));
+  }
   if (x.dim() == 2 && x.size(0) == 1 && x.scalar_type() == at::kFloat) {
     return at::mv(weight, x.select(0, 0)).unsqueeze(0);
   }

@@ -328,6 +328,8 @@ TEST(LinearKernelTest, OpsLinearAndEmbeddingRowsTakePackedWeights) {
     const at::Tensor xb = RandomBf16({rows, 256}, 1.0), xf = at::randn({rows, 256});
     EXPECT_TRUE(BitwiseEqual(Linear(xb, packed), Linear(xb, w))) << rows << " bf16 rows";
     EXPECT_TRUE(BitwiseEqual(Linear(xf, packed), Linear(xf, w))) << rows << " float rows";
+    const at::Tensor strided = RandomBf16({256, rows}, 1.0).t();  // rows 1 element apart
+    EXPECT_TRUE(BitwiseEqual(Linear(strided, packed), Linear(strided.contiguous(), w))) << rows;
   }
   const at::Tensor ids = at::tensor({3, 0, 63, 3}, at::kLong);
   EXPECT_TRUE(BitwiseEqual(EmbeddingRows(packed, ids), w.index_select(0, ids)));
