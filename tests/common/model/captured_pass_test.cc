@@ -9,26 +9,12 @@
 
 #include "common/model/cuda_graph.h"
 #include "common/model/transformer.h"
+#include "tests/common/model/small_config.h"
 
 namespace specdec::model {
 namespace {
 
-ModelConfig SmallConfig(Architecture arch) {
-  ModelConfig c;
-  c.architecture = arch;
-  c.qk_norm = arch == Architecture::kQwen3;
-  c.vocab_size = 97;
-  c.hidden_size = 64;
-  c.intermediate_size = 128;
-  c.num_hidden_layers = 3;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 16;
-  c.rope_theta = 10000;
-  c.max_position_embeddings = 512;
-  c.tie_word_embeddings = arch == Architecture::kLlama;
-  return c;
-}
+ModelConfig SmallConfig(Architecture arch) { return SmallTestConfig(arch, 512); }
 
 std::unique_ptr<Transformer> MakeModel(const ModelConfig& c, at::ScalarType dtype, bool fixed) {
   LoadOptions opts;

@@ -12,6 +12,7 @@
 #include "common/io/gguf_to_hf.h"
 #include "common/model/runtime.h"
 #include "common/util/status_matchers.h"
+#include "tests/common/model/small_config.h"
 #include "tests/common/remove_tree.h"
 
 namespace specdec::model {
@@ -22,23 +23,7 @@ constexpr double kF32Tol = 2e-4;
 // bf16 rounds to 8 mantissa bits; logits of a small random model stay within this.
 constexpr double kBf16Tol = 0.1;
 
-ModelConfig SmallConfig(Architecture arch) {
-  ModelConfig c;
-  c.architecture = arch;
-  c.qk_norm = arch == Architecture::kQwen3;
-  c.vocab_size = 97;
-  c.hidden_size = 64;
-  c.intermediate_size = 128;
-  c.num_hidden_layers = 3;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 16;
-  c.rms_norm_eps = 1e-6;
-  c.rope_theta = 10000;
-  c.max_position_embeddings = 256;
-  c.tie_word_embeddings = arch == Architecture::kLlama;
-  return c;
-}
+ModelConfig SmallConfig(Architecture arch) { return SmallTestConfig(arch); }
 
 // `act`: the activations' dtype; unset for the default (float on the CPU).
 std::unique_ptr<Transformer> MakeModel(Architecture arch, at::ScalarType dt, uint64_t seed = 1,
