@@ -302,6 +302,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   const bool gpu = !device->is_cpu();
+  for (absl::string_view mode : absl::StrSplit(graph_modes, ',')) {
+    if (mode != "on" && mode != "off") {
+      std::cerr << "--cuda-graphs takes on, off or on,off, got '" << mode << "'\n";
+      return 1;
+    }
+  }
   if (compare_packing && gpu) {
     std::cerr << "--compare-packing compares the CPU's weight layouts: drop --device\n";
     return 1;
