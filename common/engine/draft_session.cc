@@ -37,7 +37,7 @@ ArDraftSession::ArDraftSession(const model::Transformer& draft,
       rng_(sampling::Rng::ForStream(sampling.seed, kDrafterRngStream)),
       cache_(draft.NewCache()) {}
 
-ArDraftSession::~ArDraftSession() = default;
+ArDraftSession::~ArDraftSession() { draft_.RecycleCache(std::move(cache_)); }
 
 void ArDraftSession::Extend(std::span<const int32_t> tokens) {
   pending_.insert(pending_.end(), tokens.begin(), tokens.end());
@@ -168,7 +168,7 @@ absl::Status ArDraftSession::Commit(std::span<const int32_t> accepted) {
 DFlashDraftSession::DFlashDraftSession(const model::DFlashDrafter& drafter)
     : drafter_(drafter), cache_(drafter.NewCache()) {}
 
-DFlashDraftSession::~DFlashDraftSession() = default;
+DFlashDraftSession::~DFlashDraftSession() { drafter_.RecycleCache(std::move(cache_)); }
 
 void DFlashDraftSession::Extend(const at::Tensor& features) {
   if (!features.defined() || features.size(0) == 0) return;

@@ -25,7 +25,7 @@ TargetSession::TargetSession(const model::Transformer& target,
       cache_(target.NewCache()),
       rng_(sampling.seed) {}
 
-TargetSession::~TargetSession() = default;
+TargetSession::~TargetSession() { target_.RecycleCache(std::move(cache_)); }
 
 std::vector<float> TargetSession::Rows(const at::Tensor& logits) const {
   std::vector<float> raw = ToVector(logits);

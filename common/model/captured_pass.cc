@@ -7,8 +7,6 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
-#include <atomic>
-#include <cstdio>
 #include <limits>
 #include <map>
 #include <memory>
@@ -17,15 +15,13 @@
 #include <tuple>
 
 #include "common/model/cuda_graph.h"
+#include "common/model/fixed_pass_set.h"
 #include "common/model/ops.h"
 #include "common/model/transformer.h"
 #include "common/model/transformer_internal.h"
 
 namespace specdec::model {
 namespace {
-
-// Shapes a cache keeps passes for; others run through the general path.
-constexpr size_t kMaxShapesPerCache = 8;
 
 struct PassShape {
   int64_t rows = 0;
@@ -39,10 +35,8 @@ struct PassShape {
 }  // namespace
 
 struct Transformer::FixedPass {
+  PassCapture capture;  // declared first: its graph is freed after the tensors it wrote
   PassShape shape;
-  int uses = 0;
-  bool capture_failed = false;
-  std::unique_ptr<CudaGraph> graph;  // declared first: freed after the tensors it wrote
   at::Tensor ints;      // int64 [2 rows + 1] on the device: tokens, positions, the first new slot
   at::Tensor mask;      // float [rows, rows] on the device: the new rows' mask among themselves
   at::Tensor logits;    // float [1 or rows, vocab] on the device; undefined for kNone
@@ -50,13 +44,6 @@ struct Transformer::FixedPass {
 };
 
 namespace {
-
-// A cache's fixed passes, one per shape; dropped with the cache or when its buffers move. A
-// template, so that the private Transformer::FixedPass is named only inside its members.
-template <typename Pass>
-struct FixedPasses : KvCache::Attachment {
-  std::map<PassShape, Pass> passes;
-};
 
 // Host copies of `in`'s inputs for a pass after `past` cached tokens, copied to `ints` and `mask`
 // without waiting (pinned staging on a CUDA device; the caching host allocator keeps a staging
@@ -79,13 +66,14 @@ void WritePassInputs(const SequenceInput& in, int64_t past, at::Tensor& ints, at
   mask.copy_(host_mask, /*non_blocking=*/true);
 }
 
-std::atomic<bool> capture_failure_reported{false};
-
 }  // namespace
 
+bool Transformer::captures_graphs() const {
+  return options_.device.is_cuda() && options_.cuda_graphs && CudaGraph::Available();
+}
+
 bool Transformer::TakesFixedPass(const SequenceInput& in) const {
-  const bool captured = options_.device.is_cuda() && options_.cuda_graphs && CudaGraph::Available();
-  return (captured || options_.uncaptured_fixed_passes) &&
+  return (captures_graphs() || options_.uncaptured_fixed_passes) &&
          static_cast<int64_t>(in.tokens.size()) <= kMaxCapturedRows;
 }
 
@@ -107,6 +95,8 @@ void Transformer::RunFixedPassBody(FixedPass& pass, const KvCache& cache) const 
   mask.masked_fill_(at::arange(capacity, pass.ints.options()).ge(slot).unsqueeze(0),
                     -std::numeric_limits<float>::infinity());
   mask.index_copy_(1, slots, pass.mask);
+  mask = PrepareRecurringMask(mask, *options_.activation_dtype,
+                              c.num_attention_heads / c.num_key_value_heads);
   const LayerAttend attend = [&](int64_t l, const at::Tensor& q, const at::Tensor& k,
                                  const at::Tensor& v) {
     const at::Tensor& keys = cache.KeyBuffer(l);
@@ -135,51 +125,26 @@ std::optional<std::vector<SequenceOutput>> Transformer::RunFixedPass(
   KvCache& cache = *in.cache;
   const int64_t n = static_cast<int64_t>(in.tokens.size());
   cache.Reserve(n);  // may move the buffers, which drops their passes
-  using Passes = FixedPasses<FixedPass>;
-  auto* passes = dynamic_cast<Passes*>(cache.attachment());
-  if (passes == nullptr) {
-    auto fresh = std::make_unique<Passes>();
-    passes = fresh.get();
-    cache.set_attachment(std::move(fresh));
-  }
   const PassShape shape{n, in.logits, options.capture_layers};
-  auto it = passes->passes.find(shape);
-  if (it == passes->passes.end()) {
-    if (passes->passes.size() >= kMaxShapesPerCache) return std::nullopt;
-    it = passes->passes.try_emplace(shape).first;
-    FixedPass& fresh = it->second;
-    fresh.shape = shape;
-    fresh.ints = at::empty({2 * n + 1}, at::TensorOptions().dtype(at::kLong).device(device()));
-    fresh.mask = at::empty({n, n}, at::TensorOptions().dtype(at::kFloat).device(device()));
+  bool is_new = false;
+  FixedPass& pass = FixedPassSet<PassShape, FixedPass>::Of(cache).Use(shape, &is_new);
+  if (is_new) {
+    pass.shape = shape;
+    pass.ints = at::empty({2 * n + 1}, at::TensorOptions().dtype(at::kLong).device(device()));
+    pass.mask = at::empty({n, n}, at::TensorOptions().dtype(at::kFloat).device(device()));
   }
-  FixedPass& pass = it->second;
-  const bool capture = !options_.uncaptured_fixed_passes;
+  const bool capturing = !options_.uncaptured_fixed_passes;
   // A shape's first use takes the general path: most shapes of a tree search never recur.
-  if (pass.capture_failed || (capture && ++pass.uses == 1)) return std::nullopt;
+  if (pass.capture.SkipsThisUse(capturing)) return std::nullopt;
 
   WritePassInputs(in, cache.length(), pass.ints, pass.mask);
-  if (pass.graph != nullptr) {
-    pass.graph->Replay();
-  } else {
-    RunFixedPassBody(pass, cache);
-  }
+  const auto body = [&] { RunFixedPassBody(pass, cache); };
+  pass.capture.Run(body);
   std::vector<SequenceOutput> out(1);
   // The one wait for the device: the logits the accept decision reads.
   if (pass.logits.defined()) out[0].logits = pass.logits.to(at::kCPU);
   if (pass.features.defined()) out[0].features = pass.features.clone();
-  if (capture && pass.graph == nullptr) {
-    auto graph = CudaGraph::Capture(device().index(), [&] { RunFixedPassBody(pass, cache); });
-    if (graph.ok()) {
-      pass.graph = *std::move(graph);
-      captured_graphs_.fetch_add(1);
-    } else {
-      pass.capture_failed = true;
-      if (!capture_failure_reported.exchange(true)) {
-        std::fprintf(stderr, "specdec: %s; such passes run uncaptured\n",
-                     std::string(graph.status().message()).c_str());
-      }
-    }
-  }
+  pass.capture.CaptureIfDue(capturing, device().index(), body, &captured_graphs_);
   cache.Commit(n);
   return out;
 }

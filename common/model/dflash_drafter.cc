@@ -9,6 +9,8 @@
 #include <unordered_set>
 
 #include "absl/strings/str_cat.h"
+#include "common/model/dflash_internal.h"
+#include "common/model/kv_cache_pool.h"
 #include "common/model/ops.h"
 #include "common/util/status_macros.h"
 #include "nlohmann/json.hpp"
@@ -18,16 +20,6 @@ namespace {
 
 std::atomic<uint64_t> next_drafter_id{1ull << 40};
 
-// One drafter layer's weights (DFlashDrafter::Weights::Layer).
-struct DraftLayerWeights {
-  at::Tensor input_norm, post_norm, q_norm, k_norm;
-  at::Tensor q;        // [heads * d, hidden]
-  at::Tensor kv;       // [2 * kv_heads * d, hidden]
-  at::Tensor o;        // [hidden, heads * d]
-  at::Tensor gate_up;  // [2 * intermediate, hidden]
-  at::Tensor down;
-};
-
 // The rows of a draft step. Rows: all sequences' context rows first, then all block rows.
 struct DraftRows {
   std::span<const DraftInput> batch;
@@ -35,8 +27,6 @@ struct DraftRows {
   int64_t n_ctx = 0, n_blk = 0;
   at::Tensor ctx_pos, blk_pos, blk_tok;   // int64 [n_ctx], [n_blk], [n_blk]
   std::vector<at::Tensor> feats;          // the sequences' new features, in the model dtype
-  at::Tensor ctx;                         // fused context rows [n_ctx, hidden]
-  at::Tensor cos_c, sin_c, cos_b, sin_b;  // RoPE tables of the context and block rows
 };
 
 // Checks sequence `s` of a batch; `seen` collects the caches of the sequences before it.
@@ -132,43 +122,54 @@ void BlockAttention(const DraftRows& rows, int64_t l, const at::Tensor& q, const
   FusedAttention(q, k_b, v_b, l, inputs, attn);
 }
 
-// Drafter layer `l` over the block rows: `x` ([n_blk, hidden]) becomes the layer's output. The
-// context rows' keys and values go into their caches.
+// Drafter layer `l` over the block rows: `x` ([n_blk, hidden]) becomes the layer's output.
+// `ctx` holds the fused context rows ([n_ctx, hidden]; undefined when none), which contribute
+// keys and values only: no input norm, no query, no MLP.
 void RunDraftLayer(const DraftLayerWeights& w, const ModelConfig& c, int64_t l,
-                   const DraftRows& rows, at::Tensor& x) {
-  const std::span<const DraftInput> batch = rows.batch;
+                   const at::Tensor& ctx, const at::Tensor (&rope)[4], const DraftAttend& attend,
+                   at::Tensor& x) {
   const int64_t heads = c.num_attention_heads, kv_heads = c.num_key_value_heads, d = c.head_dim,
                 inter = c.intermediate_size;
   const int64_t kv_width = kv_heads * d;
-  const int64_t n_ctx = rows.n_ctx, n_blk = rows.n_blk;
+  const int64_t n_blk = x.size(0);
+  const at::Tensor &cos_c = rope[0], &sin_c = rope[1], &cos_b = rope[2], &sin_b = rope[3];
   at::Tensor hn = RmsNorm(x, w.input_norm, c.rms_norm_eps);
   at::Tensor q = RmsNorm(Linear(hn, w.q).reshape({n_blk, heads, d}), w.q_norm, c.rms_norm_eps);
-  q = ApplyRope(q, rows.cos_b, rows.sin_b);
+  q = ApplyRope(q, cos_b, sin_b);
   at::Tensor kv_b = Linear(hn, w.kv);
   at::Tensor k_b = ApplyRope(
       RmsNorm(kv_b.narrow(1, 0, kv_width).reshape({n_blk, kv_heads, d}), w.k_norm, c.rms_norm_eps),
-      rows.cos_b, rows.sin_b);
+      cos_b, sin_b);
   at::Tensor v_b = kv_b.narrow(1, kv_width, kv_width).reshape({n_blk, kv_heads, d});
   at::Tensor k_c, v_c;
-  if (n_ctx > 0) {
-    // Context rows contribute keys/values only: no input norm, no query, no MLP.
-    at::Tensor kv_c = Linear(rows.ctx, w.kv);
+  if (ctx.defined()) {
+    const int64_t n_ctx = ctx.size(0);
+    at::Tensor kv_c = Linear(ctx, w.kv);
     k_c = ApplyRope(RmsNorm(kv_c.narrow(1, 0, kv_width).reshape({n_ctx, kv_heads, d}), w.k_norm,
                             c.rms_norm_eps),
-                    rows.cos_c, rows.sin_c);
+                    cos_c, sin_c);
     v_c = kv_c.narrow(1, kv_width, kv_width).reshape({n_ctx, kv_heads, d});
   }
-  at::Tensor attn = at::empty({n_blk, heads * d}, x.options());
+  x = AddLinear(x, attend(l, q, k_b, v_b, k_c, v_c), w.o);
+  at::Tensor gu = Linear(RmsNorm(x, w.post_norm, c.rms_norm_eps), w.gate_up);
+  x = AddLinear(x, SwiGlu(gu, inter), w.down);
+}
+
+// The general path's attention: each sequence's context rows go into its cache, then every
+// block row attends to its sequence's context and block.
+at::Tensor AttendPerSequence(const DraftRows& rows, int64_t l, const at::Tensor& q,
+                             const at::Tensor& k_b, const at::Tensor& v_b, const at::Tensor& k_c,
+                             const at::Tensor& v_c) {
+  const std::span<const DraftInput> batch = rows.batch;
   for (size_t s = 0; s < batch.size(); ++s) {
     if (rows.ctx_n[s] > 0) {
       batch[s].cache->Write(l, k_c.narrow(0, rows.ctx_off[s], rows.ctx_n[s]),
                             v_c.narrow(0, rows.ctx_off[s], rows.ctx_n[s]));
     }
   }
+  at::Tensor attn = at::empty({q.size(0), q.size(1) * q.size(2)}, q.options());
   BlockAttention(rows, l, q, k_b, v_b, attn);
-  x = x + Linear(attn, w.o);
-  at::Tensor gu = Linear(RmsNorm(x, w.post_norm, c.rms_norm_eps), w.gate_up);
-  x = x + Linear(SwiGlu(gu, inter), w.down);
+  return attn;
 }
 
 // The draft logits of each block's rows 1..b-1 from the normed block rows, in one head GEMM;
@@ -193,6 +194,23 @@ std::vector<at::Tensor> BlockLogitsAndCommit(const DraftRows& rows, const at::Te
 }
 
 }  // namespace
+
+at::Tensor RunDraftPass(const DFlashDrafter::Weights& w, const ModelConfig& c,
+                        const Transformer& target, const DraftPassRows& rows,
+                        const DraftAttend& attend) {
+  at::Tensor ctx;
+  at::Tensor rope[4];  // cos and sin of the context rows, then of the block rows
+  if (rows.features.defined() && rows.features.size(0) > 0) {
+    ctx = RmsNorm(Linear(rows.features, w.fc), w.hidden_norm, c.rms_norm_eps);
+    RopeCosSin(w.inv_freq, rows.ctx_pos, &rope[0], &rope[1]);
+  }
+  RopeCosSin(w.inv_freq, rows.blk_pos, &rope[2], &rope[3]);
+  at::Tensor x = target.Embed(rows.blk_tok);
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    RunDraftLayer(w.layers[l], c, l, ctx, rope, attend, x);
+  }
+  return RmsNorm(x, w.norm, c.rms_norm_eps);
+}
 
 std::vector<int64_t> DefaultTargetLayerIds(int64_t num_target_layers, int64_t num_draft_layers) {
   if (num_draft_layers <= 1) return {num_target_layers / 2};
@@ -254,15 +272,6 @@ std::string DFlashConfigToJson(const DFlashConfig& c) {
   return j.dump(2);
 }
 
-struct DFlashDrafter::Weights {
-  using Layer = DraftLayerWeights;
-  at::Tensor fc;           // [hidden, n_ids * target_hidden]
-  at::Tensor hidden_norm;  // [hidden]
-  at::Tensor norm;         // [hidden]
-  at::Tensor inv_freq;
-  std::vector<Layer> layers;
-};
-
 std::vector<TensorSpec> DFlashDrafter::WeightShapes(const DFlashConfig& config,
                                                     int64_t target_hidden) {
   const ModelConfig& c = config.layers;
@@ -289,7 +298,18 @@ DFlashDrafter::DFlashDrafter(DFlashConfig config, const Transformer& target,
     : config_(std::move(config)),
       target_(target),
       weights_(std::move(w)),
-      id_(next_drafter_id.fetch_add(1)) {}
+      id_(next_drafter_id.fetch_add(1)) {
+  KvCacheShape shape;
+  shape.num_layers = config_.layers.num_hidden_layers;
+  shape.num_kv_heads = config_.layers.num_key_value_heads;
+  shape.head_dim = config_.layers.head_dim;
+  shape.dtype = target_.kv_dtype();
+  shape.device = target_.device();
+  shape.owner_id = id_;
+  const bool fixed = target_.captures_graphs() || target_.uncaptured_fixed_passes();
+  cache_pool_ = std::make_unique<KvCachePool>(shape, fixed ? Transformer::kKeptCaches : 0,
+                                              fixed ? Transformer::kKeptCacheBytes : 0);
+}
 
 DFlashDrafter::~DFlashDrafter() = default;
 
@@ -372,15 +392,10 @@ absl::StatusOr<std::unique_ptr<DFlashDrafter>> DFlashDrafter::Load(const std::st
   return d;
 }
 
-std::unique_ptr<KvCache> DFlashDrafter::NewCache() const {
-  KvCacheShape shape;
-  shape.num_layers = config_.layers.num_hidden_layers;
-  shape.num_kv_heads = config_.layers.num_key_value_heads;
-  shape.head_dim = config_.layers.head_dim;
-  shape.dtype = target_.kv_dtype();
-  shape.device = target_.device();
-  shape.owner_id = id_;
-  return std::make_unique<KvCache>(shape);
+std::unique_ptr<KvCache> DFlashDrafter::NewCache() const { return cache_pool_->Take(); }
+
+void DFlashDrafter::RecycleCache(std::unique_ptr<KvCache> cache) const {
+  cache_pool_->Give(std::move(cache));
 }
 
 absl::StatusOr<std::vector<at::Tensor>> DFlashDrafter::Draft(
@@ -394,22 +409,22 @@ absl::StatusOr<std::vector<at::Tensor>> DFlashDrafter::Draft(
   }
   if (batch.empty()) return std::vector<at::Tensor>{};
   try {
+    if (batch.size() == 1 && TakesFixedPass(batch[0])) {
+      auto fixed = RunFixedPass(batch[0]);
+      if (fixed.has_value()) return *std::move(fixed);
+    }
     DraftRows rows;
     rows.batch = batch;
     GatherDraftRows(rows, config_.mask_token_id, target_.activation_dtype(), target_.device());
-    if (rows.n_ctx > 0) {
-      rows.ctx = RmsNorm(
-          Linear(rows.feats.size() == 1 ? rows.feats[0] : at::cat(rows.feats, 0), weights_->fc),
-          weights_->hidden_norm, c.rms_norm_eps);
-    }
-    if (rows.n_ctx > 0) RopeCosSin(weights_->inv_freq, rows.ctx_pos, &rows.cos_c, &rows.sin_c);
-    RopeCosSin(weights_->inv_freq, rows.blk_pos, &rows.cos_b, &rows.sin_b);
-
-    at::Tensor x = target_.Embed(rows.blk_tok);
-    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-      RunDraftLayer(weights_->layers[l], c, l, rows, x);
-    }
-    at::Tensor normed = RmsNorm(x, weights_->norm, c.rms_norm_eps);
+    DraftPassRows pass{at::Tensor(), rows.ctx_pos, rows.blk_tok, rows.blk_pos};
+    if (rows.n_ctx > 0)
+      pass.features = rows.feats.size() == 1 ? rows.feats[0] : at::cat(rows.feats, 0);
+    const DraftAttend attend = [&](int64_t l, const at::Tensor& q, const at::Tensor& k_b,
+                                   const at::Tensor& v_b, const at::Tensor& k_c,
+                                   const at::Tensor& v_c) {
+      return AttendPerSequence(rows, l, q, k_b, v_b, k_c, v_c);
+    };
+    const at::Tensor normed = RunDraftPass(*weights_, c, target_, pass, attend);
     return BlockLogitsAndCommit(rows, normed, target_);
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("DFlash draft step failed: ", e.what()));

@@ -5,9 +5,11 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -19,6 +21,8 @@
 #include "common/model/weights.h"
 
 namespace specdec::model {
+
+class KvCachePool;
 
 struct DFlashConfig {
   ModelConfig layers;                     // shapes of the drafter's Qwen3 decoder layers
@@ -67,18 +71,37 @@ class DFlashDrafter {
   // rows 1..b-1 (float32 [b-1, vocab]): row k-1 predicts the token at position start + k.
   absl::StatusOr<std::vector<at::Tensor>> Draft(std::span<const DraftInput> batch) const;
 
+  // A drafter cache, and its return when its sequence ends: as Transformer::NewCache and
+  // RecycleCache, kept where the target's passes are fixed.
   std::unique_ptr<KvCache> NewCache() const;
+  void RecycleCache(std::unique_ptr<KvCache> cache) const;
   const DFlashConfig& config() const { return config_; }
   const Transformer& target() const { return target_; }
+  // CUDA graphs of draft passes captured so far, over all caches (the target's
+  // LoadOptions::cuda_graphs decides whether the drafter captures).
+  int64_t captured_graphs() const { return captured_graphs_.load(); }
+
+  struct Weights;  // dflash_internal.h
 
  private:
-  struct Weights;
   DFlashDrafter(DFlashConfig config, const Transformer& target, std::unique_ptr<Weights> w);
+
+  // A sequence drafting alone whose new context rows fit in its block runs as a fixed pass (design
+  // §2.9), captured as a CUDA graph when its target captures its own (dflash_fixed_pass.cc).
+  struct FixedPass;
+  bool TakesFixedPass(const DraftInput& in) const;
+  // `in` (validated) through its cache's fixed pass of its block size; nullopt when it takes the
+  // general path this time (the block size's first use, a failed capture).
+  std::optional<std::vector<at::Tensor>> RunFixedPass(const DraftInput& in) const;
+  // The pass itself, from `pass`'s input tensors to its logits: what a graph captures.
+  void RunFixedPassBody(FixedPass& pass, const KvCache& cache) const;
 
   DFlashConfig config_;
   const Transformer& target_;
   std::unique_ptr<Weights> weights_;
   uint64_t id_;
+  mutable std::atomic<int64_t> captured_graphs_{0};
+  std::unique_ptr<KvCachePool> cache_pool_;  // declared last: its caches go before the weights
 };
 
 }  // namespace specdec::model

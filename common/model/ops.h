@@ -76,8 +76,18 @@ void RopeCosSin(const at::Tensor& inv_freq, const at::Tensor& positions, at::Ten
 // row_kernels.h for f32 and bf16 x whose last dim is contiguous (the result is contiguous).
 at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
+// x + a weight^T ([rows, in] a, [out, in] weight, [rows, out] x): on a CUDA device with fused
+// operators (see Attention) one addmm, the sum taken before rounding; elsewhere x + Linear(a, w).
+at::Tensor AddLinear(const at::Tensor& x, const at::Tensor& a, const at::Tensor& weight);
+
+// A recurring pass's mask made once for all of its layers' Attention calls with `group` query heads
+// per KV head: where Attention takes the fused operator, the additive bias in `dtype` repeated per
+// group row ([group * n, m]); elsewhere `mask` itself.
+at::Tensor PrepareRecurringMask(const at::Tensor& mask, at::ScalarType dtype, int64_t group);
+
 // Grouped-query attention of n query rows against `keys`/`values` ([kv_heads, m, head_dim]).
-// q: [n, heads, head_dim]; mask: f32 additive [n, m] (0 or -inf) or undefined for "see all".
+// q: [n, heads, head_dim]; mask: f32 additive [n, m] (0 or -inf) or undefined for "see all", or
+// for recurring shapes the result of PrepareRecurringMask.
 // Returns [n, heads * head_dim] in q's dtype; softmax runs in f32.
 // `recurring_shape`: the caller runs these shapes again and again (a fixed pass's rows against a
 // cache's whole capacity). On a CUDA device with libtorch 2.4 or later such attention is ATen's

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/model/kv_cache_pool.h"
 #include "common/model/ops.h"
 #include "common/model/transformer_internal.h"
 #include "common/model/weights.h"
@@ -257,11 +258,10 @@ void RunDecoderLayer(const DecoderLayerWeights& w, const ModelConfig& c, int64_t
   q = ApplyRope(q, cos, sin);
   k = ApplyRope(k, cos, sin);
   at::Tensor attn = attend(l, q, k, v);
-  x = x + Linear(attn, w.o);
+  x = AddLinear(x, attn, w.o);
   h = RmsNorm(x, w.post_norm, c.rms_norm_eps);
   at::Tensor gu = Linear(h, w.gate_up);
-  const int64_t inter = c.intermediate_size;
-  x = x + Linear(SwiGlu(gu, inter), w.down);
+  x = AddLinear(x, SwiGlu(gu, c.intermediate_size), w.down);
 }
 
 at::Tensor CapturedFeatures(const std::vector<at::Tensor>& layer_out,
@@ -358,6 +358,16 @@ Transformer::Transformer(ModelConfig config, LoadOptions options, std::unique_pt
       weights_(std::move(weights)),
       id_(next_model_id.fetch_add(1)) {
   if (options_.max_context <= 0) options_.max_context = config_.max_position_embeddings;
+  KvCacheShape shape;
+  shape.num_layers = config_.num_hidden_layers;
+  shape.num_kv_heads = config_.num_key_value_heads;
+  shape.head_dim = config_.head_dim;
+  shape.dtype = *options_.kv_dtype;
+  shape.device = options_.device;
+  shape.owner_id = id_;
+  const bool fixed = captures_graphs() || options_.uncaptured_fixed_passes;
+  cache_pool_ =
+      std::make_unique<KvCachePool>(shape, fixed ? kKeptCaches : 0, fixed ? kKeptCacheBytes : 0);
 }
 
 Transformer::~Transformer() = default;
@@ -450,15 +460,10 @@ std::map<std::string, at::Tensor> Transformer::RandomWeights(const ModelConfig& 
   return RandomTensors(TransformerTensorSpecs(config), seed, std);
 }
 
-std::unique_ptr<KvCache> Transformer::NewCache() const {
-  KvCacheShape shape;
-  shape.num_layers = config_.num_hidden_layers;
-  shape.num_kv_heads = config_.num_key_value_heads;
-  shape.head_dim = config_.head_dim;
-  shape.dtype = *options_.kv_dtype;
-  shape.device = options_.device;
-  shape.owner_id = id_;
-  return std::make_unique<KvCache>(shape);
+std::unique_ptr<KvCache> Transformer::NewCache() const { return cache_pool_->Take(); }
+
+void Transformer::RecycleCache(std::unique_ptr<KvCache> cache) const {
+  cache_pool_->Give(std::move(cache));
 }
 
 const ModelConfig& Transformer::config() const { return config_; }

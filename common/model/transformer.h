@@ -25,6 +25,8 @@
 
 namespace specdec::model {
 
+class KvCachePool;
+
 enum class LogitsMode { kNone, kLast, kAll };
 
 // One sequence of a batched forward pass.
@@ -116,7 +118,16 @@ class Transformer {
   absl::StatusOr<std::vector<SequenceOutput>> Forward(std::span<const SequenceInput> batch,
                                                       const ForwardOptions& options = {}) const;
 
+  // A cache for a new sequence: where passes are fixed (captured as CUDA graphs, or uncaptured for
+  // tests), one that an earlier sequence gave back with RecycleCache, emptied, whose fixed passes
+  // stay valid (design.md §2.9); else a new one.
   std::unique_ptr<KvCache> NewCache() const;
+  // Gives back the cache of a finished sequence. Where passes are fixed, up to kKeptCaches
+  // holding up to kKeptCacheBytes of buffers together are kept, with their passes, for later
+  // NewCache calls; others are freed.
+  void RecycleCache(std::unique_ptr<KvCache> cache) const;
+  static constexpr size_t kKeptCaches = 8;
+  static constexpr int64_t kKeptCacheBytes = int64_t{1} << 30;
 
   const ModelConfig& config() const;
   // The weights' dtype (of the matrices; norm weights are kept in the activations' dtype).
@@ -133,6 +144,11 @@ class Transformer {
   int64_t kv_bytes_per_token() const;
   // CUDA graphs captured so far, over all caches (LoadOptions::cuda_graphs).
   int64_t captured_graphs() const { return captured_graphs_.load(); }
+  // Whether single-sequence passes of this model, and of the drafters bound to it, replay CUDA
+  // graphs (LoadOptions::cuda_graphs on a CUDA device, with a libtorch that has CUDA).
+  bool captures_graphs() const;
+  // LoadOptions::uncaptured_fixed_passes as loaded.
+  bool uncaptured_fixed_passes() const { return options_.uncaptured_fixed_passes; }
 
   // Building blocks shared with drafters that reuse the target's embedding and head.
   // int64 [n] (any device) -> [n, hidden], activation dtype, model device.
@@ -141,6 +157,8 @@ class Transformer {
   // [n, hidden] -> float32 [n, vocab] on the host: the one place logits leave the device, for
   // the accept decision and sampling.
   at::Tensor LmHead(const at::Tensor& normed) const;
+  // The same logits left on the model's device (float32 [n, vocab]), for a pass a graph captures.
+  at::Tensor DeviceLogits(const at::Tensor& normed) const;
 
  private:
   struct Weights;
@@ -148,13 +166,10 @@ class Transformer {
 
   struct FixedPass;  // captured_pass.cc
 
-  // Logits of `normed` rows, float32 on the model's device.
-  at::Tensor DeviceLogits(const at::Tensor& normed) const;
   // Whether `in` (validated, alone in its batch) runs as a fixed pass (captured_pass.cc).
   bool TakesFixedPass(const SequenceInput& in) const;
   // `in` through its cache's fixed pass of this shape, replayed when captured; nullopt when the
-  // shape runs through the general path this time (its first use, too many shapes, a failed
-  // capture).
+  // shape runs through the general path this time (its first use, a failed capture).
   std::optional<std::vector<SequenceOutput>> RunFixedPass(const SequenceInput& in,
                                                           const ForwardOptions& options) const;
   // The pass itself, from `pass`'s input tensors to its output tensors: what a graph captures.
@@ -165,6 +180,7 @@ class Transformer {
   std::unique_ptr<Weights> weights_;
   uint64_t id_;
   mutable std::atomic<int64_t> captured_graphs_{0};
+  std::unique_ptr<KvCachePool> cache_pool_;  // declared last: its caches go before the weights
 };
 
 }  // namespace specdec::model

@@ -115,6 +115,41 @@ TEST(FixedPass, CachesDropTheirPassesWhenTheirBuffersMoveAndStartAsZeros) {
   EXPECT_TRUE(at::equal(cache->ValueBuffer(2), at::zeros_like(cache->ValueBuffer(2))));
 }
 
+// A cache given back keeps its buffers and passes for the next sequence, whose logits are a fresh
+// cache's: nothing of the first sequence shows through (its keys past the new length are masked).
+TEST(FixedPass, ARecycledCacheKeepsItsPassesAndForgetsItsSequence) {
+  const ModelConfig c = SmallConfig(Architecture::kQwen3);
+  auto fixed = MakeModel(c, at::kFloat, true), fresh = MakeModel(c, at::kFloat, true);
+  ASSERT_TRUE(fixed && fresh);
+  auto run = [](const Transformer& m, KvCache* cache, int salt) {
+    std::vector<at::Tensor> logits;
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 12 + salt; ++i) prompt.push_back((i * 31 + salt) % 97);
+    for (int step = 0; step < 80; ++step) {
+      std::vector<int32_t> tokens =
+          step == 0 ? prompt : std::vector<int32_t>{(step * 7 + salt) % 97};
+      SequenceInput in{cache, tokens, {}, {}, LogitsMode::kLast};
+      auto out = m.Forward(std::span<const SequenceInput>(&in, 1));
+      EXPECT_TRUE(out.ok()) << out.status();
+      if (out.ok()) logits.push_back((*out)[0].logits);
+    }
+    return at::cat(logits, 0);
+  };
+  auto first = fixed->NewCache();
+  run(*fixed, first.get(), 1);
+  const KvCache* kept = first.get();
+  const int64_t capacity = first->capacity();
+  fixed->RecycleCache(std::move(first));
+  auto second = fixed->NewCache();
+  ASSERT_EQ(second.get(), kept);
+  EXPECT_EQ(second->length(), 0);
+  EXPECT_EQ(second->capacity(), capacity);
+  EXPECT_NE(second->attachment(), nullptr);  // its passes came with it
+  auto other = fresh->NewCache();
+  const at::Tensor want = run(*fresh, other.get(), 5), got = run(*fixed, second.get(), 5);
+  EXPECT_LT(MaxAbsDiff(want, got), 1e-5);
+}
+
 TEST(FixedPass, GraphsAreCapturedOnlyWhereLibtorchHasCuda) {
   EXPECT_EQ(CudaGraph::Available(), at::hasCUDA() || CudaGraph::Available());
   if (!CudaGraph::Available()) {

@@ -192,6 +192,62 @@ TEST(TransformerCudaTest, CudaGraphsGiveTheUncapturedLogits) {
   }
 }
 
+// The pack's drafter through 60 drafts of 1 to 16 new context rows at block sizes 16 and 6,
+// graphed (each block size captured on its second use, across the cache's growth) against the
+// same drafts uncaptured.
+TEST(TransformerCudaTest, CudaGraphsGiveTheUncapturedDraftLogits) {
+  const c10::Device device = TestDevice();
+  at::Tensor f32_logits;
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    auto graphs = LoadTarget(device, dtype, true);
+    auto plain = LoadTarget(device, dtype, false);
+    ASSERT_TRUE(graphs && plain);
+    auto drafts = [&](const Transformer& target, int64_t* captured) {
+      auto drafter = DFlashDrafter::Load(kPack + "/dflash", target);
+      EXPECT_TRUE(drafter.ok()) << drafter.status();
+      if (!drafter.ok()) return at::Tensor();
+      const int64_t width = 2 * target.config().hidden_size;
+      at::manual_seed(5);  // the same features for every drafter compared
+      auto cache = (*drafter)->NewCache();
+      std::vector<at::Tensor> out;
+      for (int step = 0; step < 60; ++step) {
+        const int32_t b = step % 3 == 2 ? 6 : 16;
+        const int64_t m = step == 0 ? 40 : 1 + (step * 7) % b;
+        DraftInput in{cache.get(), at::randn({m, width}).to(device), 77 + step, b};
+        auto logits = (*drafter)->Draft(std::span<const DraftInput>(&in, 1));
+        EXPECT_TRUE(logits.ok()) << logits.status();
+        if (logits.ok()) out.push_back((*logits)[0]);
+      }
+      *captured = (*drafter)->captured_graphs();
+      return at::cat(out, 0);
+    };
+    int64_t captured = 0, uncaptured = 0;
+    const at::Tensor want = drafts(*plain, &uncaptured), got = drafts(*graphs, &captured);
+    ASSERT_TRUE(want.defined() && got.defined());
+    ASSERT_EQ(want.sizes(), got.sizes());
+    const double diff = MaxAbsDiff(want, got);
+    const double agree = at::eq(want.argmax(1), got.argmax(1)).to(at::kFloat).mean().item<double>();
+    std::printf(
+        "%s: DFlash drafts graphed against uncaptured: max |logit diff| %.3g over %lld "
+        "rows, argmax agreement %.4f, %lld graphs captured\n",
+        c10::toString(dtype), diff, static_cast<long long>(want.size(0)), agree,
+        static_cast<long long>(captured));
+    if (dtype == at::kFloat) {
+      f32_logits = want;
+      EXPECT_LT(diff, 1e-3);
+    } else {  // graphs add no more than bf16 itself costs (fused attention over other key counts)
+      const double bf16_err = MaxAbsDiff(want, f32_logits);
+      std::printf("bf16 uncaptured drafts against f32: %.3g\n", bf16_err);
+      EXPECT_LT(diff, 2 * bf16_err);
+    }
+    EXPECT_GE(captured, 2);  // both block sizes, again after each reallocation
+    EXPECT_EQ(uncaptured, 0);
+    if (dtype == at::kFloat) {
+      EXPECT_GT(agree, 0.99);
+    }
+  }
+}
+
 TEST(TransformerCudaTest, ForeignDeviceNamesAreRefused) {
   SPECDEC_EXPECT_STATUS(LoadOptions::ParseDevice("cuda:64"), absl::StatusCode::kFailedPrecondition,
                         "CUDA devices");
