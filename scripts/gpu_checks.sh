@@ -5,8 +5,8 @@
 #   2. builds the gRPC-free part of specdec against PyTorch's CUDA libtorch
 #      (-DSPECDEC_DEVICE_CHECKS=ON) with the header/library Debian packages of .devdeps/;
 #   3. runs the tests labelled `gpu` and the reference comparison on the GPU;
-#   4. runs the GPU model benchmark (Qwen3-0.6B and -4B shapes, bf16, random weights) and
-#      `specdec bench` on the embedded pack on the GPU;
+#   4. runs the GPU model benchmark (Qwen3-0.6B and -4B shapes, bf16, random weights; fused
+#      operators on, then off) and `specdec bench` on the embedded pack on the GPU;
 #   5. builds and runs the remaining unit tests of that build (CPU code on the GPU machine's CPU).
 #
 #   scripts/gpu_checks.sh --fetch   (on a Debian 12 machine) downloads the packages into .devdeps/
@@ -80,8 +80,10 @@ cmake --build build-gpu -j "$jobs" --target $gpu_targets >>"$out/build.log" 2>&1
 
 # 3. GPU tests, then the Transformers comparison on the GPU and on this machine's CPU.
 stamp gpu tests
-ctest --test-dir build-gpu -L gpu --output-on-failure -j 4 --timeout 300 >"$out/gpu_tests.log" 2>&1
-grep -E "tests passed|tests failed|Failed|\*\*\*|f32|bf16|tau|near-tie|DFlash" "$out/gpu_tests.log" | head -60
+# Verbose: the tests print what they measured (differences, graphs captured).
+ctest --test-dir build-gpu -L gpu -V -j 4 --timeout 300 >"$out/gpu_tests.log" 2>&1
+grep -E "tests passed|tests failed|Failed|\*\*\*|max \||f32|bf16|tau|near-tie|DFlash|graphs" \
+  "$out/gpu_tests.log" | grep -v "^[0-9]*: \[ RUN" | head -60
 # A crashed test again under cuda-gdb, for its backtrace.
 for name in $(grep -E "^\s+[0-9]+ - .*(SEGFAULT|Child aborted)" "$out/gpu_tests.log" | awk '{print $3}'); do
   bin=build-gpu/tests/common/model/transformer_cuda_test
@@ -101,11 +103,22 @@ fi
 # 4. Speed (SPECDEC_SKIP_BENCH=1 leaves it out).
 if [ "${SPECDEC_SKIP_BENCH:-0}" != 1 ]; then
 stamp bench
+# SPECDEC_MODEL_BENCH=0 leaves the model benchmark out, SPECDEC_BENCH_UNFUSED=0 its second run.
+if [ "${SPECDEC_MODEL_BENCH:-1}" = 1 ]; then
 build-gpu/bench/specdec-model-bench --device cuda --sizes qwen3-0.6b,qwen3-4b --dtypes bf16 \
-  --cuda-graphs on,off --context 512 --reps 30 --json "$out/gpu_bench.json" 2>&1 | tee "$out/bench.log"
-# The pack with CUDA graphs (the default) and without, in turn.
+  --cuda-graphs "${SPECDEC_BENCH_GRAPHS:-on,off}" --context 512 --reps 30 \
+  --json "$out/gpu_bench.json" 2>&1 | tee "$out/bench.log"
+fi
+# The same graphed passes with the compositions of small operators, for what fusing buys.
+if [ "${SPECDEC_MODEL_BENCH:-1}" = 1 ] && [ "${SPECDEC_BENCH_UNFUSED:-1}" = 1 ]; then
+  SPECDEC_CUDA_FUSED_OPS=0 build-gpu/bench/specdec-model-bench --device cuda \
+    --sizes qwen3-0.6b,qwen3-4b --dtypes bf16 --cuda-graphs on --context 512 --reps 30 \
+    --json "$out/gpu_bench_unfused.json" 2>&1 | sed 's/^/[unfused] /' | tee -a "$out/bench.log"
+fi
+# The pack with CUDA graphs (the default) and without, in turn (SPECDEC_PACK_GRAPHS="1": with
+# graphs only).
 pack=models/specdec-pycode
-for graphs in 1 0; do
+for graphs in ${SPECDEC_PACK_GRAPHS:-1 0}; do
   SPECDEC_CUDA_GRAPHS=$graphs build-gpu/cli/specdec bench --device cuda --target $pack/target \
     --draft $pack/draft --dflash $pack/dflash --policy $pack/policy \
     --methods DFLASH,DFLASH_ADAPTIVE,DRAFT_CHAIN,DYSPEC_TREE,NGRAM \
@@ -117,14 +130,15 @@ fi
 
 # 5. The rest of the build's unit tests (CPU code, built against the CUDA libtorch);
 # SPECDEC_REST_BUILD_S=0 leaves them out.
-[ "${SPECDEC_REST_BUILD_S:-240}" = 0 ] && { stamp done; exit 0; }
+[ "${SPECDEC_REST_BUILD_S:-240}" = 0 ] && { rm -f "$out/hf_reference.tar"; stamp done; exit 0; }
 stamp build all
 if timeout "${SPECDEC_REST_BUILD_S:-240}" cmake --build build-gpu -j "$jobs" >>"$out/build.log" 2>&1; then
   stamp unit tests
-  timeout 120 ctest --test-dir build-gpu -L unit -j "$jobs" --timeout 100 --output-on-failure \
+  timeout 240 ctest --test-dir build-gpu -L unit -j "$jobs" --timeout 100 --output-on-failure \
     >"$out/unit_tests.log" 2>&1
   tail -15 "$out/unit_tests.log"
 else
   stamp "the full build did not finish in time; unit tests not run"
 fi
+rm -f "$out/hf_reference.tar"  # the fixtures are committed; at most 8 files come back
 stamp done
