@@ -7,7 +7,6 @@
 // commits only the real rows.
 #include <ATen/ATen.h>
 
-#include <algorithm>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -20,6 +19,7 @@
 #include "common/model/ops.h"
 
 namespace specdec::model {
+
 struct DFlashDrafter::FixedPass {
   PassCapture capture;  // declared first: its graph is freed after the tensors it wrote
   int64_t block = 0;
