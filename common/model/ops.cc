@@ -13,6 +13,7 @@
 #include <tuple>
 #include <utility>
 
+#include "common/model/linear_f32_kernel.h"
 #include "common/model/linear_kernel.h"
 #include "common/model/row_kernels.h"
 
@@ -131,6 +132,42 @@ at::Tensor KernelLinear(const at::Tensor& x, const at::Tensor& weight) {
   return y;
 }
 
+// x W^T for float x and float W on linear_f32_kernel.h: every row count sums each output in one
+// order, so a row's result never depends on the rows beside it. Undefined when the kernel does not
+// take the operands, or when SPECDEC_F32_KERNEL=0 is in the environment (the library's product;
+// read once).
+at::Tensor F32KernelLinear(const at::Tensor& x, const at::Tensor& weight) {
+  static const bool enabled = [] {
+    const char* v = std::getenv("SPECDEC_F32_KERNEL");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  if (!enabled || x.dim() != 2 || x.size(0) == 0 || RowKernelType(x) != KernelDType::kF32 ||
+      RowKernelType(weight) != KernelDType::kF32 || weight.dim() != 2 || !weight.is_contiguous() ||
+      x.stride(1) != 1 || x.size(1) != weight.size(1) ||
+      !LinearF32KernelFits(weight.size(1), weight.size(0))) {
+    return {};
+  }
+  const int64_t rows = x.size(0), in = weight.size(1), out = weight.size(0);
+  at::Tensor y = at::empty({rows, out}, x.options());
+  LinearF32Problem p;
+  p.x = x.data_ptr<float>();
+  p.rows = rows;
+  p.x_stride = x.stride(0);
+  p.w = weight.data_ptr<float>();
+  p.in = in;
+  p.y = y.data_ptr<float>();
+  p.y_stride = out;
+  // Ranges of 64 outputs at least over the intra-op pool; how they split changes no output.
+  at::parallel_for(0, (out + 15) / 16, 4, [&](int64_t begin, int64_t end) {
+    LinearF32Problem part = p;
+    part.w = p.w + begin * 16 * in;
+    part.y = p.y + begin * 16;
+    part.out = std::min(out, end * 16) - begin * 16;
+    RunLinearF32(part);
+  });
+  return y;
+}
+
 // x W^T for float activations x and bf16 weights W: x rounded to bf16 (what the product
 // consumes), the sums kept in float. Every row count runs on linear_kernel.h, so a row's result
 // never depends on the rows beside it; widths the kernel does not take go through ATen's bf16
@@ -212,6 +249,7 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight) {
     }
     return Linear(x, UnpackLinearWeight(weight));
   }
+  if (at::Tensor y = F32KernelLinear(x, weight); y.defined()) return y;
   if (x.dim() == 2 && x.size(0) == 1 && x.scalar_type() == at::kFloat) {
     return at::mv(weight, x.select(0, 0)).unsqueeze(0);
   }

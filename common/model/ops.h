@@ -13,17 +13,18 @@
 
 namespace specdec::model {
 
-// y = x W^T. Uses a matrix-vector product for a single f32 row (the 1-row GEMM path of the CPU
-// BLAS is several times slower). A bf16 product of more than 32 rows runs on GemmRows(rows)
-// rows, the extra ones zero and dropped from the result: oneDNN, which does ATen's bf16 products,
-// compiles and caches a kernel per distinct row count, and a server's ragged batches and prompts
-// would otherwise keep adding cache entries (resident memory creeping up for hours, a compile
-// for each new shape). A bf16 product of at most LinearKernelMaxRows() rows (a decoding or
-// verification pass) runs on linear_kernel.h instead, whose result for a row does not depend on
-// the rows beside it. Float x with a bf16 weight on the CPU (float activations, see
-// LoadOptions::activation_dtype) is rounded to bf16 and multiplied on linear_kernel.h at every
-// row count, its sums returned in float, unrounded.
-// `weight` may be 2-D or in the packed layout of PackLinearWeight.
+// y = x W^T. A float product on the CPU runs on linear_f32_kernel.h at every row count, each
+// output summed in one order whatever the rows beside it (SPECDEC_F32_KERNEL=0 in the environment:
+// the BLAS, with a matrix-vector product for a single row; read once). A bf16 product of more than
+// 32 rows runs on GemmRows(rows) rows, the extra ones zero and dropped from the result: oneDNN,
+// which does ATen's bf16 products, compiles and caches a kernel per distinct row count, and a
+// server's ragged batches and prompts would otherwise keep adding cache entries (resident memory
+// creeping up for hours, a compile for each new shape). A bf16 product of at most
+// LinearKernelMaxRows() rows (a decoding or verification pass) runs on linear_kernel.h instead,
+// whose result for a row does not depend on the rows beside it. Float x with a bf16 weight on the
+// CPU (float activations, see LoadOptions::activation_dtype) is rounded to bf16 and multiplied on
+// linear_kernel.h at every row count, its sums returned in float, unrounded. `weight` may be 2-D or
+// in the packed layout of PackLinearWeight.
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight);
 
 // A bf16 CPU matrix [out, in] in linear_kernel.h's packed layout, as a tensor [out / 4, in / 32,

@@ -1,7 +1,8 @@
-// Batch invariance of the bf16 decoder on the project's kernels (docs/design.md section 2.6): a
-// sequence's logits are bit-identical alone and inside a pass of 2 to 32 mixed sequences
-// (prefills joining the pass, one-token steps, chain verifies, tree verifies), and a tree row's
-// logits are those of the AR step at its position once its ancestors are committed.
+// Batch invariance of the decoder on the project's kernels, with bf16 and with f32 weights
+// (docs/design.md section 2.6): a sequence's logits are bit-identical alone and inside a pass of
+// 2 to 32 mixed sequences (prefills joining the pass, one-token steps, chain verifies, tree
+// verifies), and a tree row's logits are those of the AR step at its position once its ancestors
+// are committed.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -14,7 +15,7 @@
 namespace specdec::model {
 namespace {
 
-std::unique_ptr<Transformer> Bf16Model(int64_t head_dim) {
+std::unique_ptr<Transformer> TestModel(int64_t head_dim, at::ScalarType dtype) {
   ModelConfig c;
   c.architecture = Architecture::kQwen3;
   c.qk_norm = true;
@@ -28,7 +29,7 @@ std::unique_ptr<Transformer> Bf16Model(int64_t head_dim) {
   c.max_position_embeddings = 256;
   c.tie_word_embeddings = true;
   LoadOptions o;
-  o.dtype = at::kBFloat16;
+  o.dtype = dtype;
   auto m = Transformer::FromTensors(c, Transformer::RandomWeights(c, 3, 0.2), o);
   EXPECT_TRUE(m.ok()) << m.status();
   return m.ok() ? *std::move(m) : nullptr;
@@ -98,11 +99,17 @@ std::vector<at::Tensor> Pass(const Transformer& m, const std::vector<Work>& work
   return logits;
 }
 
-class BatchInvarianceTest : public ::testing::TestWithParam<int64_t> {
+// bf16 weights (the pack's) and f32 weights, at two head sizes.
+struct Shape {
+  int64_t head_dim;
+  at::ScalarType dtype;
+};
+
+class BatchInvarianceTest : public ::testing::TestWithParam<Shape> {
  protected:
   void SetUp() override {
     ConfigureComputeThreads(0);
-    model_ = Bf16Model(GetParam());
+    model_ = TestModel(GetParam().head_dim, GetParam().dtype);
     ASSERT_NE(model_, nullptr);
     // Float activations (the CPU default) put every product on the linear kernel at any row
     // count. Only bf16 activations (SPECDEC_ACTIVATIONS=bf16) on an AVX-512 CPU send products
@@ -173,8 +180,13 @@ TEST_P(BatchInvarianceTest, ATreeRowsLogitsAreTheArStepsAtItsPosition) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(HeadDims, BatchInvarianceTest, ::testing::Values(16, 64),
-                         [](const auto& info) { return "head_dim_" + std::to_string(info.param); });
+INSTANTIATE_TEST_SUITE_P(Shapes, BatchInvarianceTest,
+                         ::testing::Values(Shape{16, at::kBFloat16}, Shape{64, at::kBFloat16},
+                                           Shape{16, at::kFloat}, Shape{64, at::kFloat}),
+                         [](const auto& info) {
+                           return std::string(info.param.dtype == at::kFloat ? "f32" : "bf16") +
+                                  "_head_dim_" + std::to_string(info.param.head_dim);
+                         });
 
 }  // namespace
 }  // namespace specdec::model
