@@ -3,7 +3,9 @@
 # directory and runs each for a given time on a copy of its seed corpus; prints executions per
 # second, total executions and new corpus entries per harness, and writes any crashing input.
 #   scripts/fuzz.sh [SECONDS_PER_HARNESS (default 600)] [HARNESS...]
-# Environment: FUZZ_BUILD_DIR (default build-fuzz), FUZZ_OUT (default $FUZZ_BUILD_DIR/runs).
+# Environment: FUZZ_BUILD_DIR (default build-fuzz), FUZZ_OUT (default $FUZZ_BUILD_DIR/runs);
+# FUZZ_SEED and FUZZ_RUNS (both unset by default) fix libFuzzer's seed and stop each harness after
+# that many inputs (the time still bounds it), so that a run repeats: CI's smoke is such a run.
 # Exit status: 0 no crash, 1 a harness crashed (its input is in FUZZ_OUT/<harness>/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,7 +34,11 @@ for h in "${harnesses[@]}"; do
   [ -d "$seeds" ] && cp "$seeds"/* "$work/corpus/" 2>/dev/null || true
   n0=$(ls "$work/corpus" | wc -l)
   set +e
+  repeat=()
+  [ -n "${FUZZ_SEED:-}" ] && repeat+=(-seed="$FUZZ_SEED")
+  [ -n "${FUZZ_RUNS:-}" ] && repeat+=(-runs="$FUZZ_RUNS")
   ASAN_OPTIONS=detect_leaks=1 "$BUILD/tests/fuzz/$h" "$work/corpus" -max_total_time="$SECONDS_PER" \
+    "${repeat[@]}" \
     -timeout=10 -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
     -artifact_prefix="$work/" >"$work/log.txt" 2>&1
   rc=$?

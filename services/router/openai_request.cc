@@ -254,8 +254,9 @@ absl::StatusOr<std::string> ContentText(const Json& content, size_t index) {
   if (!content.is_array()) return InvalidParam(param, "must be a string or an array of parts");
   std::string text;
   for (const Json& part : content) {
-    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-        !part["text"].is_string()) {
+    const bool text_part = part.is_object() && part.contains("type") && part["type"] == "text" &&
+                           part.contains("text") && part["text"].is_string();
+    if (!text_part) {
       return InvalidParam(param,
                           "only text parts ({\"type\": \"text\", \"text\": ...}) are supported");
     }

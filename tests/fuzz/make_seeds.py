@@ -83,9 +83,14 @@ def main():
         gguf({"general.architecture": (8, "llama"), "llama.context_length": (4, 128),
               "llama.rope.freq_base": (6, 10000.0)},
              {"token_embd.weight": (0, [2, 2], f32)}))
-    for name in ("target", "draft", "dflash", "policy"):
+    for name, seed in (("target", "target"), ("draft", "draft"), ("dflash", "dflash"),
+                       ("policy", "policy_acceptance")):
         src = os.path.join(ROOT, "models/specdec-pycode", name, "config.json")
-        out("model_config_fuzzer", name, open(src, "rb").read())
+        out("model_config_fuzzer", seed, open(src, "rb").read())
+    # The label-head policy format, still loadable.
+    out("model_config_fuzzer", "policy",
+        json.dumps({"architecture": "BlockPilot", "block_sizes": [14, 15, 16, 17, 18],
+                    "hidden_size": 64, "training_block_size": 16, "vocab_size": 4096}, indent=2))
     tiny_tok = {"version": "1.0", "added_tokens": [{"id": 0, "content": "<s>", "special": True}],
                 "normalizer": None, "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False},
                 "post_processor": None, "decoder": {"type": "ByteLevel"},
@@ -116,6 +121,10 @@ def main():
     }
     for name, body in bodies.items():
         out("openai_request_fuzzer", name, json.dumps(body))
+    # Found by the fuzzer: a content part whose "type" is an object threw out of the parser.
+    out("openai_request_fuzzer", "regression_part_type_object",
+        '{"messages": [{"role": "user", "content": [{"type": {"name": "f"}}]},'
+        ' {"role": "tool", "content": "1"}]}')
     # Found by the fuzzer: 10,000 unary '+' overflowed the parser's stack (now refused).
     out("jinja_parse_fuzzer", "regression_deep_unary", "{{- x " + "+" * 10000 + "y }}")
     for name in ("qwen3", "llama3", "llama3_2"):

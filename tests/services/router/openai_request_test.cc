@@ -131,6 +131,12 @@ TEST(OpenAiRequestTest, ChatRendersTheTemplateAndPrefersMaxCompletionTokens) {
   Json image{{"messages", {{{"role", "user"}, {"content", {{{"type", "image_url"}}}}}}}};
   EXPECT_EQ(ParamOf(ParseChatRequest(image.dump(), &*t, tok->get(), 128).status()),
             "messages[0].content");
+  // A part's type of another JSON kind (a fuzzer's find) is refused, not thrown.
+  for (const Json& type : {Json{{"name", "f"}}, Json(3), Json::array()}) {
+    Json odd{{"messages", {{{"role", "user"}, {"content", {{{"type", type}, {"text", "x"}}}}}}}};
+    EXPECT_EQ(ParamOf(ParseChatRequest(odd.dump(), &*t, tok->get(), 128).status()),
+              "messages[0].content");
+  }
   Json tools = body;
   tools["tools"] = {{{"type", "function"}}};
   EXPECT_EQ(ParamOf(ParseChatRequest(tools.dump(), &*t, tok->get(), 128).status()), "tools");
