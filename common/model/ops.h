@@ -40,11 +40,13 @@ at::Tensor UnpackLinearWeight(const at::Tensor& weight);
 // Rows `ids` (int64 or int32 token ids) of an embedding matrix, 2-D or packed: [ids, hidden].
 at::Tensor EmbeddingRows(const at::Tensor& weight, const at::Tensor& ids);
 
-// The most rows a bf16 product runs on linear_kernel.h: 32 on CPUs with AVX-512 BF16; 2 on
-// other AVX-512 CPUs, where oneDNN runs ATen's bf16 products (timing the pack target's products
-// in a loop on an AVX-512 F machine, the kernel's row-at-a-time portable path took 0.26 ms per
-// 1-row pass against oneDNN's 0.77, but 2.06 against 0.94 for 8 rows); every product on CPUs
-// without AVX-512, where ATen's bf16 product is a plain loop (docs/results/2026-11-25-avx-kernel.md).
+// The most rows a bf16 product runs on linear_kernel.h: every product on CPUs with AVX-512 BF16,
+// where it runs 33- to 256-row passes at 0.68-1.17x oneDNN's time
+// (docs/results/2026-11-26-bf16-rows.md), and on CPUs without AVX-512, where ATen's bf16 product
+// is a plain loop (docs/results/2026-11-25-avx-kernel.md); 2 on other AVX-512 CPUs, where oneDNN
+// runs ATen's bf16 products (timing the pack target's products in a loop on an AVX-512 F
+// machine, the kernel's row-at-a-time portable path took 0.26 ms per 1-row pass against oneDNN's
+// 0.77, but 2.06 against 0.94 for 8 rows).
 // SPECDEC_LINEAR_KERNEL_MAX_ROWS in the environment overrides it (0: never; read once), and
 // SPECDEC_ROW_KERNELS=0 turns the kernel off as well.
 int64_t LinearKernelMaxRows();

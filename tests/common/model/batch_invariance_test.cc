@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <vector>
 
 #include "common/model/ops.h"
@@ -15,7 +16,8 @@
 namespace specdec::model {
 namespace {
 
-std::unique_ptr<Transformer> TestModel(int64_t head_dim, at::ScalarType dtype) {
+std::unique_ptr<Transformer> TestModel(int64_t head_dim, at::ScalarType dtype,
+                                       std::optional<at::ScalarType> activations) {
   ModelConfig c;
   c.architecture = Architecture::kQwen3;
   c.qk_norm = true;
@@ -30,6 +32,7 @@ std::unique_ptr<Transformer> TestModel(int64_t head_dim, at::ScalarType dtype) {
   c.tie_word_embeddings = true;
   LoadOptions o;
   o.dtype = dtype;
+  o.activation_dtype = activations;
   auto m = Transformer::FromTensors(c, Transformer::RandomWeights(c, 3, 0.2), o);
   EXPECT_TRUE(m.ok()) << m.status();
   return m.ok() ? *std::move(m) : nullptr;
@@ -99,21 +102,23 @@ std::vector<at::Tensor> Pass(const Transformer& m, const std::vector<Work>& work
   return logits;
 }
 
-// bf16 weights (the pack's) and f32 weights, at two head sizes.
+// bf16 weights (the pack's) and f32 weights, at two head sizes; bf16 weights also with bf16
+// activations (LoadOptions::activation_dtype, Transformers' arithmetic).
 struct Shape {
   int64_t head_dim;
   at::ScalarType dtype;
+  std::optional<at::ScalarType> activations;
 };
 
 class BatchInvarianceTest : public ::testing::TestWithParam<Shape> {
  protected:
   void SetUp() override {
     ConfigureComputeThreads(0);
-    model_ = TestModel(GetParam().head_dim, GetParam().dtype);
+    model_ = TestModel(GetParam().head_dim, GetParam().dtype, GetParam().activations);
     ASSERT_NE(model_, nullptr);
     // Float activations (the CPU default) put every product on the linear kernel at any row
-    // count. Only bf16 activations (SPECDEC_ACTIVATIONS=bf16) on an AVX-512 CPU send products
-    // past the kernel's row limit to oneDNN, whose order depends on the row count.
+    // count. Only bf16 activations (SPECDEC_ACTIVATIONS=bf16) on an AVX-512 CPU without BF16
+    // send products past the kernel's row limit to oneDNN, whose order depends on the row count.
     if (model_->activation_dtype() == at::kBFloat16 && LinearKernelMaxRows() < 512) {
       GTEST_SKIP() << "bf16 activations, and this CPU sends products of more than "
                    << LinearKernelMaxRows() << " rows to oneDNN";
@@ -182,9 +187,12 @@ TEST_P(BatchInvarianceTest, ATreeRowsLogitsAreTheArStepsAtItsPosition) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, BatchInvarianceTest,
                          ::testing::Values(Shape{16, at::kBFloat16}, Shape{64, at::kBFloat16},
+                                           Shape{16, at::kBFloat16, at::kBFloat16},
+                                           Shape{64, at::kBFloat16, at::kBFloat16},
                                            Shape{16, at::kFloat}, Shape{64, at::kFloat}),
                          [](const auto& info) {
                            return std::string(info.param.dtype == at::kFloat ? "f32" : "bf16") +
+                                  (info.param.activations ? "_bf16_activations" : "") +
                                   "_head_dim_" + std::to_string(info.param.head_dim);
                          });
 
