@@ -19,14 +19,14 @@ inline constexpr int64_t kLanes = 16;
 // passes a 64-byte vector in a zmm register on one side and in memory on the other.
 #define SPECDEC_VECTOR_FN inline __attribute__((always_inline))
 
-// Whether this CPU has AVX-512 BF16 dot products (and the AVX-512 subsets the kernels' paths
-// for them use).
 // Whether the CPU has AVX2 and FMA (read once).
 inline bool CpuHasAvx2Fma() {
   static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return has;
 }
 
+// Whether this CPU has AVX-512 BF16 dot products (and the AVX-512 subsets the kernels' paths
+// for them use).
 inline bool CpuHasAvx512Bf16() {
   static const bool has = __builtin_cpu_supports("avx512bf16") &&
                           __builtin_cpu_supports("avx512bw") &&
