@@ -16,6 +16,14 @@ std::chrono::system_clock::time_point In(int ms) {
 
 }  // namespace
 
+Backends::~Backends() {
+  // Members are destroyed in reverse order, the drafter info cache before the sets; a probe that
+  // saw a drafter go down would reset an entry of a destroyed vector.
+  targets_.reset();
+  drafters_.reset();
+  policies_.reset();
+}
+
 absl::StatusOr<std::unique_ptr<ReplicaSet>> Backends::MakeSet(const RouterServerOptions& options,
                                                               const std::string& list,
                                                               const char* service) {

@@ -29,6 +29,8 @@ class Backends {
   // Connects to every configured service; `metrics` counts picks and health changes.
   static absl::StatusOr<std::unique_ptr<Backends>> Connect(const RouterServerOptions& options,
                                                            RouterMetrics* metrics);
+  // Stops the replica sets' probe threads before the state their health callbacks write.
+  ~Backends();
 
   ReplicaSet& targets() { return *targets_; }
   ReplicaSet* drafters() { return drafters_.get(); }  // null when not configured
