@@ -1,7 +1,8 @@
 // Load awareness as the step loop's planning hook: each step of a DFLASH_ADAPTIVE request runs
 // the arm LoadAwareSpeculation chose for the current load (an AR run, or speculation), target-
 // drafted runs take the block BlockCostModel predicts fastest, and every step is reported back
-// (to the learner, and to the cost model).
+// (to the learner, and to the cost model; lookup drafts, which no arm chose, to the cost model
+// only).
 #ifndef SPECDEC_SERVICES_ROUTER_LOAD_AWARE_HOOK_H_
 #define SPECDEC_SERVICES_ROUTER_LOAD_AWARE_HOOK_H_
 
