@@ -5,9 +5,11 @@
 #   scripts/sanitize.sh tsan [ctest args...]   TSan (build-tsan): the concurrency tests
 #                                              (TSAN_SUITES below)
 # Extra arguments go to ctest (for example -R ClusterTest). What each run found and how it was
-# fixed: docs/results/2026-11-25-sanitizers.md. Suppressions (libraries built without the
-# sanitizer, never the project's own code): tests/sanitizers/.
-# Environment: JOBS (build jobs, default nproc). Exit status: the build's or ctest's.
+# fixed: docs/results/2026-11-25-sanitizers.md, docs/results/2026-11-26-tsan-grpc.md.
+# Suppressions (libraries built without the sanitizer, abseil's mutex internals, never the
+# project's own code): tests/sanitizers/.
+# Environment: JOBS (build jobs, default nproc), SPECDEC_TSAN_GRPC. Exit status: the build's or
+# ctest's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 kind=${1:?usage: scripts/sanitize.sh asan|tsan [ctest args...]}
@@ -17,19 +19,22 @@ supp=$PWD/tests/sanitizers
 # The concurrency tests of the project's own primitives: the handle table, batching (the
 # coalescer), cancellation (the signal, the step loop), admission, API-key limits, the tokenizer
 # and chat templates on many threads. With SPECDEC_TSAN_GRPC=1 also the suites that serve over
-# gRPC (session loop, services, in-process clusters, HTTP front): with Debian's gRPC, which is
-# not built with TSan, they report races inside gRPC's C++ layer (its headers are compiled into
-# the project's objects, its library is not instrumented), so they need a gRPC built with TSan
-# (docs/results/2026-11-25-sanitizers.md).
+# gRPC (session loop, services, in-process clusters, HTTP front), built in build-tsan-grpc against
+# abseil and gRPC built with TSan (scripts/build_tsan_deps.sh, run first when its prefix is
+# missing): with Debian's uninstrumented gRPC, TSan sees one side of gRPC's synchronization and
+# reports races through it (docs/results/2026-11-25-sanitizers.md).
 TSAN_TARGETS=(tokenizer_test step_loop_test chat_template_test handle_table_test
               batch_coalescer_test admission_test cancel_signal_test api_keys_test)
 TSAN_SUITES='ByteLevelBpeTest.EncodeIsThreadSafe|StepLoopTest|ChatTemplateTest|HandleTableTest|'\
 'BatchCoalescerTest|AdmissionQueue|CancelSignalTest|ApiKeysTest'
 if [ "${SPECDEC_TSAN_GRPC:-0}" = 1 ]; then
   TSAN_TARGETS+=(session_loop_test server_test policy_service_test target_service_test
-                 drafter_service_test cluster_test replica_set_test http_front_test)
-  TSAN_SUITES+='|SessionLoopTest|ServerTest|PolicyServiceTest|TargetServiceTest|'\
-'DrafterServiceTest|ClusterTest|ReplicaSetTest|HttpFrontTest'
+                 server_run_test drafter_service_test cluster_test request_contract_test
+                 load_aware_test load_aware_hook_test replica_set_test http_front_test
+                 http_tls_test tls_test tls_cluster_test)
+  TSAN_SUITES+='|SessionLoopTest|ServerTest|PolicyServiceTest|TargetServiceTest|ServerRunTest|'\
+'DrafterServiceTest|ClusterTest|RequestContractTest|LoadAwareSpeculation|ReplicaSetTest|'\
+'LoadAwareHookTest|HttpFrontTest|HttpTlsTest|TlsTest|TlsClusterTest'
 fi
 case "$kind" in
   asan)
@@ -45,13 +50,23 @@ case "$kind" in
     ;;
   tsan)
     dir=build-tsan
+    deps=()
+    tsan_supp=$supp/tsan.supp
+    if [ "${SPECDEC_TSAN_GRPC:-0}" = 1 ]; then
+      prefix=$PWD/build-tsan-deps/prefix
+      [ -f "$prefix/lib/cmake/grpc/gRPCConfig.cmake" ] || bash scripts/build_tsan_deps.sh
+      dir=build-tsan-grpc
+      deps=(-DCMAKE_PREFIX_PATH="$prefix")
+      tsan_supp=$supp/tsan_grpc.supp
+      export LD_LIBRARY_PATH=$prefix/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    fi
     cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-      -DSPECDEC_SANITIZE=thread >/dev/null
+      -DSPECDEC_SANITIZE=thread "${deps[@]}" >/dev/null
     ninja -C "$dir" -j "${JOBS:-$(nproc)}" "${TSAN_TARGETS[@]}"
     # The OpenMP pool of libtorch is not instrumented: TSan cannot see its barriers, so the
     # forward passes run on the calling thread (every service thread still runs concurrently).
     export SPECDEC_MAX_COMPUTE_THREADS=1
-    export TSAN_OPTIONS=suppressions=$supp/tsan.supp:halt_on_error=1:second_deadlock_stack=1
+    export TSAN_OPTIONS=suppressions=$tsan_supp:halt_on_error=1:second_deadlock_stack=1
     labels='unit|integration'
     filter=(-R "^($TSAN_SUITES)")
     ;;
