@@ -26,9 +26,10 @@ SPECDEC_VECTOR_FN void StoreSums(F16 sums, int nb, const LinearProblem& p, int64
   for (int k = 0; k < kLanes; ++k) y[(k / nb) * p.y_stride + k % nb] = h[k];
 }
 
-// Rows [r0, r0 + MB) and outputs [o0, o0 + NB) (MB * NB = 16) on the AVX-512 BF16 path: each
-// weight chunk is loaded once for the block's rows. Meanwhile it prefetches `pf_bytes` from `pf`
-// (weights a later block reads), a few lines per chunk.
+// Rows [r0, r0 + MB) and outputs [o0, o0 + NB) (MB * NB = 16) on the AVX-512 BF16 path, the
+// matrix row-major or packed in blocks of 16: each weight chunk is loaded once for the block's
+// rows. Meanwhile it prefetches `pf_bytes` from `pf` (weights a later block reads), a few lines
+// per chunk.
 template <int MB, int NB>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"), always_inline)) inline void
 NativeBlock(const LinearProblem& p, int64_t r0, int64_t o0, const char* pf, int64_t pf_bytes) {
@@ -36,7 +37,11 @@ NativeBlock(const LinearProblem& p, int64_t r0, int64_t o0, const char* pf, int6
   __m512 acc[MB * NB];
   for (int k = 0; k < MB * NB; ++k) acc[k] = _mm512_setzero_ps();
   const uint16_t* x = p.x + r0 * p.x_stride;
-  const uint16_t* w = p.w + o0 * p.in;
+  // Output o0 + n's chunk from input c is at w + n * n_step + c * c_scale.
+  const bool packed = p.w_block == kLanes;
+  const uint16_t* w = packed ? p.w + (o0 & ~int64_t{kLanes - 1}) * p.in + (o0 & (kLanes - 1)) * 32
+                             : p.w + o0 * p.in;
+  const int64_t n_step = packed ? 32 : p.in, c_scale = packed ? kLanes : 1;
   const int64_t lines = pf_bytes / 64, chunks = p.in / 32;
   const int64_t per_chunk = (lines + chunks - 1) / chunks;
   int64_t line = 0;
@@ -48,8 +53,9 @@ NativeBlock(const LinearProblem& p, int64_t r0, int64_t o0, const char* pf, int6
     for (int m = 0; m < MB; ++m) {
       xv[m] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(x + m * p.x_stride + c));
     }
+    const uint16_t* wc = w + c * c_scale;
     for (int n = 0; n < NB; ++n) {
-      const __m512bh wv = reinterpret_cast<__m512bh>(_mm512_loadu_si512(w + n * p.in + c));
+      const __m512bh wv = reinterpret_cast<__m512bh>(_mm512_loadu_si512(wc + n * n_step));
       for (int m = 0; m < MB; ++m) acc[m * NB + n] = _mm512_dpbf16_ps(acc[m * NB + n], xv[m], wv);
     }
   }
@@ -70,16 +76,27 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"))) void Na
   }
 }
 
-// 16 outputs at a time (16 weight rows), every row of them by blocks of 4, 2 and 1 rows (4, 8
-// and 16 outputs at a time): the group's weights come from memory once, for its first block of
-// rows, which meanwhile prefetches the next group's; the other blocks find them in L1.
+// 16 outputs at a time (16 weight rows, the same 16 * in elements in either layout), every row of
+// them by blocks of 4, 2 and 1 rows (4, 8 and 16 outputs at a time): the group's weights come
+// from memory once, for its first block of rows; the other blocks find them in L1. Packed, the
+// first block is one row, which reads the group as one sequential stream (a block of 4 rows
+// reads a quarter of each chunk); a lone row's stream is prefetched by the hardware alone,
+// otherwise the first block prefetches the next group's weights.
 void RunNative(const LinearProblem& p) {
   const int64_t group_bytes = kLanes * p.in * static_cast<int64_t>(sizeof(uint16_t));
+  const bool packed = p.w_block == kLanes;
+  const bool prefetch = !packed || p.rows > 1;
+  const int64_t lead = packed ? 1 : 0;  // rows [0, lead) first, one at a time
+  const int64_t fours = lead + (p.rows - lead) / 4 * 4;
   for (int64_t o0 = 0; o0 < p.out; o0 += kLanes) {
     const char* next = reinterpret_cast<const char*>(p.w + (o0 + kLanes) * p.in);
-    int64_t pf_bytes = o0 + kLanes < p.out ? group_bytes : 0;
+    int64_t pf_bytes = prefetch && o0 + kLanes < p.out ? group_bytes : 0;
     int64_t r = 0;
-    for (; r + 4 <= p.rows; r += 4) {
+    for (; r < lead; ++r) {
+      NativeGroup<1, 16>(p, r, o0, next, pf_bytes);
+      pf_bytes = 0;
+    }
+    for (; r < fours; r += 4) {
       NativeGroup<4, 4>(p, r, o0, next, pf_bytes);
       pf_bytes = 0;
     }
@@ -280,7 +297,7 @@ struct Avx2Blocks {
 
 __attribute__((target("avx2,fma"))) void RunPanelAvx2(const LinearProblem& p, const float* panel,
                                                       int64_t r0, int64_t rows) {
-  if (p.w_packed) {
+  if (p.w_block == 4) {
     RunPanelBlocks<Avx2Blocks<true>::Block>(p, panel, r0, rows);
   } else {
     RunPanelBlocks<Avx2Blocks<false>::Block>(p, panel, r0, rows);
@@ -298,40 +315,45 @@ void RunPanels(const LinearProblem& p, PanelFn run) {
   }
 }
 
-// `p` with its packed matrix unpacked into `scratch`: the paths that read row-major weights only.
+// `p` with its packed matrix unpacked into `scratch`: a path reading another layout.
 LinearProblem Unpacked(const LinearProblem& p, std::vector<uint16_t>* scratch) {
-  if (!p.w_packed) return p;
+  if (p.w_block == 0) return p;
   scratch->resize(static_cast<size_t>(p.in * p.out));
-  UnpackLinearWeights(p.w, p.in, p.out, scratch->data());
+  UnpackLinearWeights(p.w, p.in, p.out, p.w_block, scratch->data());
   LinearProblem q = p;
   q.w = scratch->data();
-  q.w_packed = false;
+  q.w_block = 0;
   return q;
 }
 
 }  // namespace
 
-void PackLinearWeights(const uint16_t* w, int64_t in, int64_t out, uint16_t* packed) {
+void PackLinearWeights(const uint16_t* w, int64_t in, int64_t out, int32_t block,
+                       uint16_t* packed) {
   for (int64_t o = 0; o < out; ++o) {
     for (int64_t c = 0; c < in; c += 32) {
-      std::memcpy(packed + (o & ~int64_t{3}) * in + c * 4 + (o & 3) * 32, w + o * in + c,
+      std::memcpy(packed + (o / block) * block * in + c * block + (o % block) * 32, w + o * in + c,
                   32 * sizeof(uint16_t));
     }
   }
 }
 
-void UnpackLinearWeights(const uint16_t* packed, int64_t in, int64_t out, uint16_t* w) {
-  for (int64_t o = 0; o < out; ++o) CopyPackedRow(packed, in, o, w + o * in);
+void UnpackLinearWeights(const uint16_t* packed, int64_t in, int64_t out, int32_t block,
+                         uint16_t* w) {
+  for (int64_t o = 0; o < out; ++o) CopyPackedRow(packed, in, o, block, w + o * in);
 }
 
-void CopyPackedRow(const uint16_t* packed, int64_t in, int64_t o, uint16_t* dst) {
+void CopyPackedRow(const uint16_t* packed, int64_t in, int64_t o, int32_t block, uint16_t* dst) {
   for (int64_t c = 0; c < in; c += 32) {
-    std::memcpy(dst + c, packed + (o & ~int64_t{3}) * in + c * 4 + (o & 3) * 32,
+    std::memcpy(dst + c, packed + (o / block) * block * in + c * block + (o % block) * 32,
                 32 * sizeof(uint16_t));
   }
 }
 
-bool LinearKernelReadsPacked() { return !LinearKernelNative() && CpuHasAvx2Fma(); }
+int32_t LinearPackBlock() {
+  if (LinearKernelNative()) return kLanes;
+  return CpuHasAvx2Fma() ? 4 : 0;
+}
 
 void RunLinearPortable(const LinearProblem& p) {
   std::vector<uint16_t> scratch;
@@ -345,11 +367,11 @@ void RoundRowsToBf16(const float* x, int64_t rows, int64_t in, int64_t x_stride,
 }
 
 void RunLinear(const LinearProblem& p) {
+  std::vector<uint16_t> scratch;
   if (LinearKernelNative()) {
-    std::vector<uint16_t> scratch;
-    RunNative(Unpacked(p, &scratch));
+    RunNative(p.w_block == kLanes ? p : Unpacked(p, &scratch));
   } else if (CpuHasAvx2Fma()) {
-    RunPanels(p, RunPanelAvx2);
+    RunPanels(p.w_block == kLanes ? Unpacked(p, &scratch) : p, RunPanelAvx2);
   } else {
     RunLinearPortable(p);
   }

@@ -25,8 +25,8 @@ namespace specdec::model {
 // zero on the AVX-512 path and kept on the portable one.
 // With `y_f32` set, the totals are stored there as floats, unrounded, and `y` is not used (the
 // product of bf16 weights with activations kept in float, rounded to bf16 on the way in).
-// With `w_packed` set, w holds the matrix in the packed layout (PackLinearWeights); the sums are
-// the same.
+// With `w_block` set (4 or 16), w holds the matrix in the packed layout with blocks of that many
+// outputs (PackLinearWeights); the sums are the same.
 struct LinearProblem {
   const uint16_t* x = nullptr;
   int64_t rows = 0, x_stride = 0;
@@ -35,24 +35,28 @@ struct LinearProblem {
   uint16_t* y = nullptr;
   int64_t y_stride = 0;
   float* y_f32 = nullptr;
-  bool w_packed = false;
+  int32_t w_block = 0;  // 0: w row-major
 };
 
-// The packed layout of a matrix w [out, in] (LinearKernelFits): blocks of 4 consecutive outputs,
-// and in each block the 4 rows interleaved by chunks of 32 inputs. Element (o, i) sits at
-//   (o / 4) * 4 * in + (i / 32) * 128 + (o % 4) * 32 + i % 32.
-// A block of 4 outputs occupies the same 4 * in elements as in the row-major layout, so a range
-// of outputs from a multiple of 4 is still the problem with w advanced by first * in. A one-row
-// product reads a packed matrix as one sequential stream, where the row-major layout makes it
-// four streams 2 * in bytes apart; the AVX2 path prefetches either ahead of where it reads.
-void PackLinearWeights(const uint16_t* w, int64_t in, int64_t out, uint16_t* packed);
-void UnpackLinearWeights(const uint16_t* packed, int64_t in, int64_t out, uint16_t* w);
+// The packed layout of a matrix w [out, in] (LinearKernelFits) with blocks of B outputs (4 or
+// 16): blocks of B consecutive outputs, and in each block the B rows interleaved by chunks of 32
+// inputs. Element (o, i) sits at
+//   (o / B) * B * in + (i / 32) * 32 * B + (o % B) * 32 + i % 32.
+// A block of B outputs occupies the same B * in elements as in the row-major layout, so a range
+// of outputs from a multiple of B is still the problem with w advanced by first * in. A one-row
+// product reads a packed matrix as one sequential stream, where the row-major layout makes it B
+// streams 2 * in bytes apart. The AVX2 path reads blocks of 4 outputs (and prefetches ahead of
+// where it reads), the AVX-512 BF16 path blocks of 16.
+void PackLinearWeights(const uint16_t* w, int64_t in, int64_t out, int32_t block, uint16_t* packed);
+void UnpackLinearWeights(const uint16_t* packed, int64_t in, int64_t out, int32_t block,
+                         uint16_t* w);
 // Copies row o of a packed matrix (its `in` elements) to dst: an embedding lookup in a tied,
 // packed matrix.
-void CopyPackedRow(const uint16_t* packed, int64_t in, int64_t o, uint16_t* dst);
-// Whether this CPU's path reads packed weights directly (the AVX2 path). The AVX-512 BF16 and
-// portable paths take them too, by unpacking the problem's matrix first (slow: for tests).
-bool LinearKernelReadsPacked();
+void CopyPackedRow(const uint16_t* packed, int64_t in, int64_t o, int32_t block, uint16_t* dst);
+// The block of the packed layout this CPU's path reads directly: 16 on the AVX-512 BF16 path, 4
+// on the AVX2 one, 0 on the portable one. Every path takes either block, the others by unpacking
+// the problem's matrix first (slow: for tests).
+int32_t LinearPackBlock();
 
 // Whether the kernel takes these widths: `in` a multiple of 32 and `out` of 16.
 bool LinearKernelFits(int64_t in, int64_t out);

@@ -93,12 +93,17 @@ void RunLinearParallel(const LinearProblem& p) {
 }
 
 // Whether `weight` holds a matrix in linear_kernel.h's packed layout (PackLinearWeight): such
-// tensors are [out / 4, in / 32, 128].
-bool IsPacked(const at::Tensor& weight) { return weight.dim() == 3 && weight.size(2) == 128; }
+// tensors are [out / B, in / 32, 32 * B] for a block of B = 4 or 16 outputs.
+bool IsPacked(const at::Tensor& weight) {
+  return weight.dim() == 3 && (weight.size(2) == 4 * 32 || weight.size(2) == 16 * 32);
+}
+
+// The block of outputs of a packed matrix's layout.
+int32_t PackBlock(const at::Tensor& weight) { return static_cast<int32_t>(weight.size(2) / 32); }
 
 // The [out, in] of a 2-D or packed matrix.
 std::pair<int64_t, int64_t> MatrixShape(const at::Tensor& weight) {
-  if (IsPacked(weight)) return {weight.size(0) * 4, weight.size(1) * 32};
+  if (IsPacked(weight)) return {weight.size(0) * PackBlock(weight), weight.size(1) * 32};
   return {weight.size(0), weight.size(-1)};
 }
 
@@ -108,7 +113,7 @@ LinearProblem KernelProblem(const uint16_t* x, int64_t rows, const at::Tensor& w
   p.x = x;
   p.rows = rows;
   p.w = static_cast<const uint16_t*>(weight.data_ptr());
-  p.w_packed = IsPacked(weight);
+  p.w_block = IsPacked(weight) ? PackBlock(weight) : 0;
   std::tie(p.out, p.in) = MatrixShape(weight);
   p.x_stride = p.in;
   p.y_stride = p.out;
@@ -198,24 +203,24 @@ at::Tensor PackLinearWeight(const at::Tensor& weight) {
     const char* v = std::getenv("SPECDEC_PACKED_WEIGHTS");
     return v == nullptr || std::string(v) != "0";
   }();
-  if (!enabled || !LinearKernelReadsPacked() ||
-      LinearKernelMaxRows() != std::numeric_limits<int64_t>::max() ||
+  const int32_t block = LinearPackBlock();
+  if (!enabled || block == 0 || LinearKernelMaxRows() != std::numeric_limits<int64_t>::max() ||
       RowKernelType(weight) != KernelDType::kBF16 || weight.dim() != 2 ||
       !LinearKernelFits(weight.size(1), weight.size(0))) {
     return weight;
   }
   const at::Tensor w = weight.contiguous();
-  at::Tensor packed = at::empty({w.size(0) / 4, w.size(1) / 32, 128}, w.options());
-  PackLinearWeights(static_cast<const uint16_t*>(w.data_ptr()), w.size(1), w.size(0),
+  at::Tensor packed = at::empty({w.size(0) / block, w.size(1) / 32, 32 * block}, w.options());
+  PackLinearWeights(static_cast<const uint16_t*>(w.data_ptr()), w.size(1), w.size(0), block,
                     static_cast<uint16_t*>(packed.data_ptr()));
   return packed;
 }
 
 at::Tensor UnpackLinearWeight(const at::Tensor& weight) {
   if (!IsPacked(weight)) return weight;
-  const int64_t in = weight.size(1) * 32, out = weight.size(0) * 4;
+  const auto [out, in] = MatrixShape(weight);
   at::Tensor w = at::empty({out, in}, weight.options());
-  UnpackLinearWeights(static_cast<const uint16_t*>(weight.data_ptr()), in, out,
+  UnpackLinearWeights(static_cast<const uint16_t*>(weight.data_ptr()), in, out, PackBlock(weight),
                       static_cast<uint16_t*>(w.data_ptr()));
   return w;
 }
@@ -223,14 +228,15 @@ at::Tensor UnpackLinearWeight(const at::Tensor& weight) {
 at::Tensor EmbeddingRows(const at::Tensor& weight, const at::Tensor& ids) {
   if (!IsPacked(weight)) return weight.index_select(0, ids.to(weight.device()));
   const at::Tensor idx = ids.to(at::kCPU, at::kLong).contiguous();
-  const int64_t in = weight.size(1) * 32, vocab = weight.size(0) * 4;
+  const auto [vocab, in] = MatrixShape(weight);
+  const int32_t block = PackBlock(weight);
   at::Tensor rows = at::empty({idx.numel(), in}, weight.options());
   const auto* src = static_cast<const uint16_t*>(weight.data_ptr());
   auto* dst = static_cast<uint16_t*>(rows.data_ptr());
   const int64_t* id = idx.data_ptr<int64_t>();
   for (int64_t r = 0; r < idx.numel(); ++r) {
     TORCH_CHECK(id[r] >= 0 && id[r] < vocab, "token id ", id[r], " is outside the vocabulary");
-    CopyPackedRow(src, in, id[r], dst + r * in);
+    CopyPackedRow(src, in, id[r], block, dst + r * in);
   }
   return rows;
 }

@@ -27,13 +27,15 @@ namespace specdec::model {
 // in the packed layout of PackLinearWeight.
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight);
 
-// A bf16 CPU matrix [out, in] in linear_kernel.h's packed layout, as a tensor [out / 4, in / 32,
-// 128], where the kernel's AVX2 path reads packed weights and takes every bf16 product
-// (LinearKernelReadsPacked, LinearKernelMaxRows unbounded) and the widths fit it; otherwise
-// `weight` itself. A one-row product reads a packed matrix as one stream, about 1.2x faster on
-// a memory-bound shape (docs/results/2026-11-26-packed-weights.md). Linear and EmbeddingRows take
-// either layout; other uses need UnpackLinearWeight. SPECDEC_PACKED_WEIGHTS=0 in the environment
-// turns packing off (read once).
+// A bf16 CPU matrix [out, in] in linear_kernel.h's packed layout with the block B of this CPU's
+// path (LinearPackBlock: 16 with AVX-512 BF16, 4 with AVX2), as a tensor [out / B, in / 32,
+// 32 * B], where that path takes every bf16 product (LinearKernelMaxRows unbounded) and the
+// widths fit it; otherwise `weight` itself. A one-row product reads a packed matrix as one
+// stream: 1.2x faster on a memory-bound shape with AVX2
+// (docs/results/2026-11-26-packed-weights.md), 1.4-1.9x with AVX-512 BF16
+// (docs/results/2026-11-26-peer-avx512.md). Linear and EmbeddingRows take either layout; other
+// uses need UnpackLinearWeight. SPECDEC_PACKED_WEIGHTS=0 in the environment turns packing off
+// (read once).
 at::Tensor PackLinearWeight(const at::Tensor& weight);
 // The 2-D matrix of a packed one (a copy); any other tensor as it is.
 at::Tensor UnpackLinearWeight(const at::Tensor& weight);

@@ -23,16 +23,17 @@ at::Tensor RandomBf16(std::vector<int64_t> shape, double scale) {
 }
 
 // y = x W^T through the kernel (`portable`: its portable path), as bf16 [rows, out], or with
-// `f32` through its float output (LinearProblem::y_f32), as float [rows, out].
+// `f32` through its float output (LinearProblem::y_f32), as float [rows, out]; with `packed`, the
+// matrix w read in the packed layout with blocks of `block` outputs.
 at::Tensor KernelProduct(const at::Tensor& x, const at::Tensor& w, bool portable, bool f32 = false,
-                         const at::Tensor& packed = {}) {
+                         const at::Tensor& packed = {}, int32_t block = 0) {
   at::Tensor y = at::empty({x.size(0), w.size(0)}, f32 ? at::kFloat : at::kBFloat16);
   LinearProblem p;
   p.x = static_cast<const uint16_t*>(x.data_ptr());
   p.rows = x.size(0);
   p.x_stride = x.stride(0);
   p.w = static_cast<const uint16_t*>((packed.defined() ? packed : w).data_ptr());
-  p.w_packed = packed.defined();
+  p.w_block = packed.defined() ? block : 0;
   p.in = w.size(1);
   p.out = w.size(0);
   if (f32) {
@@ -263,15 +264,17 @@ TEST(LinearKernelTest, OpsLinearTakesTheKernelUpToItsRowLimit) {
   ExpectNearExact(Linear(x.narrow(0, 0, 1), odd_w), x.narrow(0, 0, 1), odd_w);
 }
 
-// w [out, in] in the packed layout, element by element from the layout's formula.
-at::Tensor PackedByFormula(const at::Tensor& w) {
+// w [out, in] in the packed layout with blocks of `block` outputs, element by element from the
+// layout's formula.
+at::Tensor PackedByFormula(const at::Tensor& w, int64_t block) {
   const int64_t out = w.size(0), in = w.size(1);
   at::Tensor packed = at::empty({out * in}, at::kBFloat16);
   const auto* src = static_cast<const uint16_t*>(w.data_ptr());
   auto* dst = static_cast<uint16_t*>(packed.data_ptr());
   for (int64_t o = 0; o < out; ++o) {
     for (int64_t i = 0; i < in; ++i) {
-      dst[(o / 4) * 4 * in + (i / 32) * 128 + (o % 4) * 32 + i % 32] = src[o * in + i];
+      dst[(o / block) * block * in + (i / 32) * 32 * block + (o % block) * 32 + i % 32] =
+          src[o * in + i];
     }
   }
   return packed;
@@ -280,19 +283,22 @@ at::Tensor PackedByFormula(const at::Tensor& w) {
 TEST(LinearKernelTest, PackingFollowsTheLayoutAndUnpacksBack) {
   at::manual_seed(23);
   const at::Tensor w = RandomBf16({48, 96}, 1.0);
-  at::Tensor packed = at::empty({48 * 96}, at::kBFloat16);
-  PackLinearWeights(static_cast<const uint16_t*>(w.data_ptr()), 96, 48,
-                    static_cast<uint16_t*>(packed.data_ptr()));
-  EXPECT_TRUE(BitwiseEqual(packed, PackedByFormula(w)));
-  at::Tensor back = at::empty({48, 96}, at::kBFloat16);
-  UnpackLinearWeights(static_cast<const uint16_t*>(packed.data_ptr()), 96, 48,
-                      static_cast<uint16_t*>(back.data_ptr()));
-  EXPECT_TRUE(BitwiseEqual(back, w));
-  at::Tensor row = at::empty({96}, at::kBFloat16);
-  for (int64_t o : {0, 5, 47}) {
-    CopyPackedRow(static_cast<const uint16_t*>(packed.data_ptr()), 96, o,
-                  static_cast<uint16_t*>(row.data_ptr()));
-    EXPECT_TRUE(BitwiseEqual(row, w[o])) << "row " << o;
+  for (int32_t block : {4, 16}) {
+    SCOPED_TRACE(testing::Message() << "blocks of " << block);
+    at::Tensor packed = at::empty({48 * 96}, at::kBFloat16);
+    PackLinearWeights(static_cast<const uint16_t*>(w.data_ptr()), 96, 48, block,
+                      static_cast<uint16_t*>(packed.data_ptr()));
+    EXPECT_TRUE(BitwiseEqual(packed, PackedByFormula(w, block)));
+    at::Tensor back = at::empty({48, 96}, at::kBFloat16);
+    UnpackLinearWeights(static_cast<const uint16_t*>(packed.data_ptr()), 96, 48, block,
+                        static_cast<uint16_t*>(back.data_ptr()));
+    EXPECT_TRUE(BitwiseEqual(back, w));
+    at::Tensor row = at::empty({96}, at::kBFloat16);
+    for (int64_t o : {0, 5, 17, 47}) {
+      CopyPackedRow(static_cast<const uint16_t*>(packed.data_ptr()), 96, o, block,
+                    static_cast<uint16_t*>(row.data_ptr()));
+      EXPECT_TRUE(BitwiseEqual(row, w[o])) << "row " << o;
+    }
   }
 }
 
@@ -301,15 +307,19 @@ TEST(LinearKernelTest, PackedWeightsGiveTheSameSumsOnEveryPath) {
   // Widths below, at and across the packed path's 1,024-input segments (1,056: a segment and one
   // chunk), row counts that take every block of rows, and both outputs.
   for (int64_t in : {256, 1024, 1056}) {
-    const at::Tensor w = CancellingBf16({48, in}), packed = PackedByFormula(w);
-    for (int64_t rows : {1, 2, 3, 4, 5, 7, 17, 67}) {
-      SCOPED_TRACE(testing::Message() << in << " inputs, " << rows << " rows");
-      const at::Tensor x = CancellingBf16({rows, in});
-      for (bool portable : {false, true}) {
-        for (bool f32 : {false, true}) {
-          EXPECT_TRUE(BitwiseEqual(KernelProduct(x, w, portable, f32, packed),
-                                   KernelProduct(x, w, portable, f32)))
-              << (portable ? "portable" : "this CPU's path") << (f32 ? ", float" : ", bf16");
+    const at::Tensor w = CancellingBf16({48, in});
+    for (int32_t block : {4, 16}) {
+      const at::Tensor packed = PackedByFormula(w, block);
+      for (int64_t rows : {1, 2, 3, 4, 5, 7, 17, 67}) {
+        SCOPED_TRACE(testing::Message()
+                     << in << " inputs, " << rows << " rows, blocks of " << block);
+        const at::Tensor x = CancellingBf16({rows, in});
+        for (bool portable : {false, true}) {
+          for (bool f32 : {false, true}) {
+            EXPECT_TRUE(BitwiseEqual(KernelProduct(x, w, portable, f32, packed, block),
+                                     KernelProduct(x, w, portable, f32)))
+                << (portable ? "portable" : "this CPU's path") << (f32 ? ", float" : ", bf16");
+          }
         }
       }
     }
@@ -319,10 +329,11 @@ TEST(LinearKernelTest, PackedWeightsGiveTheSameSumsOnEveryPath) {
 TEST(LinearKernelTest, OpsLinearAndEmbeddingRowsTakePackedWeights) {
   at::manual_seed(31);
   const at::Tensor w = RandomBf16({64, 256}, 0.05), packed = PackLinearWeight(w);
-  // This machine's path reads packed weights where it is the AVX2 one and takes every product.
+  // This machine's path reads packed weights (AVX2 or AVX-512 BF16) where it takes every product.
   const bool packs =
-      LinearKernelReadsPacked() && LinearKernelMaxRows() == std::numeric_limits<int64_t>::max();
+      LinearPackBlock() != 0 && LinearKernelMaxRows() == std::numeric_limits<int64_t>::max();
   ASSERT_EQ(packed.dim(), packs ? 3 : 2);
+  if (packs) EXPECT_EQ(packed.size(2), 32 * LinearPackBlock());
   EXPECT_TRUE(BitwiseEqual(UnpackLinearWeight(packed), w));
   for (int64_t rows : {1, 5, 40}) {
     const at::Tensor xb = RandomBf16({rows, 256}, 1.0), xf = at::randn({rows, 256});
