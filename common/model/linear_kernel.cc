@@ -86,7 +86,7 @@ void RunNative(const LinearProblem& p) {
   const int64_t group_bytes = kLanes * p.in * static_cast<int64_t>(sizeof(uint16_t));
   const bool packed = p.w_block == kLanes;
   const bool prefetch = !packed || p.rows > 1;
-  const int64_t lead = packed ? 1 : 0;  // rows [0, lead) first, one at a time
+  const int64_t lead = packed && p.rows > 0 ? 1 : 0;  // rows [0, lead) first, one at a time
   const int64_t fours = lead + (p.rows - lead) / 4 * 4;
   for (int64_t o0 = 0; o0 < p.out; o0 += kLanes) {
     const char* next = reinterpret_cast<const char*>(p.w + (o0 + kLanes) * p.in);
