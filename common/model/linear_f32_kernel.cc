@@ -74,20 +74,43 @@ __attribute__((target("avx512f"))) void Tile512(const LinearF32Problem& p, int64
   }
 }
 
+// A lone row reads its outputs' weights one after another, a single sequential stream: reading
+// four rows of weights side by side ran at a third to two thirds of that stream's speed on an
+// AVX-512 CPU (a 1-token step is memory-bound, and the out-of-order core overlaps one output's
+// chain of sums with the next's). Blocks of rows share each loaded vector among four outputs.
 template <int R>
 __attribute__((target("avx512f"))) void Rows512(const LinearF32Problem& p, int64_t r0,
                                                 int64_t o_begin, int64_t o_end) {
   int64_t o = o_begin;
-  for (; o + 4 <= o_end; o += 4) Tile512<R, 4>(p, r0, o);
+  if constexpr (R > 1) {
+    for (; o + 4 <= o_end; o += 4) Tile512<R, 4>(p, r0, o);
+  }
   for (; o < o_end; ++o) Tile512<R, 1>(p, r0, o);
 }
 
+// The first row of each block of outputs runs alone, streaming the block's weights into the
+// caches; the other rows then read them from there, four at a time, the last one to three
+// together. Which tile computes a row changes none of its sums.
 __attribute__((target("avx512f"))) void RunAvx512(const LinearF32Problem& p) {
+  if (p.rows == 0) return;
   for (int64_t ob = 0; ob < p.out; ob += kOutBlock) {
     const int64_t oe = std::min(p.out, ob + kOutBlock);
-    int64_t r = 0;
+    Rows512<1>(p, 0, ob, oe);
+    int64_t r = 1;
     for (; r + 4 <= p.rows; r += 4) Rows512<4>(p, r, ob, oe);
-    for (; r < p.rows; ++r) Rows512<1>(p, r, ob, oe);
+    switch (p.rows - r) {
+      case 3:
+        Rows512<3>(p, r, ob, oe);
+        break;
+      case 2:
+        Rows512<2>(p, r, ob, oe);
+        break;
+      case 1:
+        Rows512<1>(p, r, ob, oe);
+        break;
+      default:
+        break;
+    }
   }
 }
 
@@ -158,16 +181,21 @@ template <int R>
 __attribute__((target("avx2,fma"))) void Rows256(const LinearF32Problem& p, int64_t r0,
                                                  int64_t o_begin, int64_t o_end) {
   int64_t o = o_begin;
-  for (; o + 2 <= o_end; o += 2) Tile256<R, 2>(p, r0, o);
+  if constexpr (R > 1) {
+    for (; o + 2 <= o_end; o += 2) Tile256<R, 2>(p, r0, o);
+  }
   for (; o < o_end; ++o) Tile256<R, 1>(p, r0, o);
 }
 
+// As RunAvx512: a lone first row streams each block of outputs, then pairs of rows.
 __attribute__((target("avx2,fma"))) void RunAvx2(const LinearF32Problem& p) {
+  if (p.rows == 0) return;
   for (int64_t ob = 0; ob < p.out; ob += kOutBlock) {
     const int64_t oe = std::min(p.out, ob + kOutBlock);
-    int64_t r = 0;
+    Rows256<1>(p, 0, ob, oe);
+    int64_t r = 1;
     for (; r + 2 <= p.rows; r += 2) Rows256<2>(p, r, ob, oe);
-    for (; r < p.rows; ++r) Rows256<1>(p, r, ob, oe);
+    if (r < p.rows) Rows256<1>(p, r, ob, oe);
   }
 }
 

@@ -41,7 +41,7 @@ TEST(LinearF32Kernel, EveryPathSumsInOneOrderAndNearTheFloat64Product) {
   at::manual_seed(3);
   for (int64_t in : {1, 7, 16, 33, 64, 100, 256}) {
     for (int64_t out : {1, 3, 4, 17, 64, 130}) {
-      for (int64_t rows : {1, 2, 3, 5, 9}) {
+      for (int64_t rows : {1, 2, 3, 4, 5, 8, 9}) {
         SCOPED_TRACE(testing::Message() << "in " << in << " out " << out << " rows " << rows);
         // Rows 3 apart in a wider buffer: strides are honoured.
         const at::Tensor x = at::randn({rows, in + 3}).narrow(1, 0, in);
@@ -71,6 +71,25 @@ TEST(LinearF32Kernel, ARowsResultIsTheSameAloneAndAmongOtherRows) {
   // An output range is the problem with w and y advanced: outputs do not depend on the range.
   const at::Tensor part = RunBothPaths(x, w.narrow(0, 32, 40).contiguous()).native;
   EXPECT_TRUE(part.equal(all.narrow(1, 32, 40)));
+}
+
+TEST(LinearF32Kernel, NoRowsWriteNothing) {
+  const at::Tensor w = at::randn({20, 48});
+  const at::Tensor x = at::randn({1, 48});
+  const Result r = RunBothPaths(x.narrow(0, 0, 0), w);
+  EXPECT_EQ(r.native.numel(), 0);
+  at::Tensor y = at::full({1, 20}, -7.0f);
+  LinearF32Problem p;
+  p.x = x.data_ptr<float>();
+  p.x_stride = 48;
+  p.w = w.data_ptr<float>();
+  p.in = 48;
+  p.out = 20;
+  p.y = y.data_ptr<float>();
+  p.y_stride = 20;
+  RunLinearF32(p);  // rows = 0
+  RunLinearF32Avx2(p);
+  EXPECT_TRUE(y.eq(-7.0f).all().item<bool>());
 }
 
 TEST(LinearF32Kernel, AnyPositiveWidthFits) {
