@@ -30,6 +30,7 @@ struct PolicyData {
   std::vector<int32_t> block_sizes;  // candidates
   int32_t positions = 0;             // acceptance
   int32_t training_block_size = 0;
+  double temperature = 0;  // the sampling temperature the labels were measured at
 };
 
 absl::StatusOr<PolicyData> LoadPolicyData(const std::string& dir) {
@@ -40,6 +41,7 @@ absl::StatusOr<PolicyData> LoadPolicyData(const std::string& dir) {
   const bool acceptance = meta.value("labels", std::string("candidates")) == "acceptance";
   try {
     d.training_block_size = meta.at("training_block_size").get<int32_t>();
+    d.temperature = meta.value("temperature", 0.0);
     if (acceptance) {
       d.head = model::BlockPilotHead::kAcceptance;
       d.positions = meta.at("positions").get<int32_t>();
@@ -198,6 +200,7 @@ model::BlockPilotConfig ConfigFor(const PolicyData& d, const PolicyTrainOptions&
   pc.head = d.head;
   pc.block_sizes = d.block_sizes;
   pc.positions = d.positions;
+  pc.acceptance_temperature = d.temperature;
   if (d.head == model::BlockPilotHead::kAcceptance) {
     for (int32_t b = 2; b <= d.positions + 1; ++b) pc.block_sizes.push_back(b);
   }

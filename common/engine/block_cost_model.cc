@@ -8,6 +8,12 @@ namespace specdec::engine {
 
 BlockCostModel::BlockCostModel(Options options) : options_(options) {}
 
+int BlockCostModel::AcceptanceClass(double temperature) {
+  if (!(temperature > 0)) return 0;
+  if (temperature <= 0.5) return 1;
+  return temperature <= 1 ? 2 : 3;
+}
+
 void BlockCostModel::Line::Add(double decay, double weight, double xi, double yi) {
   w = w * decay + weight;
   x = x * decay + weight * xi;
@@ -99,24 +105,44 @@ void BlockCostModel::ObserveStep(const StepCost& step) {
   }
 }
 
-void BlockCostModel::ObserveAcceptance(int drafted, int accepted) {
+void BlockCostModel::ObserveAcceptance(int drafted, int accepted, int acceptance_class) {
   if (drafted <= 0) return;
+  const size_t c = static_cast<size_t>(std::clamp(acceptance_class, 0, kAcceptanceClasses - 1));
   std::lock_guard<std::mutex> lock(mu_);
   for (int i = 0; i < kMaxPositions; ++i) {
-    drafted_[i] *= options_.decay;
-    accepted_[i] *= options_.decay;
+    drafted_[c][i] *= options_.decay;
+    accepted_[c][i] *= options_.decay;
     if (i < drafted) {
-      drafted_[i] += 1;
-      if (i < accepted) accepted_[i] += 1;
+      drafted_[c][i] += 1;
+      if (i < accepted) accepted_[c][i] += 1;
     }
   }
   ++spec_steps_;
 }
 
-double BlockCostModel::TauLocked(int block) const {
+double BlockCostModel::ShareLocked(int position, int acceptance_class, double* weight) const {
+  *weight = 0;
+  if (position < 0 || position >= kMaxPositions) return 0;
+  const size_t c = static_cast<size_t>(std::clamp(acceptance_class, 0, kAcceptanceClasses - 1));
+  const size_t i = static_cast<size_t>(position);
+  double drafted = drafted_[c][i], accepted = accepted_[c][i];
+  if (drafted <= 1e-9) {  // unmeasured in this class: every class's steps
+    drafted = accepted = 0;
+    for (size_t k = 0; k < drafted_.size(); ++k) {
+      drafted += drafted_[k][i];
+      accepted += accepted_[k][i];
+    }
+  }
+  if (drafted <= 1e-9) return 0;
+  *weight = drafted;
+  return accepted / drafted;
+}
+
+double BlockCostModel::TauLocked(int block, int acceptance_class) const {
   double tau = 1;
   for (int i = 0; i + 1 < block && i < kMaxPositions; ++i) {
-    if (drafted_[i] > 1e-9) tau += accepted_[i] / drafted_[i];
+    double weight = 0;
+    tau += ShareLocked(i, acceptance_class, &weight);
   }
   return tau;
 }
@@ -146,16 +172,14 @@ double BlockCostModel::DrafterlessStepMs(int sessions, int rows) const {
   return ms;
 }
 
-double BlockCostModel::AcceptedShare(int position, double* weight) const {
+double BlockCostModel::AcceptedShare(int position, int acceptance_class, double* weight) const {
   std::lock_guard<std::mutex> lock(mu_);
-  const bool known = position >= 0 && position < kMaxPositions && drafted_[position] > 1e-9;
-  *weight = known ? drafted_[position] : 0;
-  return known ? accepted_[position] / drafted_[position] : 0;
+  return ShareLocked(position, acceptance_class, weight);
 }
 
-double BlockCostModel::Tau(int block) const {
+double BlockCostModel::Tau(int block, int acceptance_class) const {
   std::lock_guard<std::mutex> lock(mu_);
-  return TauLocked(block);
+  return TauLocked(block, acceptance_class);
 }
 
 double BlockCostModel::StepMs(int sessions, int block) const {
@@ -163,7 +187,7 @@ double BlockCostModel::StepMs(int sessions, int block) const {
   return StepMsLocked(sessions, block);
 }
 
-int BlockCostModel::BestBlock(int sessions, int max_block) const {
+int BlockCostModel::BestBlock(int sessions, int max_block, int acceptance_class) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (max_block <= 2 || spec_steps_ < options_.min_steps || verify_.w <= 0 || draft_.w <= 0) {
     return max_block;
@@ -174,7 +198,7 @@ int BlockCostModel::BestBlock(int sessions, int max_block) const {
   for (int b = max_block; b >= 2; --b) {
     const double ms = StepMsLocked(sessions, b);
     if (ms <= 0) return max_block;
-    const double rate = TauLocked(b) / ms;
+    const double rate = TauLocked(b, acceptance_class) / ms;
     if (rate > best_rate) {
       best_rate = rate;
       best = b;

@@ -29,7 +29,11 @@ namespace specdec::engine {
 // the measured rest of a step's wall time, for AR and for drafted steps apart
 // (at the router: the scheduler, the stream). Until the drafter's
 // passes have been seen at different sizes (a lone request drafts one size), D is taken to
-// grow with rows as V does, scaled through its measured mean. Each request's rate is
+// grow with rows as V does, scaled through its measured mean. Acceptance depends on the
+// sampling temperature (at T=1 a drafter's token is accepted with the target's probability of
+// it, at T=0 only when it is the target's argmax), so it is kept per temperature class
+// (AcceptanceClass); a class with no step measured at a position answers with every class's
+// steps together. Each request's rate is
 // tau(b) / cost; BestBlock returns its argmax. Whether speculation beats AR at all at this load
 // is not decided here (LoadAwareSpeculation measures that); this picks the block the
 // speculative arm runs. Observations decay, so the model follows the machine. Thread-safe.
@@ -40,6 +44,10 @@ class BlockCostModel {
     int min_steps = 32;    // speculative steps observed before BestBlock departs from the cap
   };
   static constexpr int kMaxPositions = 64;  // draft positions whose acceptance is tracked
+  static constexpr int kAcceptanceClasses = 4;
+  // The temperature class whose acceptance a request shares: 0 for greedy decoding (T = 0),
+  // 1 for 0 < T <= 0.5, 2 for 0.5 < T <= 1, 3 above 1 (NaN: 0).
+  static int AcceptanceClass(double temperature);
 
   BlockCostModel() : BlockCostModel(Options{}) {}
   explicit BlockCostModel(Options options);
@@ -58,23 +66,25 @@ class BlockCostModel {
     double wall_ms = -1;
   };
   void ObserveStep(const StepCost& step);
-  // A speculative step drafted `drafted` tokens and the target accepted the first `accepted`.
-  void ObserveAcceptance(int drafted, int accepted);
+  // A speculative step of a request in `acceptance_class` drafted `drafted` tokens and the target
+  // accepted the first `accepted`.
+  void ObserveAcceptance(int drafted, int accepted, int acceptance_class);
 
-  // Expected tokens a step with block `block` commits (1 for block <= 1).
-  double Tau(int block) const;
-  // The measured share of steps that drafted position `position` (0-based) and had it accepted,
-  // with the (decayed) number of such steps in `weight`; 0 and 0 before any.
-  double AcceptedShare(int position, double* weight) const;
+  // Expected tokens a step with block `block` commits in `acceptance_class` (1 for block <= 1).
+  double Tau(int block, int acceptance_class) const;
+  // The measured share of steps that drafted position `position` (0-based) and had it accepted in
+  // `acceptance_class` (every class's, where that class has none at this position), with the
+  // (decayed) number of such steps in `weight`; 0 and 0 before any.
+  double AcceptedShare(int position, int acceptance_class, double* weight) const;
   // Expected milliseconds of a step in which `sessions` requests each verify `block` rows
   // (block 1: an AR step); 0 while the model has no pass measured.
   double StepMs(int sessions, int block) const;
   // Expected milliseconds of a step that verifies `rows` rows per request with no drafter pass
   // (a prompt-lookup draft): the target's pass and the rest of an AR step; 0 while unmeasured.
   double DrafterlessStepMs(int sessions, int rows) const;
-  // The block in [2, max_block] with the highest Tau / StepMs for `sessions` requests in flight;
-  // max_block until min_steps speculative steps have been observed.
-  int BestBlock(int sessions, int max_block) const;
+  // The block in [2, max_block] with the highest Tau / StepMs for `sessions` requests in flight
+  // in `acceptance_class`; max_block until min_steps speculative steps have been observed.
+  int BestBlock(int sessions, int max_block, int acceptance_class) const;
   int64_t SpeculativeSteps() const;
   // Numbers the block decisions taken on this model: 0, 1, 2, ... (for exploration schedules).
   int64_t NextDecision();
@@ -104,7 +114,9 @@ class BlockCostModel {
   struct Mean {
     double w = 0, sum = 0;
   };
-  double TauLocked(int block) const;
+  double TauLocked(int block, int acceptance_class) const;
+  // AcceptedShare under mu_.
+  double ShareLocked(int position, int acceptance_class, double* weight) const;
   double StepMsLocked(int sessions, int block) const;
 
   Options options_;
@@ -113,7 +125,8 @@ class BlockCostModel {
   Curve verify_curve_, draft_curve_;
   // Decayed means of wall - pass - draft ms, of AR steps and of drafted steps.
   Mean ar_overhead_, spec_overhead_;
-  std::array<double, kMaxPositions> drafted_{}, accepted_{};  // decayed counts per position
+  // Decayed counts per class and position.
+  std::array<std::array<double, kMaxPositions>, kAcceptanceClasses> drafted_{}, accepted_{};
   int64_t spec_steps_ = 0;
   int64_t decisions_ = 0;
 };

@@ -20,10 +20,11 @@ BlockCostModel::StepCost StepCostOf(const StepResult& step, StepOrigin origin, b
   return c;
 }
 
-void ObserveStepIn(BlockCostModel& model, const StepResult& step, StepOrigin origin, bool first) {
+void ObserveStepIn(BlockCostModel& model, const StepResult& step, StepOrigin origin, bool first,
+                   int acceptance_class) {
   model.ObserveStep(StepCostOf(step, origin, first));
   if (step.drafted > 0 && origin != StepOrigin::kLookup) {
-    model.ObserveAcceptance(step.drafted, step.accepted);
+    model.ObserveAcceptance(step.drafted, step.accepted, acceptance_class);
   }
 }
 
@@ -38,7 +39,7 @@ double CostAwareHook::RequestTau(int32_t block) const {
       prior_weight = 1;
       share = predicted_[static_cast<size_t>(i)];
     } else {
-      share = model_.AcceptedShare(i, &prior_weight);
+      share = model_.AcceptedShare(i, acceptance_class_, &prior_weight);
     }
     const double prior = prior_weight > 0 ? options_.prior_steps : 0;
     const double steps = drafted_[i] + prior;
@@ -77,7 +78,12 @@ double CostAwareHook::PredictedLookupRate(int32_t tokens) const {
   return tau / ms;
 }
 
+void CostAwareHook::Follow(const LoopView& view) {
+  acceptance_class_ = BlockCostModel::AcceptanceClass(view.temperature);
+}
+
 int32_t CostAwareHook::LookupTokens(const LoopView& view, int32_t available) {
+  Follow(view);
   for (int i = 0; i < kLookupPositions; ++i) {
     lookup_drafted_[i] *= options_.request_decay;
     lookup_accepted_[i] *= options_.request_decay;
@@ -115,6 +121,7 @@ std::vector<int32_t> CostAwareHook::ExploredBlocks(int32_t cap) {
 }
 
 int32_t CostAwareHook::Decide(const LoopView& view, int32_t cap) {
+  Follow(view);
   if (predicted_.empty() && !view.predicted_acceptance.empty()) {
     // A share is a probability: what a remote policy sends outside [0, 1] (or NaN) is clamped.
     for (float a : view.predicted_acceptance) {
@@ -146,11 +153,19 @@ int32_t CostAwareHook::Decide(const LoopView& view, int32_t cap) {
     return best;
   }
   if (++since_drafted_ < probe_wait_) return best;
+  return Probe(cap);
+}
+
+int32_t CostAwareHook::Probe(int32_t cap) {
   // The probe: the best block, AR aside. Should AR still win after it, the next waits longer.
   probe_wait_ = std::min(2 * probe_wait_, options_.max_probe_every);
   int32_t probe = cap;
   for (int32_t b = cap - 1; b >= 2; --b) {
     if (PredictedRate(b) > PredictedRate(probe)) probe = b;
+  }
+  if (PredictedRate(probe) < options_.probe_min_share * PredictedRate(1)) {
+    since_drafted_ = 0;  // as after a probe: the next is a longer wait away
+    return 1;
   }
   return probe;
 }
@@ -199,7 +214,7 @@ void CostAwareHook::Observe(const StepPlan& plan, StepOrigin origin, const StepR
     return;
   }
   if (step.drafted > 0) {
-    model_.ObserveAcceptance(step.drafted, step.accepted);
+    model_.ObserveAcceptance(step.drafted, step.accepted, acceptance_class_);
     since_drafted_ = 0;
   }
   for (int i = 0; i < step.drafted && i < BlockCostModel::kMaxPositions; ++i) {

@@ -5,12 +5,14 @@
 // with StepMs the pass costs measured on this machine at this load (a BlockCostModel shared by
 // every request) and tau(b) = 1 + the acceptance of draft positions 0 .. b-2 as this request has
 // shown it lately, a prior counting as `prior_steps` steps of it: the acceptance BlockPilot
-// predicted for this request where it predicted one, else the machine's. `cap` is the
+// predicted for this request where it predicted one for this request's temperature, else the
+// machine's at this request's temperature (BlockCostModel::AcceptanceClass). `cap` is the
 // request's block: BlockPilot's pick, or the drafter's training block size. So that costs and
 // acceptance stay measured at every candidate, the shared model's first `warmup` decisions and
 // one in `explore_every` after them take the candidates in turn, and a request on AR drafts its
 // best block after `probe_every` decisions (then after twice as many while AR keeps winning).
-// Exploration skips a candidate predicted at under half the best's rate. A prompt-lookup draft is
+// Exploration skips a candidate predicted at under half the best's rate, and a probe a block
+// predicted at under `probe_min_share` of AR's. A prompt-lookup draft is
 // weighed the same way: its first k tokens (the k with the best rate) are verified when
 // tau_lookup(k) / (the cost of a (k+1)-row pass without a drafter) is at least the best candidate's
 // rate, tau_lookup from this request's lookup steps (a prior of one fully accepted step); a request
@@ -34,8 +36,10 @@ namespace specdec::engine {
 // else the step's own rows and times; a run's first step has no wall time (it includes the
 // run's round trip).
 BlockCostModel::StepCost StepCostOf(const StepResult& step, StepOrigin origin, bool first);
-// Feeds one step into `model`: its costs and, when it drafted, its acceptance.
-void ObserveStepIn(BlockCostModel& model, const StepResult& step, StepOrigin origin, bool first);
+// Feeds one step of a request in `acceptance_class` into `model`: its costs and, when it drafted,
+// its acceptance.
+void ObserveStepIn(BlockCostModel& model, const StepResult& step, StepOrigin origin, bool first,
+                   int acceptance_class);
 
 class CostAwareHook final : public PlanningHook {
  public:
@@ -51,6 +55,10 @@ class CostAwareHook final : public PlanningHook {
     // up to max_probe_every, and a decision to speculate resets it. Lookup probes alike.
     int probe_every = 8;
     int max_probe_every = 64;
+    // A probe whose block is predicted at less than this share of AR's rate does not draft (the
+    // wait doubles as after a probe that lost): measuring what the prior says loses by half is
+    // not worth its cost (the drafter catches up on every row since it last ran).
+    double probe_min_share = 0.5;
     int64_t warmup = 16;             // the shared model's first decisions explore
     int64_t explore_every = 32;      // then one decision in this many explores
     // After the warm-up, an exploring decision skips a candidate predicted at less than this
@@ -83,6 +91,10 @@ class CostAwareHook final : public PlanningHook {
   // The candidates the exploration schedule takes in turn.
   static std::vector<int32_t> ExploredBlocks(int32_t cap);
   int32_t Decide(const LoopView& view, int32_t cap);
+  // The probe's block, or 1 where even it is predicted far below AR.
+  int32_t Probe(int32_t cap);
+  // Takes the request's temperature class from the loop's view.
+  void Follow(const LoopView& view);
   double RequestTau(int32_t block) const;
 
   BlockCostModel& model_;
@@ -100,6 +112,7 @@ class CostAwareHook final : public PlanningHook {
   int since_drafted_ = 0;   // decisions since this request last drafted
   int probe_wait_ = 0;      // AR decisions before the next probe (0: probe_every)
   bool exploring_ = false;  // the last decision explored
+  int acceptance_class_ = 0;  // BlockCostModel::AcceptanceClass of the request's temperature
 };
 
 }  // namespace specdec::engine

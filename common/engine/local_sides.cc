@@ -172,7 +172,8 @@ class LocalBlockPolicy final : public BlockPolicy {
   explicit LocalBlockPolicy(const model::BlockPilot& policy) : policy_(policy) {}
   absl::StatusOr<BlockChoice> ChooseBlockSize(std::span<const float> last_logits) override {
     ASSIGN_OR_RETURN(auto prediction, policy_.Predict(last_logits));
-    return BlockChoice{prediction.block_size, std::move(prediction.acceptance)};
+    return BlockChoice{prediction.block_size, std::move(prediction.acceptance),
+                       static_cast<float>(policy_.config().acceptance_temperature)};
   }
 
  private:

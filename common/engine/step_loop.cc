@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "common/engine/block_cost_model.h"
 #include "common/engine/ngram_drafter.h"
 #include "common/engine/request_limits.h"
 #include "common/engine/stop_rule.h"
@@ -123,8 +124,8 @@ class StepLoop {
   }
 
   LoopView View() const {
-    return LoopView{options_.method, stop_.tokens_left(), stats_.block_size, hosted_,
-                    predicted_acceptance_};
+    return LoopView{options_.method, stop_.tokens_left(),   stats_.block_size,
+                    hosted_,         predicted_acceptance_, options_.sampling.temperature};
   }
 
   // Opens the drafter (unless the target drafts) and picks DFlash's block size.
@@ -148,7 +149,13 @@ class StepLoop {
       if (parts_.policy) chosen = parts_.policy->ChooseBlockSize(prefill_.last_logits);
       if (chosen.ok()) {
         b = chosen->block_size;
-        predicted_acceptance_ = std::move(chosen->acceptance);
+        // A curve measured at another temperature is not this request's acceptance (at T=1 a
+        // drafter's token is accepted far less often than at T=0): the machine's, measured at
+        // this request's temperature, is its prior instead.
+        if (BlockCostModel::AcceptanceClass(chosen->acceptance_temperature) ==
+            BlockCostModel::AcceptanceClass(options_.sampling.temperature)) {
+          predicted_acceptance_ = std::move(chosen->acceptance);
+        }
         stats_.block_size_from_policy = true;
       } else {
         stats_.policy_fallback = true;

@@ -120,6 +120,10 @@ struct BlockChoice {
   // The predicted share of steps that accept each draft position (non-increasing); empty when
   // the policy predicts only the block.
   std::vector<float> acceptance;
+  // The sampling temperature that acceptance was measured at (the policy's labels): the loop
+  // hands the curve on only to requests of the same temperature class
+  // (BlockCostModel::AcceptanceClass).
+  float acceptance_temperature = 0;
 };
 
 // DFLASH_ADAPTIVE's block size from the target's raw last-prompt-position logits.
@@ -141,8 +145,9 @@ struct LoopView {
   int32_t block_size = 0;  // DFLASH*: the request's block (0 until speculation starts)
   bool hosted = false;     // the target drafts (known after prefill)
   // DFLASH_ADAPTIVE: the policy's predicted acceptance per draft position (BlockChoice), empty
-  // when it predicted none.
+  // when it predicted none or predicted it for another temperature class.
   std::span<const float> predicted_acceptance;
+  float temperature = 0;  // the request's sampling temperature
 };
 
 // What the next step of a request that may speculate does.

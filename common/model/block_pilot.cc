@@ -15,7 +15,8 @@ namespace specdec::model {
 
 namespace {
 
-// The acceptance head's fields: `head`, `positions`, `min_position_share`; block_sizes derived.
+// The acceptance head's fields: `head`, `positions`, `min_position_share`,
+// `acceptance_temperature`; block_sizes derived.
 absl::Status ParseAcceptanceHead(const nlohmann::json& j, const std::string& origin,
                                  BlockPilotConfig* c) {
   c->head = BlockPilotHead::kAcceptance;
@@ -24,9 +25,17 @@ absl::Status ParseAcceptanceHead(const nlohmann::json& j, const std::string& ori
     if (j.contains("min_position_share")) {
       c->min_position_share = j.at("min_position_share").get<double>();
     }
+    if (j.contains("acceptance_temperature")) {
+      c->acceptance_temperature = j.at("acceptance_temperature").get<double>();
+    }
   } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        origin, ": the acceptance head needs an integer positions and numbers min_position_share ",
+        "and acceptance_temperature where given (", e.what(), ")"));
+  }
+  if (!(c->acceptance_temperature >= 0 && std::isfinite(c->acceptance_temperature))) {
     return absl::InvalidArgumentError(
-        absl::StrCat(origin, ": the acceptance head needs an integer positions (", e.what(), ")"));
+        absl::StrCat(origin, ": acceptance_temperature must be a finite number >= 0"));
   }
   if (c->positions < 1 || c->positions > 255) {
     return absl::InvalidArgumentError(absl::StrCat(origin, ": positions must be in 1..255"));
@@ -97,6 +106,7 @@ std::string BlockPilotConfigToJson(const BlockPilotConfig& c) {
     j["head"] = "acceptance";
     j["positions"] = c.positions;
     j["min_position_share"] = c.min_position_share;
+    j["acceptance_temperature"] = c.acceptance_temperature;
   } else {
     j["head"] = "candidates";
     j["block_sizes"] = c.block_sizes;

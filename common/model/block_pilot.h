@@ -40,6 +40,10 @@ struct BlockPilotConfig {
   // kAcceptance: the pick is the largest block whose last draft position is accepted at least
   // this often (a position accepted less often costs a row and commits almost nothing).
   double min_position_share = 0.01;
+  // kAcceptance: the sampling temperature its labels' acceptance was measured at (`specdec train
+  // policy-data --temperature`): the curve predicts acceptance at that temperature. 0 where a
+  // config does not say.
+  double acceptance_temperature = 0;
 };
 
 absl::StatusOr<BlockPilotConfig> ParseBlockPilotConfig(std::string_view json,

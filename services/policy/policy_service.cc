@@ -157,6 +157,10 @@ class PolicyServiceImpl final : public v1::Policy::CallbackService {
         for (int32_t b : policy_->config().block_sizes) it.resp->add_candidates(b);
         for (float s : p.scores) it.resp->add_scores(s);
         for (float a : p.acceptance) it.resp->add_acceptance(a);
+        if (!p.acceptance.empty()) {
+          it.resp->set_acceptance_temperature(
+              static_cast<float>(policy_->config().acceptance_temperature));
+        }
         it.resp->set_policy_version(revision_);
         metrics_->predicted.Add({{"block_size", std::to_string(p.block_size)}}).Increment();
         metrics_->ok.Increment();

@@ -19,6 +19,7 @@ LoadAwareSpeculation::Step LoadAwareHook::Next() {
 }
 
 void LoadAwareHook::PlanStep(const engine::LoopView& view, engine::StepPlan* plan) {
+  acceptance_class_ = engine::BlockCostModel::AcceptanceClass(view.temperature);
   planned_ = Next();
   plan->speculate = planned_.arm == LoadAwareSpeculation::Arm::kSpeculative;
   // A run of either arm lasts at most until its arm is next due to change (then both arms' runs
@@ -32,7 +33,9 @@ void LoadAwareHook::PlanStep(const engine::LoopView& view, engine::StepPlan* pla
 int32_t LoadAwareHook::ChooseBlock(const engine::LoopView& view, int32_t block) {
   if (!view.hosted || !adapt_block_) return block;
   // The block the step-cost model predicts fastest for the requests in flight now.
-  const int32_t best = block_model_.BestBlock(static_cast<int>(load_aware_.in_flight()), block);
+  const int32_t best =
+      block_model_.BestBlock(static_cast<int>(load_aware_.in_flight()), block,
+                             engine::BlockCostModel::AcceptanceClass(view.temperature));
   metrics_.load_aware_block
       .Add({{"level", LoadAwareSpeculation::LevelName(planned_.level)},
             {"block_size", std::to_string(best)}})
@@ -42,7 +45,7 @@ int32_t LoadAwareHook::ChooseBlock(const engine::LoopView& view, int32_t block) 
 
 void LoadAwareHook::Observe(const engine::StepPlan& plan, engine::StepOrigin origin,
                             const engine::StepResult& step, bool first) {
-  engine::ObserveStepIn(block_model_, step, origin, first);
+  engine::ObserveStepIn(block_model_, step, origin, first, acceptance_class_);
   // The loop takes a lookup draft before it plans (StepLoop::Step): no arm chose that step, so
   // neither arm's count or epochs take it (it would count for the arm of the request's last
   // plan, and the request's summary would not).

@@ -47,6 +47,7 @@ class LoadAwareHook final : public engine::PlanningHook {
   const bool adapt_block_;
   LoadAwareSpeculation::Step planned_;  // the arm of the step or run being taken
   uint64_t last_epoch_ = 0;             // the epoch this request's previous step counted in
+  int acceptance_class_ = 0;  // BlockCostModel::AcceptanceClass of the request's temperature
 };
 
 }  // namespace specdec::services

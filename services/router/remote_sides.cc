@@ -322,7 +322,8 @@ absl::StatusOr<engine::BlockChoice> RemotePolicy::ChooseBlockSize(
   if (s.ok()) {
     return engine::BlockChoice{
         response.block_size(),
-        std::vector<float>(response.acceptance().begin(), response.acceptance().end())};
+        std::vector<float>(response.acceptance().begin(), response.acceptance().end()),
+        response.acceptance_temperature()};
   }
   absl::Status why(static_cast<absl::StatusCode>(s.error_code()),
                    absl::StrCat("policy ", set->address(*i), ": ", s.error_message()));

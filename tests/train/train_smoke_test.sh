@@ -24,10 +24,11 @@ grep -q "resuming from target/checkpoint at step 6" lm2.log
 $specdec train dflash --target target --prompts train.tok --out dflash --layers 1 \
   --block-size 4 --gen-sequences 8 --gen-batch 4 --prompt-len 8 --gen-len 12 --batch 4 \
   --anchors 2 --steps 4 --eval-every 2 --threads 1
-# Acceptance labels (the default) and the older candidates labels, each with its policy.
+# Acceptance labels (the default; measured at T = 0.9, which the policy's config records) and
+# the older candidates labels, each with its policy.
 $specdec train policy-data --target target --dflash dflash --prompts train.tok --out pdata \
   --num-prompts 6 --part-size 4 --max-new-tokens 8 --min-prompt-len 4 --max-prompt-len 12 \
-  --workers 1
+  --temperature 0.9 --workers 1
 $specdec train policy --data pdata --out policy --hidden 16 --epochs 2 --heldout-frac 0.34
 $specdec train policy-data --target target --dflash dflash --prompts train.tok --out pdata_c \
   --labels candidates --num-prompts 6 --part-size 4 --max-new-tokens 8 --min-prompt-len 4 \
@@ -37,6 +38,7 @@ python3 - <<'PY'
 import json
 a = json.load(open("policy/config.json"))
 assert a["head"] == "acceptance" and a["positions"] == 3, a  # block 4: positions 0..2
+assert abs(a["acceptance_temperature"] - 0.9) < 1e-9, a
 m = json.load(open("policy/training.json"))["metrics"]
 assert len(m["per_block"]) == 3 and m["heldout_tau_abs_error_policy"] >= 0, m
 c = json.load(open("policy_c/config.json"))

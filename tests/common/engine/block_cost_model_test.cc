@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 namespace specdec::engine {
 namespace {
 
@@ -12,7 +14,7 @@ using StepCost = BlockCostModel::StepCost;
 // Steps that accept 0, 1, 2, 0, 1, 2, ... of `drafted`: position 0 is accepted 2/3 of the time,
 // position 1 1/3, later ones never.
 void AcceptZeroOneTwo(BlockCostModel& m, int steps, int drafted) {
-  for (int i = 0; i < steps; ++i) m.ObserveAcceptance(drafted, i % 3);
+  for (int i = 0; i < steps; ++i) m.ObserveAcceptance(drafted, i % 3, 0);
 }
 
 // Passes whose costs lie on verify_ms = 2 + 0.1 rows and draft_ms = 1 + 0.05 rows, with rows
@@ -33,12 +35,12 @@ void ObserveLinearCosts(BlockCostModel& m) {
 
 TEST(BlockCostModel, TauSumsAcceptanceOfTheDraftedPositions) {
   BlockCostModel m;
-  EXPECT_DOUBLE_EQ(m.Tau(16), 1.0);  // nothing observed: a block commits its bonus token only
+  EXPECT_DOUBLE_EQ(m.Tau(16, 0), 1.0);  // nothing observed: a block commits its bonus token only
   AcceptZeroOneTwo(m, 300, 15);
-  EXPECT_DOUBLE_EQ(m.Tau(1), 1.0);
-  EXPECT_NEAR(m.Tau(2), 1 + 2.0 / 3, 0.01);
-  EXPECT_NEAR(m.Tau(3), 2.0, 0.01);
-  EXPECT_NEAR(m.Tau(16), 2.0, 0.01);
+  EXPECT_DOUBLE_EQ(m.Tau(1, 0), 1.0);
+  EXPECT_NEAR(m.Tau(2, 0), 1 + 2.0 / 3, 0.01);
+  EXPECT_NEAR(m.Tau(3, 0), 2.0, 0.01);
+  EXPECT_NEAR(m.Tau(16, 0), 2.0, 0.01);
   EXPECT_EQ(m.SpeculativeSteps(), 300);
 }
 
@@ -85,11 +87,11 @@ TEST(BlockCostModel, BestBlockShrinksAsTheLoadGrows) {
   ObserveLinearCosts(m);
   AcceptZeroOneTwo(m, 300, 15);
   // 1 request: b=2 makes (5/3) / 3.3 ms = 0.505 tokens/ms, b=3 2 / 3.45 = 0.580, b=4 2 / 3.6.
-  EXPECT_EQ(m.BestBlock(1, 16), 3);
+  EXPECT_EQ(m.BestBlock(1, 16, 0), 3);
   // 16 requests: b=2 makes (5/3) / 7.8 = 0.214, b=3 2 / 10.2 = 0.196.
-  EXPECT_EQ(m.BestBlock(16, 16), 2);
+  EXPECT_EQ(m.BestBlock(16, 16, 0), 2);
   // Never above the cap it is given.
-  EXPECT_EQ(m.BestBlock(1, 2), 2);
+  EXPECT_EQ(m.BestBlock(1, 2, 0), 2);
 }
 
 TEST(BlockCostModel, HighAcceptanceAndCheapRowsKeepTheWholeBlock) {
@@ -101,17 +103,17 @@ TEST(BlockCostModel, HighAcceptanceAndCheapRowsKeepTheWholeBlock) {
     m.ObserveStep(
         {.sessions = 1, .pass_rows = 16, .pass_ms = 2.05, .draft_rows = 16, .draft_ms = 1.0});
   }
-  for (int i = 0; i < 100; ++i) m.ObserveAcceptance(15, 15);  // every drafted token accepted
-  EXPECT_EQ(m.BestBlock(1, 16), 16);
+  for (int i = 0; i < 100; ++i) m.ObserveAcceptance(15, 15, 0);  // every drafted token accepted
+  EXPECT_EQ(m.BestBlock(1, 16, 0), 16);
 }
 
 TEST(BlockCostModel, KeepsTheCapUntilEnoughSpeculativeStepsWereSeen) {
   BlockCostModel m({.decay = 0.998, .min_steps = 32});
   ObserveLinearCosts(m);
   AcceptZeroOneTwo(m, 31, 15);
-  EXPECT_EQ(m.BestBlock(16, 16), 16);
-  m.ObserveAcceptance(15, 0);
-  EXPECT_EQ(m.BestBlock(16, 16), 2);
+  EXPECT_EQ(m.BestBlock(16, 16, 0), 16);
+  m.ObserveAcceptance(15, 0, 0);
+  EXPECT_EQ(m.BestBlock(16, 16, 0), 2);
 }
 
 TEST(BlockCostModel, FollowsAChangedMachine) {
@@ -125,6 +127,38 @@ TEST(BlockCostModel, FollowsAChangedMachine) {
   w.ObserveStep({.sessions = 1, .pass_rows = 16, .pass_ms = 10});
   for (int k = 0; k < 16; ++k) w.ObserveStep({.sessions = 16, .pass_rows = 16, .pass_ms = 20});
   EXPECT_NEAR(w.StepMs(16, 1), 15, 0.1);
+}
+
+TEST(BlockCostModel, TemperaturesFallIntoFourAcceptanceClasses) {
+  EXPECT_EQ(BlockCostModel::AcceptanceClass(0), 0);
+  EXPECT_EQ(BlockCostModel::AcceptanceClass(-1), 0);
+  EXPECT_EQ(BlockCostModel::AcceptanceClass(std::nan("")), 0);
+  EXPECT_EQ(BlockCostModel::AcceptanceClass(0.01), 1);
+  EXPECT_EQ(BlockCostModel::AcceptanceClass(0.5), 1);
+  EXPECT_EQ(BlockCostModel::AcceptanceClass(0.7), 2);
+  EXPECT_EQ(BlockCostModel::AcceptanceClass(1.0), 2);
+  EXPECT_EQ(BlockCostModel::AcceptanceClass(1.2), 3);
+}
+
+// Greedy requests accept every drafted token, T=1 requests none: each class keeps its own
+// acceptance, and a class that has seen no step answers with every class's steps.
+TEST(BlockCostModel, AcceptanceIsKeptPerTemperatureClass) {
+  BlockCostModel m;
+  ObserveLinearCosts(m);
+  for (int i = 0; i < 40; ++i) {
+    m.ObserveAcceptance(15, 15, 0);
+    m.ObserveAcceptance(15, 0, 2);
+  }
+  EXPECT_NEAR(m.Tau(16, 0), 16, 1e-9);
+  EXPECT_NEAR(m.Tau(16, 2), 1, 1e-9);
+  EXPECT_NEAR(m.Tau(3, 3), 2, 1e-9);  // pooled: half the steps accepted each position
+  double weight = 0;
+  EXPECT_NEAR(m.AcceptedShare(0, 2, &weight), 0, 1e-9);
+  EXPECT_GT(weight, 30);
+  EXPECT_NEAR(m.AcceptedShare(0, 1, &weight), 0.5, 1e-9);
+  EXPECT_GT(weight, 60);
+  EXPECT_EQ(m.BestBlock(1, 16, 0), 16);
+  EXPECT_EQ(m.BestBlock(1, 16, 2), 2);
 }
 
 }  // namespace

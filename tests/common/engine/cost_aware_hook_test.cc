@@ -27,17 +27,17 @@ StepResult Drafted(int drafted, int accepted, double verify_ms, double draft_ms)
 // blocks 1 (AR), 2, 4, 8 and 16, accepting position i with probability accept[i] (as the share
 // of steps accepting exactly the first i positions, which every block then sees alike).
 template <typename Verify, typename Draft>
-void Measure(BlockCostModel& m, Verify verify, Draft draft,
-             const std::vector<int>& accepted_cycle) {
+void Measure(BlockCostModel& m, Verify verify, Draft draft, const std::vector<int>& accepted_cycle,
+             int acceptance_class = 0) {
   for (int round = 0; round < 8; ++round) {
     StepResult ar;
     ar.verify_ms = verify(1);
     ar.wall_ms = ar.verify_ms;
-    ObserveStepIn(m, ar, StepOrigin::kArRun, /*first=*/false);
+    ObserveStepIn(m, ar, StepOrigin::kArRun, /*first=*/false, /*acceptance_class=*/0);
     for (int b : {2, 4, 8, 16}) {
       for (int a : accepted_cycle) {
         ObserveStepIn(m, Drafted(b - 1, std::min(a, b - 1), verify(b), draft(b)),
-                      StepOrigin::kDrafted, true);
+                      StepOrigin::kDrafted, true, acceptance_class);
       }
     }
   }
@@ -83,14 +83,14 @@ TEST(CostAwareHookTest, ALookupStepMeasuresThePassButNotTheDrafter) {
   EXPECT_LT(c.wall_ms, 0);
 
   BlockCostModel m;
-  ObserveStepIn(m, Drafted(5, 1, 4.0, 2.0), StepOrigin::kDrafted, true);
+  ObserveStepIn(m, Drafted(5, 1, 4.0, 2.0), StepOrigin::kDrafted, true, 0);
   double before_weight = 0, after_weight = 0;
-  const double before = m.AcceptedShare(1, &before_weight);
-  ObserveStepIn(m, s, StepOrigin::kLookup, true);
+  const double before = m.AcceptedShare(1, 0, &before_weight);
+  ObserveStepIn(m, s, StepOrigin::kLookup, true, 0);
   CostAwareHook hook(m);
   const double tau_before = hook.PredictedRate(6);
   hook.Observe(StepPlan{}, StepOrigin::kLookup, s, true);
-  EXPECT_DOUBLE_EQ(m.AcceptedShare(1, &after_weight), before);
+  EXPECT_DOUBLE_EQ(m.AcceptedShare(1, 0, &after_weight), before);
   EXPECT_DOUBLE_EQ(after_weight, before_weight);
   EXPECT_DOUBLE_EQ(hook.PredictedRate(6), tau_before);
 }
@@ -197,6 +197,52 @@ TEST(CostAwareHookTest, AProbeThatPaysEndsTheBackOff) {
   EXPECT_GT(*last, 56);
   ASSERT_NE(last + 1, drafted.end());
   EXPECT_EQ(*(last + 1), *last + 8);
+}
+
+// A probe of a block the prior predicts at under probe_min_share of AR's rate does not draft
+// (and the wait before the next still doubles).
+TEST(CostAwareHookTest, AProbePredictedFarBelowArDoesNotDraft) {
+  // AR: 2 ms a token; a block of 2 costs 3 + 2 ms and accepts nothing (0.4 of AR's rate).
+  for (double min_share : {0.5, 0.0}) {
+    BlockCostModel m;
+    Measure(
+        m, [](int rows) { return 1.0 + rows; }, [](int rows) { return 2.0; }, {0});
+    CostAwareHook hook(
+        m, {.probe_every = 8, .probe_min_share = min_share, .warmup = 0, .explore_every = 1000});
+    m.NextDecision();  // past the exploring decision 0
+    std::vector<int> probes;
+    for (int d = 1; d <= 130; ++d) {
+      StepPlan plan;
+      plan.run_tokens = 100;
+      hook.PlanStep(LoopView{Method::kDflashAdaptive, 100, 16, false}, &plan);
+      if (!plan.speculate) continue;
+      probes.push_back(d);
+      const int32_t b = hook.ChooseBlock(LoopView{}, 16);
+      hook.Observe(plan, StepOrigin::kDrafted, Drafted(b - 1, 0, 1.0 + b, 2.0), true);
+    }
+    EXPECT_EQ(probes, (min_share > 0 ? std::vector<int>{} : std::vector<int>{8, 24, 56, 120}));
+  }
+}
+
+// The machine's greedy requests accept every drafted token, its T=1 requests none: a request's
+// prior is the acceptance at its own temperature, so a greedy request drafts its whole block and
+// a T=1 request runs AR on the same machine.
+TEST(CostAwareHookTest, ARequestsPriorIsTheMachinesAcceptanceAtItsTemperature) {
+  auto verify = [](int rows) { return 1.0 + 0.1 * rows; };
+  auto draft = [](int rows) { return 0.2; };
+  BlockCostModel m;
+  Measure(m, verify, draft, {15}, BlockCostModel::AcceptanceClass(0));
+  Measure(m, verify, draft, {0}, BlockCostModel::AcceptanceClass(1));
+  m.NextDecision();  // past the exploring decision 0
+  for (float temperature : {0.f, 1.f}) {
+    CostAwareHook hook(m, {.warmup = 0, .explore_every = 1000});
+    LoopView view{Method::kDflashAdaptive, 100, 16, false, {}, temperature};
+    StepPlan plan;
+    plan.run_tokens = 100;
+    hook.PlanStep(view, &plan);
+    EXPECT_EQ(plan.speculate, temperature == 0) << temperature;
+    EXPECT_EQ(hook.BestBlock(16), temperature == 0 ? 16 : 1) << temperature;
+  }
 }
 
 TEST(CostAwareHookTest, ExplorationSkipsACandidateFarBelowTheBest) {

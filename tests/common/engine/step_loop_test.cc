@@ -144,10 +144,11 @@ class FakePolicy final : public BlockPolicy {
  public:
   absl::StatusOr<int32_t> block = 7;
   std::vector<float> acceptance;
+  float acceptance_temperature = 0;
   absl::StatusOr<BlockChoice> ChooseBlockSize(std::span<const float> logits) override {
     EXPECT_EQ(logits.size(), 2u);
     if (!block.ok()) return block.status();
-    return BlockChoice{*block, acceptance};
+    return BlockChoice{*block, acceptance, acceptance_temperature};
   }
 };
 
@@ -363,8 +364,10 @@ TEST(StepLoopTest, AdaptiveLooksUpBetweenTargetDraftedRuns) {
 class ViewRecordingHook final : public PlanningHook {
  public:
   std::vector<std::vector<float>> seen;
+  std::vector<float> temperatures;
   void PlanStep(const LoopView& view, StepPlan*) override {
     seen.emplace_back(view.predicted_acceptance.begin(), view.predicted_acceptance.end());
+    temperatures.push_back(view.temperature);
   }
 };
 
@@ -382,6 +385,37 @@ TEST(StepLoopTest, ThePolicysPredictedAcceptanceReachesThePlanningHook) {
   EXPECT_EQ(r->tokens, TruthPrefix(30));
   ASSERT_GE(hook.seen.size(), 3u);
   for (size_t i = 0; i < hook.seen.size(); ++i) EXPECT_EQ(hook.seen[i], p.acceptance) << i;
+}
+
+// The policy's curve is acceptance at the temperature its labels were measured at: a request of
+// another temperature class plans without it (the planning takes the machine's acceptance at
+// its temperature), one of the same class with it; the hook sees the request's temperature.
+TEST(StepLoopTest, ThePolicysCurveReachesOnlyRequestsOfItsTemperatureClass) {
+  struct Case {
+    float curve_temperature, request_temperature;
+    bool expect_curve;
+  };
+  for (const Case& c : {Case{0.f, 1.f, false}, Case{0.f, 0.f, true}, Case{1.f, 0.8f, true},
+                        Case{1.f, 0.3f, false}, Case{0.7f, 1.5f, false}}) {
+    SCOPED_TRACE(testing::Message() << c.curve_temperature << " " << c.request_temperature);
+    FakeTarget t;
+    FakeDrafter d(t, false, /*trained_block=*/5, 3);
+    FakePolicy p;
+    p.acceptance = {0.9f, 0.5f, 0.25f};
+    p.acceptance_temperature = c.curve_temperature;
+    ViewRecordingHook hook;
+    LoopParts parts = Parts(&t, &d, &p);
+    parts.hook = &hook;
+    DecodeOptions o = Options(Method::kDflashAdaptive, 30);
+    o.sampling.temperature = c.request_temperature;
+    auto r = RunStepLoop(parts, kPrompt, o);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_GE(hook.seen.size(), 3u);
+    for (size_t i = 0; i < hook.seen.size(); ++i) {
+      EXPECT_EQ(hook.seen[i], c.expect_curve ? p.acceptance : std::vector<float>{}) << i;
+      EXPECT_EQ(hook.temperatures[i], c.request_temperature) << i;
+    }
+  }
 }
 
 class ArOnlyHook final : public PlanningHook {

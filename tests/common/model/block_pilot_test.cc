@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/str_cat.h"
 #include "common/io/safetensors.h"
 #include "common/util/status_matchers.h"
 #include "tests/common/remove_tree.h"
@@ -94,7 +95,7 @@ TEST(BlockPilot, RejectsBadInputAndConfigs) {
 BlockPilotConfig AcceptanceConfig() {
   auto c = ParseBlockPilotConfig(
       R"({"vocab_size":40,"hidden_size":12,"training_block_size":8,"head":"acceptance",
-          "positions":7,"min_position_share":0.2})",
+          "positions":7,"min_position_share":0.2,"acceptance_temperature":0.8})",
       "acceptance");
   EXPECT_TRUE(c.ok()) << c.status();
   return *c;
@@ -111,6 +112,7 @@ TEST(BlockPilot, AcceptanceHeadPredictsANonIncreasingCurveAndTheLargestPayingBlo
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->positions, 7);
   EXPECT_DOUBLE_EQ(again->min_position_share, 0.2);
+  EXPECT_DOUBLE_EQ(again->acceptance_temperature, 0.8);
   auto w = RandomWeights(c, 5);
   auto policy = BlockPilot::FromTensors(c, w);
   ASSERT_TRUE(policy.ok()) << policy.status();
@@ -162,6 +164,20 @@ TEST(BlockPilot, ConfigsWithoutAHeadAreCandidatesAndBadHeadsAreRefused) {
                                 "head":"acceptance","positions":3,"min_position_share":2})",
                             "p"),
       absl::StatusCode::kInvalidArgument, "min_position_share");
+  for (const char* t : {"-1", "\"hot\""}) {
+    SPECDEC_EXPECT_STATUS(ParseBlockPilotConfig(absl::StrCat(R"({"vocab_size":4,"hidden_size":2,
+            "training_block_size":8,"head":"acceptance","positions":3,"acceptance_temperature":)",
+                                                             t, "}"),
+                                                "p"),
+                          absl::StatusCode::kInvalidArgument, "acceptance_temperature");
+  }
+  // Acceptance configs that predate the field were labelled greedily.
+  auto greedy = ParseBlockPilotConfig(
+      R"({"vocab_size":4,"hidden_size":2,"training_block_size":8,"head":"acceptance",
+          "positions":3})",
+      "p");
+  ASSERT_TRUE(greedy.ok()) << greedy.status();
+  EXPECT_EQ(greedy->acceptance_temperature, 0);
   // An acceptance checkpoint's out layer has one row per position.
   auto w = RandomWeights(AcceptanceConfig(), 2);
   w["out.weight"] = at::zeros({5, 12});

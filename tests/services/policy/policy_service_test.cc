@@ -134,8 +134,12 @@ TEST_F(PolicyServiceTest, AnAcceptancePolicyAnswersWithItsCurve) {
   config_.positions = 7;
   config_.block_sizes = {2, 3, 4, 5, 6, 7, 8};
   config_.min_position_share = 0.1;
+  config_.acceptance_temperature = 0.7;
   Start();
   ExpectServedAsInProcess(*this, 10, 7, 7);
+  v1::PredictBlockSizeResponse resp;
+  ASSERT_TRUE(Predict(std::vector<float>(32, 0.f), v1::F32, &resp).ok());
+  EXPECT_FLOAT_EQ(resp.acceptance_temperature(), 0.7f);
 }
 
 TEST_F(PolicyServiceTest, ConcurrentRequestsAreAllAnswered) {
