@@ -145,25 +145,33 @@ TEST(CostAwareHookTest, NothingAcceptedPlansAnArRun) {
   EXPECT_EQ(plan.run_tokens, 4);
 }
 
+// Decisions 1..130 of a request whose drafted steps accept nothing, each taking
+// step_ms(block) ms: the decisions that drafted.
+template <typename StepMs>
+std::vector<int> DraftedDecisions(CostAwareHook& hook, StepMs step_ms) {
+  std::vector<int> drafted;
+  for (int d = 1; d <= 130; ++d) {
+    StepPlan plan;
+    plan.run_tokens = 100;
+    hook.PlanStep(LoopView{Method::kDflashAdaptive, 100, 16, false}, &plan);
+    if (!plan.speculate) continue;
+    drafted.push_back(d);
+    const int32_t b = hook.ChooseBlock(LoopView{}, 16);
+    EXPECT_GE(b, 2);
+    hook.Observe(plan, StepOrigin::kDrafted, Drafted(b - 1, 0, step_ms(b), 1.0), true);
+  }
+  return drafted;
+}
+
 TEST(CostAwareHookTest, ARequestOnArProbesItsBestBlockEveryFewDecisions) {
   BlockCostModel m;
   Measure(
       m, [](int rows) { return 1.0 + 0.5 * rows; }, [](int rows) { return 1.0; }, {0});
   CostAwareHook hook(m, {.probe_every = 8, .warmup = 0, .explore_every = 1000});
   m.NextDecision();  // past the exploring decision 0
-  std::vector<int> probes;
-  for (int d = 1; d <= 130; ++d) {
-    StepPlan plan;
-    plan.run_tokens = 100;
-    hook.PlanStep(LoopView{Method::kDflashAdaptive, 100, 16, false}, &plan);
-    if (!plan.speculate) continue;
-    probes.push_back(d);
-    const int32_t b = hook.ChooseBlock(LoopView{}, 16);
-    EXPECT_GE(b, 2);
-    hook.Observe(plan, StepOrigin::kDrafted, Drafted(b - 1, 0, 2.0, 1.0), true);
-  }
   // Every probe that leaves AR ahead doubles the wait: 8, 16, 32, then 64 at most.
-  EXPECT_EQ(probes, (std::vector<int>{8, 24, 56, 120}));
+  EXPECT_EQ(DraftedDecisions(hook, [](int32_t) { return 2.0; }),
+            (std::vector<int>{8, 24, 56, 120}));
 }
 
 TEST(CostAwareHookTest, AProbeThatPaysEndsTheBackOff) {
@@ -210,16 +218,7 @@ TEST(CostAwareHookTest, AProbePredictedFarBelowArDoesNotDraft) {
     CostAwareHook hook(
         m, {.probe_every = 8, .probe_min_share = min_share, .warmup = 0, .explore_every = 1000});
     m.NextDecision();  // past the exploring decision 0
-    std::vector<int> probes;
-    for (int d = 1; d <= 130; ++d) {
-      StepPlan plan;
-      plan.run_tokens = 100;
-      hook.PlanStep(LoopView{Method::kDflashAdaptive, 100, 16, false}, &plan);
-      if (!plan.speculate) continue;
-      probes.push_back(d);
-      const int32_t b = hook.ChooseBlock(LoopView{}, 16);
-      hook.Observe(plan, StepOrigin::kDrafted, Drafted(b - 1, 0, 1.0 + b, 2.0), true);
-    }
+    const std::vector<int> probes = DraftedDecisions(hook, [](int32_t b) { return 1.0 + b; });
     EXPECT_EQ(probes, (min_share > 0 ? std::vector<int>{} : std::vector<int>{8, 24, 56, 120}));
   }
 }
