@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # DFLASH_ADAPTIVE against AR in process on the pack, before (BEFORE: a `specdec` binary built
 # from the commit before temperature classes) and after, alternating: T = 1 and T = 0, 1 and 2
-# threads, three rounds; HumanEval and the held-out corpus, 40 prompts each, 128 tokens.
+# threads, three rounds; 40 HumanEval prompts and the held-out corpus's 30, 128 tokens.
 #   bash bench/results/2026-11-27-temperature-classes/run.sh OUT BEFORE
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
