@@ -24,6 +24,13 @@ grep -q "resuming from target/checkpoint at step 6" lm2.log
 $specdec train dflash --target target --prompts train.tok --out dflash --layers 1 \
   --block-size 4 --gen-sequences 8 --gen-batch 4 --prompt-len 8 --gen-len 12 --batch 4 \
   --anchors 2 --steps 4 --eval-every 2 --threads 1
+# Resume: the drafter continues from its checkpoint on the generations it saved.
+$specdec train dflash --target target --prompts train.tok --out dflash --layers 1 \
+  --block-size 4 --gen-sequences 8 --gen-batch 4 --prompt-len 8 --gen-len 12 --batch 4 \
+  --anchors 2 --steps 6 --eval-every 2 --threads 1 2>&1 | tee dflash2.log
+grep -q "reusing 160 generated tokens" dflash2.log
+grep -q "resuming from dflash/checkpoint at step 4" dflash2.log
+python3 -c 'import json; assert [json.loads(l)["step"] for l in open("dflash/checkpoint/log.jsonl")] == [2, 4, 6]'
 # Acceptance labels (the default; measured at T = 0.9, which the policy's config records) and
 # the older candidates labels, each with its policy.
 $specdec train policy-data --target target --dflash dflash --prompts train.tok --out pdata \
