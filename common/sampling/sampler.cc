@@ -138,60 +138,46 @@ int32_t Argmax(std::span<const float> values) {
   return best;
 }
 
-void WarpedProbsInto(std::span<const float> logits, const SamplingParams& p, std::span<float> out) {
-  const size_t n = std::min(logits.size(), out.size());
-  logits = logits.first(n);
-  out = out.first(n);
-  std::fill(out.begin(), out.end(), 0.f);
-  if (n == 0) return;
-  if (IsGreedy(p)) {
-    out[Argmax(logits)] = 1.f;
-    return;
-  }
-  const double inv_temperature = 1.0 / static_cast<double>(p.temperature);
-  const bool use_top_k = p.top_k > 0 && static_cast<size_t>(p.top_k) < n;
-  const bool use_top_p = p.top_p < 1.f;
-  if (!use_top_k && !use_top_p) {
-    DenseSoftmax(logits, inv_temperature, out);
-    return;
-  }
+namespace {
 
-  // Candidates: the top-k (by key, ties by lower id), or every token with a chance.
-  std::vector<Cand>& cands = ThreadScratch().cands;
+// The candidates of a warped distribution: the top-k (by key, ties by lower id), or every token
+// with a chance.
+void CollectCandidates(std::span<const float> logits, size_t top_k, std::vector<Cand>& cands) {
+  const size_t n = logits.size();
   cands.clear();
-  if (use_top_k) {
+  if (top_k > 0) {
     cands.resize(n);
     for (size_t i = 0; i < n; ++i) cands[i] = {Key(logits[i]), static_cast<int32_t>(i)};
-    const size_t k = static_cast<size_t>(p.top_k);
-    std::nth_element(cands.begin(), cands.begin() + (k - 1), cands.end(), Better);
-    cands.resize(k);
-  } else {
-    for (size_t i = 0; i < n; ++i) {
-      const float k = Key(logits[i]);
-      if (k > kNegInf) cands.push_back({k, static_cast<int32_t>(i)});
-    }
-  }
-  float max_key = kNegInf;
-  for (const Cand& c : cands) max_key = std::max(max_key, c.key);
-  if (max_key == kNegInf) {  // nothing has a chance: fall back to the greedy token
-    out[Argmax(logits)] = 1.f;
+    std::nth_element(cands.begin(), cands.begin() + (top_k - 1), cands.end(), Better);
+    cands.resize(top_k);
     return;
   }
-  if (!use_top_p) {
-    double total = 0;
-    for (const Cand& c : cands) {
-      const double w = Weight(c.key, max_key, inv_temperature);
-      out[c.id] = static_cast<float>(w);
-      total += w;
-    }
-    const double scale = 1.0 / total;
-    for (const Cand& c : cands) out[c.id] = static_cast<float>(out[c.id] * scale);
-    return;
+  for (size_t i = 0; i < n; ++i) {
+    const float k = Key(logits[i]);
+    if (k > kNegInf) cands.push_back({k, static_cast<int32_t>(i)});
   }
+}
 
-  // Top-p. One pass computes the total mass and a histogram of the mass over buckets of
-  // -log(weight); the bucket where the cumulative mass reaches top_p bounds the nucleus, so only
-  // the candidates up to that bucket are sorted (O(m) plus O(s log s) for a nucleus of s).
+// The softmax over `cands` alone into `out`.
+void CandidateSoftmax(std::span<const Cand> cands, float max_key, double inv_temperature,
+                      std::span<float> out) {
+  double total = 0;
+  for (const Cand& c : cands) {
+    const double w = Weight(c.key, max_key, inv_temperature);
+    out[c.id] = static_cast<float>(w);
+    total += w;
+  }
+  const double scale = 1.0 / total;
+  for (const Cand& c : cands) out[c.id] = static_cast<float>(out[c.id] * scale);
+}
+
+// Top-p over `cands` into `out`: the smallest prefix of the candidates in Better order whose
+// mass reaches top_p of the total, renormalized. One pass computes the total mass and a
+// histogram of the mass over buckets of -log(weight); the bucket where the cumulative mass
+// reaches top_p bounds the nucleus, so only the candidates up to that bucket are sorted (O(m)
+// plus O(s log s) for a nucleus of s).
+void NucleusSoftmax(std::vector<Cand>& cands, float max_key, double inv_temperature, float top_p,
+                    std::span<float> out) {
   auto bucket_of = [&](float key) -> int {
     if (max_key == kPosInf) return key == kPosInf ? 0 : kBuckets - 1;
     const double neg_log_w = (static_cast<double>(max_key) - key) * inv_temperature;
@@ -210,7 +196,7 @@ void WarpedProbsInto(std::span<const float> logits, const SamplingParams& p, std
       total += w;
       bucket_mass[bucket_of(c.key)] += w;
     }
-    const double bucket_target = static_cast<double>(p.top_p) * total;
+    const double bucket_target = static_cast<double>(top_p) * total;
     int last_bucket = kBuckets - 1;
     double cumulative = 0;
     for (int b = 0; b < kBuckets; ++b) {
@@ -223,7 +209,7 @@ void WarpedProbsInto(std::span<const float> logits, const SamplingParams& p, std
     front_end = std::partition(cands.begin(), cands.end(),
                                [&](const Cand& c) { return bucket_of(c.key) <= last_bucket; });
   }
-  const double target = static_cast<double>(p.top_p) * total;
+  const double target = static_cast<double>(top_p) * total;
   std::sort(cands.begin(), front_end, Better);
   size_t keep = 0;
   double mass = 0;
@@ -243,6 +229,40 @@ void WarpedProbsInto(std::span<const float> logits, const SamplingParams& p, std
   for (size_t i = 0; i < keep; ++i) {
     const Cand& c = cands[i];
     out[c.id] = static_cast<float>(Weight(c.key, max_key, inv_temperature) * scale);
+  }
+}
+
+}  // namespace
+
+void WarpedProbsInto(std::span<const float> logits, const SamplingParams& p, std::span<float> out) {
+  const size_t n = std::min(logits.size(), out.size());
+  logits = logits.first(n);
+  out = out.first(n);
+  std::fill(out.begin(), out.end(), 0.f);
+  if (n == 0) return;
+  if (IsGreedy(p)) {
+    out[Argmax(logits)] = 1.f;
+    return;
+  }
+  const double inv_temperature = 1.0 / static_cast<double>(p.temperature);
+  const bool use_top_k = p.top_k > 0 && static_cast<size_t>(p.top_k) < n;
+  const bool use_top_p = p.top_p < 1.f;
+  if (!use_top_k && !use_top_p) {
+    DenseSoftmax(logits, inv_temperature, out);
+    return;
+  }
+  std::vector<Cand>& cands = ThreadScratch().cands;
+  CollectCandidates(logits, use_top_k ? static_cast<size_t>(p.top_k) : 0, cands);
+  float max_key = kNegInf;
+  for (const Cand& c : cands) max_key = std::max(max_key, c.key);
+  if (max_key == kNegInf) {  // nothing has a chance: fall back to the greedy token
+    out[Argmax(logits)] = 1.f;
+    return;
+  }
+  if (use_top_p) {
+    NucleusSoftmax(cands, max_key, inv_temperature, p.top_p, out);
+  } else {
+    CandidateSoftmax(cands, max_key, inv_temperature, out);
   }
 }
 
