@@ -44,9 +44,8 @@ absl::Status CheckPositive(int64_t v, const char* key, const std::string& origin
   return absl::OkStatus();
 }
 
-absl::StatusOr<ModelConfig> ParseJson(const Json& j, const std::string& origin) {
-  if (!j.is_object()) return Invalid(origin, "config must be a JSON object");
-  ModelConfig c;
+// The architecture from `model_type` or `architectures[0]` (Qwen3 with its q/k norms).
+absl::Status ParseArchitecture(const Json& j, const std::string& origin, ModelConfig& c) {
   std::string model_type = j.value("model_type", std::string());
   std::string arch_name;
   if (auto it = j.find("architectures");
@@ -63,6 +62,11 @@ absl::StatusOr<ModelConfig> ParseJson(const Json& j, const std::string& origin) 
         origin, ": unsupported model_type '", model_type, "' / architecture '", arch_name,
         "'; supported: llama (LlamaForCausalLM), qwen3 (Qwen3ForCausalLM)"));
   }
+  return absl::OkStatus();
+}
+
+// The sizes: vocabulary, widths, layers, heads and head_dim, each positive and in range.
+absl::Status ParseShape(const Json& j, const std::string& origin, ModelConfig& c) {
   ASSIGN_OR_RETURN(c.vocab_size, GetInt(j, "vocab_size", origin));
   ASSIGN_OR_RETURN(c.hidden_size, GetInt(j, "hidden_size", origin));
   ASSIGN_OR_RETURN(c.intermediate_size, GetInt(j, "intermediate_size", origin));
@@ -98,6 +102,33 @@ absl::StatusOr<ModelConfig> ParseJson(const Json& j, const std::string& origin) 
                    "sizes are out of the supported range (vocab <= 16M, hidden <= 65536, "
                    "layers <= 1024, intermediate <= 1M)");
   }
+  return absl::OkStatus();
+}
+
+// RoPE's scaling from `rope_parameters` (Transformers 5) or `rope_scaling`.
+absl::Status ParseRopeScaling(const Json& scaling, const std::string& origin, ModelConfig& c) {
+  std::string type = scaling.value("rope_type", scaling.value("type", std::string("default")));
+  if (type == "default") return absl::OkStatus();
+  if (type == "linear") {
+    c.rope_scaling.type = RopeScaling::Type::kLinear;
+    c.rope_scaling.factor = scaling.value("factor", 1.0);
+  } else if (type == "llama3") {
+    c.rope_scaling.type = RopeScaling::Type::kLlama3;
+    c.rope_scaling.factor = scaling.value("factor", 8.0);
+    c.rope_scaling.low_freq_factor = scaling.value("low_freq_factor", 1.0);
+    c.rope_scaling.high_freq_factor = scaling.value("high_freq_factor", 4.0);
+    c.rope_scaling.original_max_position_embeddings =
+        scaling.value("original_max_position_embeddings", int64_t{8192});
+  } else {
+    return absl::UnimplementedError(absl::StrCat(origin, ": rope_scaling type '", type,
+                                                 "' is not supported (default, linear, llama3)"));
+  }
+  if (!(c.rope_scaling.factor > 0)) return Invalid(origin, "rope_scaling.factor must be > 0");
+  return absl::OkStatus();
+}
+
+// The norm's epsilon, RoPE's theta and scaling, and the context length.
+absl::Status ParsePositions(const Json& j, const std::string& origin, ModelConfig& c) {
   ASSIGN_OR_RETURN(c.rms_norm_eps, GetDouble(j, "rms_norm_eps", origin, 1e-6));
   // Transformers 5 writes RoPE's settings, theta included, into `rope_parameters`; earlier
   // versions write `rope_theta` at the top level and the scaling into `rope_scaling`.
@@ -113,6 +144,13 @@ absl::StatusOr<ModelConfig> ParseJson(const Json& j, const std::string& origin) 
   ASSIGN_OR_RETURN(c.max_position_embeddings,
                    GetInt(j, "max_position_embeddings", origin, int64_t{2048}));
   RETURN_IF_ERROR(CheckPositive(c.max_position_embeddings, "max_position_embeddings", origin));
+  auto it = has_params ? params_it : j.find("rope_scaling");
+  if (it != j.end() && it->is_object()) RETURN_IF_ERROR(ParseRopeScaling(*it, origin, c));
+  return absl::OkStatus();
+}
+
+// Embedding tying, attention bias (refused), the dtype and the special tokens.
+absl::Status ParseRest(const Json& j, const std::string& origin, ModelConfig& c) {
   c.tie_word_embeddings = j.value("tie_word_embeddings", false);
   c.attention_bias = j.value("attention_bias", false);
   if (c.attention_bias) {
@@ -135,26 +173,16 @@ absl::StatusOr<ModelConfig> ParseJson(const Json& j, const std::string& origin) 
       }
     }
   }
-  auto it = has_params ? params_it : j.find("rope_scaling");
-  if (it != j.end() && it->is_object()) {
-    std::string type = it->value("rope_type", it->value("type", std::string("default")));
-    if (type == "default") {
-    } else if (type == "linear") {
-      c.rope_scaling.type = RopeScaling::Type::kLinear;
-      c.rope_scaling.factor = it->value("factor", 1.0);
-    } else if (type == "llama3") {
-      c.rope_scaling.type = RopeScaling::Type::kLlama3;
-      c.rope_scaling.factor = it->value("factor", 8.0);
-      c.rope_scaling.low_freq_factor = it->value("low_freq_factor", 1.0);
-      c.rope_scaling.high_freq_factor = it->value("high_freq_factor", 4.0);
-      c.rope_scaling.original_max_position_embeddings =
-          it->value("original_max_position_embeddings", int64_t{8192});
-    } else {
-      return absl::UnimplementedError(absl::StrCat(origin, ": rope_scaling type '", type,
-                                                   "' is not supported (default, linear, llama3)"));
-    }
-    if (!(c.rope_scaling.factor > 0)) return Invalid(origin, "rope_scaling.factor must be > 0");
-  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ModelConfig> ParseJson(const Json& j, const std::string& origin) {
+  if (!j.is_object()) return Invalid(origin, "config must be a JSON object");
+  ModelConfig c;
+  RETURN_IF_ERROR(ParseArchitecture(j, origin, c));
+  RETURN_IF_ERROR(ParseShape(j, origin, c));
+  RETURN_IF_ERROR(ParsePositions(j, origin, c));
+  RETURN_IF_ERROR(ParseRest(j, origin, c));
   return c;
 }
 
