@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <random>
+#include <span>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -58,6 +59,70 @@ double HeldoutLoss(const model::ModelConfig& c, const TensorMap& params,
   return sum / static_cast<double>(o.eval_batches);
 }
 
+// The model to train: the options' shape with the tokenizer's vocabulary and special tokens,
+// checked against the training tokens.
+absl::StatusOr<model::ModelConfig> ModelFor(const LmTrainOptions& o,
+                                            const tokenizer::Tokenizer& tok,
+                                            std::span<const int32_t> train_ids,
+                                            at::ScalarType export_dt) {
+  model::ModelConfig c = o.config;
+  if (c.vocab_size == 0) c.vocab_size = tok.vocab_size();
+  if (c.vocab_size < tok.vocab_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("vocab_size ", c.vocab_size, " is below the tokenizer's ", tok.vocab_size()));
+  }
+  for (int32_t id : train_ids) {
+    if (id < 0 || id >= c.vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(o.train_tokens, ": token id ", id, " outside the vocabulary"));
+    }
+  }
+  c.torch_dtype = export_dt == at::kBFloat16 ? "bfloat16" : "float32";
+  if (tok.bos_id()) c.bos_token_id = *tok.bos_id();
+  if (tok.eos_id()) c.eos_token_ids = {*tok.eos_id()};
+  return c;
+}
+
+// One optimizer step over o.grad_accum random batches: the step's loss (summed over them).
+absl::StatusOr<double> LmStep(const LmTrainOptions& o, const model::ModelConfig& c,
+                              TensorMap& params, AdamW& opt, std::span<const int32_t> train_ids,
+                              int64_t step, double lr, at::ScalarType dt, const at::Device& device,
+                              double* grad_norm) {
+  std::mt19937_64 rng(o.seed * 1000003ull + static_cast<uint64_t>(step));
+  double loss_sum = 0;
+  for (int64_t a = 0; a < o.grad_accum; ++a) {
+    at::Tensor x = SampleWindows(train_ids, o.batch_size, o.seq_len + 1, rng, device);
+    at::Tensor loss = LmLoss(c, params, x, dt) / static_cast<double>(o.grad_accum);
+    loss.backward();
+    loss_sum += loss.item<double>();
+  }
+  if (!std::isfinite(loss_sum)) {
+    return absl::InternalError(absl::StrCat("loss became ", loss_sum, " at step ", step,
+                                            "; lower --lr or use --dtype f32"));
+  }
+  *grad_norm = opt.ClipGradNorm(o.clip);
+  opt.Step(lr);
+  return loss_sum;
+}
+
+// The model in the HF layout (tokenizer, config, generation config, weights) and training.json.
+absl::Status ExportLm(const LmTrainOptions& o, const model::ModelConfig& c, const TensorMap& params,
+                      at::ScalarType export_dt, double ema, double heldout, double secs) {
+  RETURN_IF_ERROR(CopyTokenizer(o.tokenizer_dir, o.out_dir));
+  RETURN_IF_ERROR(WriteTextFile(o.out_dir + "/config.json", model::ModelConfigToJson(c)));
+  nlohmann::json gen = {{"bos_token_id", c.bos_token_id.value_or(0)},
+                        {"eos_token_id", c.eos_token_ids.empty() ? 0 : c.eos_token_ids[0]}};
+  RETURN_IF_ERROR(WriteTextFile(o.out_dir + "/generation_config.json", gen.dump(2)));
+  RETURN_IF_ERROR(SaveTensorMap(o.out_dir + "/model.safetensors", params, export_dt));
+  nlohmann::json summary = {{"command", "specdec train lm"},   {"finished", NowIso8601()},
+                            {"parameters", c.NumParameters()}, {"final_train_loss_ema", ema},
+                            {"final_heldout_loss", heldout},   {"wall_seconds_this_run", secs},
+                            {"options", OptionsJson(o, c)}};
+  RETURN_IF_ERROR(WriteTextFile(o.out_dir + "/training.json", summary.dump(2)));
+  std::fprintf(stderr, "lm: wrote %s (heldout loss %.4f)\n", o.out_dir.c_str(), heldout);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status TrainLm(const LmTrainOptions& o) {
@@ -79,21 +144,7 @@ absl::Status TrainLm(const LmTrainOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat(o.train_tokens, " holds ", train_ids.size(),
                                                    " tokens, fewer than one window"));
   }
-  model::ModelConfig c = o.config;
-  if (c.vocab_size == 0) c.vocab_size = tok->vocab_size();
-  if (c.vocab_size < tok->vocab_size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("vocab_size ", c.vocab_size, " is below the tokenizer's ", tok->vocab_size()));
-  }
-  for (int32_t id : train_ids) {
-    if (id < 0 || id >= c.vocab_size) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(o.train_tokens, ": token id ", id, " outside the vocabulary"));
-    }
-  }
-  c.torch_dtype = export_dt == at::kBFloat16 ? "bfloat16" : "float32";
-  if (tok->bos_id()) c.bos_token_id = *tok->bos_id();
-  if (tok->eos_id()) c.eos_token_ids = {*tok->eos_id()};
+  ASSIGN_OR_RETURN(const model::ModelConfig c, ModelFor(o, *tok, train_ids, export_dt));
   const std::string ckpt_dir =
       o.checkpoint_dir.empty() ? o.out_dir + "/checkpoint" : o.checkpoint_dir;
 
@@ -131,23 +182,12 @@ absl::Status TrainLm(const LmTrainOptions& o) {
   double ema = NAN, last_heldout = NAN;
   try {
     while (step < total_steps) {
-      std::mt19937_64 rng(o.seed * 1000003ull + static_cast<uint64_t>(step));
-      double loss_sum = 0;
-      for (int64_t a = 0; a < o.grad_accum; ++a) {
-        at::Tensor x = SampleWindows(train_ids, o.batch_size, o.seq_len + 1, rng, device);
-        at::Tensor loss = LmLoss(c, params, x, dt) / static_cast<double>(o.grad_accum);
-        loss.backward();
-        loss_sum += loss.item<double>();
-      }
-      if (!std::isfinite(loss_sum)) {
-        return absl::InternalError(absl::StrCat("loss became ", loss_sum, " at step ", step,
-                                                "; lower --lr or use --dtype f32"));
-      }
-      const double gnorm = opt.ClipGradNorm(o.clip);
       const double lr = WarmupCosineLr(step, total_steps, warmup, o.lr, o.min_lr_ratio);
-      opt.Step(lr);
+      double gnorm = 0;
+      ASSIGN_OR_RETURN(const double loss,
+                       LmStep(o, c, params, opt, train_ids, step, lr, dt, device, &gnorm));
       ++step;
-      ema = std::isnan(ema) ? loss_sum : 0.98 * ema + 0.02 * loss_sum;
+      ema = std::isnan(ema) ? loss : 0.98 * ema + 0.02 * loss;
       if (const double per_step = budget.AfterStep(step, &total_steps); per_step > 0) {
         std::fprintf(stderr, "\n%.4f s/step: %lld steps fit the %.0f s budget\n", per_step,
                      static_cast<long long>(total_steps), o.time_budget_s);
@@ -176,22 +216,8 @@ absl::Status TrainLm(const LmTrainOptions& o) {
     return absl::InternalError(absl::StrCat("training step ", step, " failed: ", e.what()));
   }
   progress.Finish(absl::StrFormat("loss %.3f heldout %.3f", ema, last_heldout));
-
-  // ---- export in the HF layout.
-  RETURN_IF_ERROR(CopyTokenizer(o.tokenizer_dir, o.out_dir));
-  RETURN_IF_ERROR(WriteTextFile(o.out_dir + "/config.json", model::ModelConfigToJson(c)));
-  nlohmann::json gen = {{"bos_token_id", c.bos_token_id.value_or(0)},
-                        {"eos_token_id", c.eos_token_ids.empty() ? 0 : c.eos_token_ids[0]}};
-  RETURN_IF_ERROR(WriteTextFile(o.out_dir + "/generation_config.json", gen.dump(2)));
-  RETURN_IF_ERROR(SaveTensorMap(o.out_dir + "/model.safetensors", params, export_dt));
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  nlohmann::json summary = {{"command", "specdec train lm"},      {"finished", NowIso8601()},
-                            {"parameters", c.NumParameters()},    {"final_train_loss_ema", ema},
-                            {"final_heldout_loss", last_heldout}, {"wall_seconds_this_run", secs},
-                            {"options", OptionsJson(o, c)}};
-  RETURN_IF_ERROR(WriteTextFile(o.out_dir + "/training.json", summary.dump(2)));
-  std::fprintf(stderr, "lm: wrote %s (heldout loss %.4f)\n", o.out_dir.c_str(), last_heldout);
-  return absl::OkStatus();
+  return ExportLm(o, c, params, export_dt, ema, last_heldout, secs);
 }
 
 }  // namespace specdec::train
