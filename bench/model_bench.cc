@@ -19,11 +19,13 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/model/dflash_drafter.h"
 #include "common/model/runtime.h"
 #include "common/model/transformer.h"
 #include "common/model/weights.h"
+#include "common/util/status_macros.h"
 
 namespace specdec::model {
 namespace {
@@ -269,6 +271,78 @@ void ComparePacking(const ModelConfig& c, const std::map<std::string, at::Tensor
   }
 }
 
+// What one run measures, the same for every model.
+struct BenchPlan {
+  std::vector<int> ks;
+  int64_t context = 200;
+  int reps = 15, threads = 1;
+  at::Device device = at::kCPU;
+  std::string device_name = "cpu";
+  double bandwidth_gbs = 0;  // CUDA: the measured copy bandwidth
+};
+
+// One model (shape `c`, `weights`) in one dtype, with or without CUDA graphs: the forward of
+// each k after `context` tokens, printed as a table row and appended to `results`.
+absl::Status MeasureModel(const BenchPlan& plan, const std::string& size, const std::string& dt,
+                          bool cuda_graphs, const ModelConfig& c,
+                          const std::map<std::string, at::Tensor>& weights,
+                          nlohmann::json& results) {
+  const bool gpu = !plan.device.is_cpu();
+  LoadOptions opts;
+  opts.dtype = dt == "bf16" ? at::kBFloat16 : at::kFloat;
+  opts.device = plan.device;
+  opts.cuda_graphs = cuda_graphs;
+  ASSIGN_OR_RETURN(auto model, Transformer::FromTensors(c, weights, opts));
+  auto cache = model->NewCache();
+  std::vector<int32_t> prompt(plan.context);
+  for (int64_t i = 0; i < plan.context; ++i) prompt[i] = (i * 13 + 5) % c.vocab_size;
+  SequenceInput in{cache.get(), prompt};
+  RETURN_IF_ERROR(model->Forward(std::span<const SequenceInput>(&in, 1)).status());
+  nlohmann::json row = {{"model", size},
+                        {"dtype", dt},
+                        {"params", c.NumParameters()},
+                        {"context", plan.context},
+                        {"threads", plan.threads}};
+  double one = 0;
+  std::vector<double> ratios;
+  for (int k : plan.ks) {
+    double ms = TimeForward(*model, cache.get(), plan.context, k, plan.reps);
+    if (k == plan.ks.front()) one = ms;
+    ratios.push_back(ms / one);
+    row["ms"][std::to_string(k)] = ms;
+    row["ratio"][std::to_string(k)] = ms / one;
+  }
+  row["ar_tokens_per_s"] = 1000.0 / one;
+  row["device"] = plan.device_name;
+  if (gpu) {
+    row["cuda_graphs"] = opts.cuda_graphs;
+    AddDeviceRows(*model, cache.get(), plan.context, plan.reps, plan.bandwidth_gbs, one, row);
+    row["graphs_captured"] = model->captured_graphs();
+  }
+  std::printf("%-6s %-5s %7.1fM %10.2f %10.1f", size.c_str(), dt.c_str(), c.NumParameters() / 1e6,
+              one, 1000.0 / one);
+  for (double r : ratios) std::printf("  %6.2f", r);
+  if (gpu) std::printf("  (CUDA graphs %s)", cuda_graphs ? "on" : "off");
+  std::printf("\n");
+  std::fflush(stdout);
+  results.push_back(row);
+  return absl::OkStatus();
+}
+
+// The --ks list: positive integers.
+absl::StatusOr<std::vector<int>> ParseKs(const std::string& list) {
+  std::vector<int> ks;
+  for (absl::string_view k : absl::StrSplit(list, ',')) {
+    int value = 0;
+    if (!absl::SimpleAtoi(k, &value) || value < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--ks takes positive integers, got '", k, "'"));
+    }
+    ks.push_back(value);
+  }
+  return ks;
+}
+
 }  // namespace
 }  // namespace specdec::model
 
@@ -319,21 +393,25 @@ int main(int argc, char** argv) {
                 bandwidth_gbs);
   }
 
-  std::vector<int> ks;
-  for (absl::string_view k : absl::StrSplit(ks_list, ',')) {
-    int value = 0;
-    if (!absl::SimpleAtoi(k, &value) || value < 1) {
-      std::cerr << "--ks takes positive integers, got '" << k << "'\n";
-      return 1;
-    }
-    ks.push_back(value);
+  BenchPlan plan;
+  auto ks = ParseKs(ks_list);
+  if (!ks.ok()) {
+    std::cerr << ks.status().message() << "\n";
+    return 1;
   }
+  plan.ks = *ks;
+  plan.context = context;
+  plan.reps = reps;
+  plan.threads = used_threads;
+  plan.device = *device;
+  plan.device_name = device_name;
+  plan.bandwidth_gbs = bandwidth_gbs;
   nlohmann::json results = nlohmann::json::array();
   std::printf("threads=%d context=%lld reps=%d (median ms per forward)\n", used_threads,
               static_cast<long long>(context), reps);
   if (!compare_packing) {
     std::printf("%-6s %-5s %8s %10s %10s", "model", "dtype", "params", "1-tok ms", "AR tok/s");
-    for (int k : ks) std::printf("  k=%-2d x", k);
+    for (int k : plan.ks) std::printf("  k=%-2d x", k);
     std::printf("\n");
   }
   for (const std::string& size : std::vector<std::string>(absl::StrSplit(sizes, ','))) {
@@ -342,58 +420,18 @@ int main(int argc, char** argv) {
     if (!gpu) weights = Transformer::RandomWeights(c, 7, 0.02);
     if (compare_packing && !gpu) {
       std::printf("%s, bf16:\n", size.c_str());
-      ComparePacking(c, weights, ks, context, reps, used_threads, results);
+      ComparePacking(c, weights, plan.ks, context, reps, used_threads, results);
       continue;
     }
     for (const std::string& dt : std::vector<std::string>(absl::StrSplit(dtypes, ','))) {
       const at::ScalarType dtype = dt == "bf16" ? at::kBFloat16 : at::kFloat;
       if (gpu) weights = DeviceRandomTensors(TransformerTensorSpecs(c), *device, dtype, 0.02);
       for (const std::string& graphs : std::vector<std::string>(absl::StrSplit(graph_modes, ','))) {
-        LoadOptions opts;
-        opts.dtype = dtype;
-        opts.device = *device;
-        opts.cuda_graphs = graphs != "off";
-        auto model = Transformer::FromTensors(c, weights, opts);
-        if (!model.ok()) {
-          std::cerr << model.status() << "\n";
+        if (absl::Status s = MeasureModel(plan, size, dt, graphs != "off", c, weights, results);
+            !s.ok()) {
+          std::cerr << s << "\n";
           return 1;
         }
-        auto cache = (*model)->NewCache();
-        std::vector<int32_t> prompt(context);
-        for (int64_t i = 0; i < context; ++i) prompt[i] = (i * 13 + 5) % c.vocab_size;
-        SequenceInput in{cache.get(), prompt};
-        if (auto s = (*model)->Forward(std::span<const SequenceInput>(&in, 1)); !s.ok()) {
-          std::cerr << s.status() << "\n";
-          return 1;
-        }
-        nlohmann::json row = {{"model", size},
-                              {"dtype", dt},
-                              {"params", c.NumParameters()},
-                              {"context", context},
-                              {"threads", used_threads}};
-        double one = 0;
-        std::vector<double> ratios;
-        for (int k : ks) {
-          double ms = TimeForward(**model, cache.get(), context, k, reps);
-          if (k == ks.front()) one = ms;
-          ratios.push_back(ms / one);
-          row["ms"][std::to_string(k)] = ms;
-          row["ratio"][std::to_string(k)] = ms / one;
-        }
-        row["ar_tokens_per_s"] = 1000.0 / one;
-        row["device"] = device_name;
-        if (gpu) {
-          row["cuda_graphs"] = opts.cuda_graphs;
-          AddDeviceRows(**model, cache.get(), context, reps, bandwidth_gbs, one, row);
-          row["graphs_captured"] = (*model)->captured_graphs();
-        }
-        std::printf("%-6s %-5s %7.1fM %10.2f %10.1f", size.c_str(), dt.c_str(),
-                    c.NumParameters() / 1e6, one, 1000.0 / one);
-        for (double r : ratios) std::printf("  %6.2f", r);
-        if (gpu) std::printf("  (CUDA graphs %s)", graphs.c_str());
-        std::printf("\n");
-        std::fflush(stdout);
-        results.push_back(row);
       }
       if (gpu) weights.clear();
     }
