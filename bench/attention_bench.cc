@@ -45,122 +45,146 @@ struct Layer {
   std::vector<AttentionSequence> seqs;
 };
 
+struct Shape {
+  int layers = 8, heads = 4, kv_heads = 2, head_dim = 64;
+};
+
+// "sessions:cached:rows" triples, comma-separated; an empty string and a message on error.
+std::vector<Config> ParseConfigs(const std::string& text, std::string* error) {
+  std::vector<Config> configs;
+  for (absl::string_view c : absl::StrSplit(text, ',')) {
+    std::vector<std::string> f = absl::StrSplit(c, ':');
+    Config cfg;
+    if (f.size() != 3 || !absl::SimpleAtoi(f[0], &cfg.sessions) ||
+        !absl::SimpleAtoi(f[1], &cfg.past) || !absl::SimpleAtoi(f[2], &cfg.rows)) {
+      *error = "--configs: '" + std::string(c) + "' is not three integers sessions:cached:rows";
+      return {};
+    }
+    if (cfg.sessions < 1 || cfg.past < 0 || cfg.rows < 1) {
+      *error = "--configs: sessions and rows must be >= 1, cached >= 0";
+      return {};
+    }
+    configs.push_back(cfg);
+  }
+  return configs;
+}
+
+// Every layer's sequences of `cfg`, filled with random bf16 values.
+std::vector<Layer> MakeLayers(const Config& cfg, const Shape& sh, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.f, 1.f);
+  auto filled = [&](size_t n) {
+    std::vector<uint16_t> v(n);
+    for (auto& e : v) e = specdec::model::FloatToBf16(normal(rng));
+    return v;
+  };
+  const int64_t cap = cfg.past + cfg.rows;
+  const size_t kv = static_cast<size_t>(sh.kv_heads) * sh.head_dim;
+  const size_t qw = static_cast<size_t>(sh.heads) * sh.head_dim;
+  std::vector<Layer> ls(sh.layers);
+  for (Layer& l : ls) {
+    for (int s = 0; s < cfg.sessions; ++s) {
+      l.keys.push_back(filled(kv * cap));
+      l.values.push_back(filled(kv * cap));
+      l.new_keys.push_back(filled(kv * cfg.rows));
+      l.new_values.push_back(filled(kv * cfg.rows));
+      l.q.push_back(filled(qw * cfg.rows));
+      l.out.emplace_back(qw * cfg.rows);
+    }
+    for (int s = 0; s < cfg.sessions; ++s) {
+      AttentionSequence a;
+      a.q = l.q[s].data();
+      a.q_row_stride = static_cast<int64_t>(qw);
+      a.out = l.out[s].data();
+      a.out_row_stride = static_cast<int64_t>(qw);
+      a.new_keys = l.new_keys[s].data();
+      a.new_values = l.new_values[s].data();
+      a.keys = l.keys[s].data();
+      a.values = l.values[s].data();
+      a.capacity = cap;
+      a.past = cfg.past;
+      a.n = cfg.rows;
+      l.seqs.push_back(a);
+    }
+  }
+  return ls;
+}
+
+// One pass: every layer's attention on one path (0 float, 1 portable pairs, 2 native pairs).
+void Pass(std::vector<Layer>& ls, const Shape& sh, int path) {
+  for (Layer& l : ls) {
+    AttentionProblem p{l.seqs,
+                       sh.heads,
+                       sh.kv_heads,
+                       sh.head_dim,
+                       specdec::model::KernelDType::kBF16,
+                       static_cast<float>(1.0 / std::sqrt(static_cast<double>(sh.head_dim))),
+                       path != 0};
+    const int64_t items = specdec::model::AttentionWorkItems(p);
+    if (path == 1) {
+      specdec::model::RunAttentionPortable(p, 0, items);
+    } else {
+      specdec::model::RunAttention(p, 0, items);
+    }
+  }
+}
+
+// The paths alternated for `rounds` rounds: each path's median pass time per round.
+std::vector<std::vector<double>> TimePaths(std::vector<Layer>& ls, const Shape& sh, int paths,
+                                           int rounds, int repeats) {
+  std::vector<std::vector<double>> medians(paths);
+  for (int r = 0; r < rounds; ++r) {
+    for (int path = 0; path < paths; ++path) {
+      Pass(ls, sh, path);  // warm
+      std::vector<double> t;
+      for (int k = 0; k < repeats; ++k) {
+        const auto t0 = Clock::now();
+        Pass(ls, sh, path);
+        t.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      }
+      medians[path].push_back(Median(t));
+    }
+  }
+  return medians;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string configs_s = "1:256:1,8:256:1,16:256:1,1:256:17,8:256:17,1:0:150", json_path;
-  int layers = 8, heads = 4, kv_heads = 2, head_dim = 64, rounds = 5, repeats = 50;
+  Shape sh;
+  int rounds = 5, repeats = 50;
   CLI::App app{"specdec attention-kernel benchmark (float path against the pair path)"};
   app.add_option("--configs", configs_s,
                  "sessions:cached:rows triples, comma-separated (rows new rows per session)");
-  app.add_option("--layers", layers, "layers per pass (each with its own caches)");
-  app.add_option("--heads", heads, "query heads");
-  app.add_option("--kv-heads", kv_heads, "KV heads");
-  app.add_option("--head-dim", head_dim, "head size");
+  app.add_option("--layers", sh.layers, "layers per pass (each with its own caches)");
+  app.add_option("--heads", sh.heads, "query heads");
+  app.add_option("--kv-heads", sh.kv_heads, "KV heads");
+  app.add_option("--head-dim", sh.head_dim, "head size");
   app.add_option("--rounds", rounds, "alternated rounds of the paths (median reported)");
   app.add_option("--repeats", repeats, "timed passes per path and round (median taken)");
   app.add_option("--json", json_path, "write results as JSON");
   CLI11_PARSE(app, argc, argv);
-  if (layers < 1 || heads < 1 || kv_heads < 1 || heads % kv_heads != 0 || head_dim < 1 ||
-      rounds < 1 || repeats < 1) {
+  if (sh.layers < 1 || sh.heads < 1 || sh.kv_heads < 1 || sh.heads % sh.kv_heads != 0 ||
+      sh.head_dim < 1 || rounds < 1 || repeats < 1) {
     std::cerr << "--layers, --rounds and --repeats must be >= 1, --heads a multiple of "
                  "--kv-heads\n";
     return 2;
   }
-  std::vector<Config> configs;
-  for (absl::string_view c : absl::StrSplit(configs_s, ',')) {
-    std::vector<std::string> f = absl::StrSplit(c, ':');
-    if (f.size() != 3) {
-      std::cerr << "--configs: '" << c << "' is not sessions:cached:rows\n";
-      return 2;
-    }
-    Config cfg;
-    if (!absl::SimpleAtoi(f[0], &cfg.sessions) || !absl::SimpleAtoi(f[1], &cfg.past) ||
-        !absl::SimpleAtoi(f[2], &cfg.rows)) {
-      std::cerr << "--configs: '" << c << "' is not three integers sessions:cached:rows\n";
-      return 2;
-    }
-    if (cfg.sessions < 1 || cfg.past < 0 || cfg.rows < 1) {
-      std::cerr << "--configs: sessions and rows must be >= 1, cached >= 0\n";
-      return 2;
-    }
-    configs.push_back(cfg);
+  std::string error;
+  const std::vector<Config> configs = ParseConfigs(configs_s, &error);
+  if (!error.empty()) {
+    std::cerr << error << "\n";
+    return 2;
   }
   const bool native = specdec::model::AttentionKernelNative();
   std::mt19937 rng(1);
-  std::normal_distribution<float> normal(0.f, 1.f);
-  auto fill = [&](std::vector<uint16_t>& v, size_t n) {
-    v.resize(n);
-    for (auto& e : v) e = specdec::model::FloatToBf16(normal(rng));
-  };
   std::printf("%8s %6s %5s %10s %12s %12s %14s\n", "sessions", "cached", "rows", "float ms",
               "portable ms", "native ms", "native/float");
   nlohmann::json out = nlohmann::json::array();
   for (const Config& cfg : configs) {
-    const int64_t cap = cfg.past + cfg.rows;
-    std::vector<Layer> ls(layers);
-    for (Layer& l : ls) {
-      for (int s = 0; s < cfg.sessions; ++s) {
-        l.keys.emplace_back();
-        fill(l.keys.back(), static_cast<size_t>(kv_heads) * cap * head_dim);
-        l.values.emplace_back();
-        fill(l.values.back(), static_cast<size_t>(kv_heads) * cap * head_dim);
-        l.new_keys.emplace_back();
-        fill(l.new_keys.back(), static_cast<size_t>(cfg.rows) * kv_heads * head_dim);
-        l.new_values.emplace_back();
-        fill(l.new_values.back(), static_cast<size_t>(cfg.rows) * kv_heads * head_dim);
-        l.q.emplace_back();
-        fill(l.q.back(), static_cast<size_t>(cfg.rows) * heads * head_dim);
-        l.out.emplace_back(static_cast<size_t>(cfg.rows) * heads * head_dim);
-      }
-      for (int s = 0; s < cfg.sessions; ++s) {
-        AttentionSequence a;
-        a.q = l.q[s].data();
-        a.q_row_stride = heads * head_dim;
-        a.out = l.out[s].data();
-        a.out_row_stride = heads * head_dim;
-        a.new_keys = l.new_keys[s].data();
-        a.new_values = l.new_values[s].data();
-        a.keys = l.keys[s].data();
-        a.values = l.values[s].data();
-        a.capacity = cap;
-        a.past = cfg.past;
-        a.n = cfg.rows;
-        l.seqs.push_back(a);
-      }
-    }
-    // One pass: every layer's attention on one path (0 float, 1 portable pairs, 2 native pairs).
-    auto pass = [&](int path) {
-      for (Layer& l : ls) {
-        AttentionProblem p{l.seqs,
-                           heads,
-                           kv_heads,
-                           head_dim,
-                           specdec::model::KernelDType::kBF16,
-                           static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim))),
-                           path != 0};
-        const int64_t items = specdec::model::AttentionWorkItems(p);
-        if (path == 1) {
-          specdec::model::RunAttentionPortable(p, 0, items);
-        } else {
-          specdec::model::RunAttention(p, 0, items);
-        }
-      }
-    };
-    const int paths = native ? 3 : 2;
-    std::vector<std::vector<double>> medians(paths);
-    for (int r = 0; r < rounds; ++r) {
-      for (int path = 0; path < paths; ++path) {
-        pass(path);  // warm
-        std::vector<double> t;
-        for (int k = 0; k < repeats; ++k) {
-          const auto t0 = Clock::now();
-          pass(path);
-          t.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-        }
-        medians[path].push_back(Median(t));
-      }
-    }
+    std::vector<Layer> ls = MakeLayers(cfg, sh, rng);
+    const std::vector<std::vector<double>> medians =
+        TimePaths(ls, sh, native ? 3 : 2, rounds, repeats);
     const double f = Median(medians[0]), po = Median(medians[1]);
     const double na = native ? Median(medians[2]) : 0;
     std::printf("%8d %6d %5d %10.4f %12.4f %12.4f %14.3f\n", cfg.sessions, cfg.past, cfg.rows, f,
@@ -178,9 +202,9 @@ int main(int argc, char** argv) {
   }
   if (!json_path.empty()) {
     std::ofstream f(json_path);
-    f << nlohmann::json{{"layers", layers},      {"heads", heads},   {"kv_heads", kv_heads},
-                        {"head_dim", head_dim},  {"rounds", rounds}, {"repeats", repeats},
-                        {"avx512_bf16", native}, {"results", out}}
+    f << nlohmann::json{{"layers", sh.layers},     {"heads", sh.heads}, {"kv_heads", sh.kv_heads},
+                        {"head_dim", sh.head_dim}, {"rounds", rounds},  {"repeats", repeats},
+                        {"avx512_bf16", native},   {"results", out}}
              .dump(2)
       << "\n";
     if (!f) {
