@@ -105,44 +105,55 @@ void BlockCostModel::ObserveStep(const StepCost& step) {
   }
 }
 
-void BlockCostModel::ObserveAcceptance(int drafted, int accepted, int acceptance_class) {
-  if (drafted <= 0) return;
+void BlockCostModel::Acceptance::Add(double decay, int drafted_tokens, int accepted_tokens,
+                                     int acceptance_class) {
   const size_t c = static_cast<size_t>(std::clamp(acceptance_class, 0, kAcceptanceClasses - 1));
-  std::lock_guard<std::mutex> lock(mu_);
   for (int i = 0; i < kMaxPositions; ++i) {
-    drafted_[c][i] *= options_.decay;
-    accepted_[c][i] *= options_.decay;
-    if (i < drafted) {
-      drafted_[c][i] += 1;
-      if (i < accepted) accepted_[c][i] += 1;
+    drafted[c][i] *= decay;
+    accepted[c][i] *= decay;
+    if (i < drafted_tokens) {
+      drafted[c][i] += 1;
+      if (i < accepted_tokens) accepted[c][i] += 1;
     }
   }
-  ++spec_steps_;
 }
 
-double BlockCostModel::ShareLocked(int position, int acceptance_class, double* weight) const {
+double BlockCostModel::Acceptance::Share(int position, int acceptance_class, double* weight) const {
   *weight = 0;
   if (position < 0 || position >= kMaxPositions) return 0;
   const size_t c = static_cast<size_t>(std::clamp(acceptance_class, 0, kAcceptanceClasses - 1));
   const size_t i = static_cast<size_t>(position);
-  double drafted = drafted_[c][i], accepted = accepted_[c][i];
-  if (drafted <= 1e-9) {  // unmeasured in this class: every class's steps
-    drafted = accepted = 0;
-    for (size_t k = 0; k < drafted_.size(); ++k) {
-      drafted += drafted_[k][i];
-      accepted += accepted_[k][i];
+  double d = drafted[c][i], a = accepted[c][i];
+  if (d <= 1e-9) {  // unmeasured in this class: every class's steps
+    d = a = 0;
+    for (size_t k = 0; k < drafted.size(); ++k) {
+      d += drafted[k][i];
+      a += accepted[k][i];
     }
   }
-  if (drafted <= 1e-9) return 0;
-  *weight = drafted;
-  return accepted / drafted;
+  if (d <= 1e-9) return 0;
+  *weight = d;
+  return a / d;
+}
+
+void BlockCostModel::ObserveAcceptance(int drafted, int accepted, int acceptance_class) {
+  if (drafted <= 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  drafter_acceptance_.Add(options_.decay, drafted, accepted, acceptance_class);
+  ++spec_steps_;
+}
+
+void BlockCostModel::ObserveLookup(int drafted, int accepted, int acceptance_class) {
+  if (drafted <= 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  lookup_acceptance_.Add(options_.decay, drafted, accepted, acceptance_class);
 }
 
 double BlockCostModel::TauLocked(int block, int acceptance_class) const {
   double tau = 1;
   for (int i = 0; i + 1 < block && i < kMaxPositions; ++i) {
     double weight = 0;
-    tau += ShareLocked(i, acceptance_class, &weight);
+    tau += drafter_acceptance_.Share(i, acceptance_class, &weight);
   }
   return tau;
 }
@@ -174,7 +185,12 @@ double BlockCostModel::DrafterlessStepMs(int sessions, int rows) const {
 
 double BlockCostModel::AcceptedShare(int position, int acceptance_class, double* weight) const {
   std::lock_guard<std::mutex> lock(mu_);
-  return ShareLocked(position, acceptance_class, weight);
+  return drafter_acceptance_.Share(position, acceptance_class, weight);
+}
+
+double BlockCostModel::LookupShare(int position, int acceptance_class, double* weight) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return lookup_acceptance_.Share(position, acceptance_class, weight);
 }
 
 double BlockCostModel::Tau(int block, int acceptance_class) const {

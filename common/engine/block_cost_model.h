@@ -69,6 +69,9 @@ class BlockCostModel {
   // A speculative step of a request in `acceptance_class` drafted `drafted` tokens and the target
   // accepted the first `accepted`.
   void ObserveAcceptance(int drafted, int accepted, int acceptance_class);
+  // The same for a prompt-lookup step (its acceptance is the sequence's repetition, not the
+  // drafter's: kept apart).
+  void ObserveLookup(int drafted, int accepted, int acceptance_class);
 
   // Expected tokens a step with block `block` commits in `acceptance_class` (1 for block <= 1).
   double Tau(int block, int acceptance_class) const;
@@ -76,6 +79,8 @@ class BlockCostModel {
   // `acceptance_class` (every class's, where that class has none at this position), with the
   // (decayed) number of such steps in `weight`; 0 and 0 before any.
   double AcceptedShare(int position, int acceptance_class, double* weight) const;
+  // AcceptedShare of prompt-lookup steps.
+  double LookupShare(int position, int acceptance_class, double* weight) const;
   // Expected milliseconds of a step in which `sessions` requests each verify `block` rows
   // (block 1: an AR step); 0 while the model has no pass measured.
   double StepMs(int sessions, int block) const;
@@ -114,9 +119,14 @@ class BlockCostModel {
   struct Mean {
     double w = 0, sum = 0;
   };
+  // Decayed counts of steps that drafted a position and had it accepted, per class.
+  struct Acceptance {
+    std::array<std::array<double, kMaxPositions>, kAcceptanceClasses> drafted{}, accepted{};
+    void Add(double decay, int drafted_tokens, int accepted_tokens, int acceptance_class);
+    // The class's share at `position` (every class's, where the class has none there).
+    double Share(int position, int acceptance_class, double* weight) const;
+  };
   double TauLocked(int block, int acceptance_class) const;
-  // AcceptedShare under mu_.
-  double ShareLocked(int position, int acceptance_class, double* weight) const;
   double StepMsLocked(int sessions, int block) const;
 
   Options options_;
@@ -125,8 +135,7 @@ class BlockCostModel {
   Curve verify_curve_, draft_curve_;
   // Decayed means of wall - pass - draft ms, of AR steps and of drafted steps.
   Mean ar_overhead_, spec_overhead_;
-  // Decayed counts per class and position.
-  std::array<std::array<double, kMaxPositions>, kAcceptanceClasses> drafted_{}, accepted_{};
+  Acceptance drafter_acceptance_, lookup_acceptance_;
   int64_t spec_steps_ = 0;
   int64_t decisions_ = 0;
 };

@@ -23,7 +23,9 @@ BlockCostModel::StepCost StepCostOf(const StepResult& step, StepOrigin origin, b
 void ObserveStepIn(BlockCostModel& model, const StepResult& step, StepOrigin origin, bool first,
                    int acceptance_class) {
   model.ObserveStep(StepCostOf(step, origin, first));
-  if (step.drafted > 0 && origin != StepOrigin::kLookup) {
+  if (origin == StepOrigin::kLookup) {
+    model.ObserveLookup(step.drafted, step.accepted, acceptance_class);
+  } else if (step.drafted > 0) {
     model.ObserveAcceptance(step.drafted, step.accepted, acceptance_class);
   }
 }
@@ -70,10 +72,17 @@ int32_t CostAwareHook::BestBlock(int32_t cap) const {
 double CostAwareHook::PredictedLookupRate(int32_t tokens) const {
   const double ms = model_.DrafterlessStepMs(options_.sessions, tokens + 1);
   if (ms <= 0) return 0;
-  double tau = 1;
+  // Whether a lookup's first token is accepted: this request's lookups and a prior of one step
+  // at the machine's share at this temperature (before any, one accepted step). Whether a
+  // position is accepted once the one before it was: this request's lookups and one step that
+  // accepted it (a repeated stretch tends to go on).
+  double machine_weight = 0;
+  const double first_share = model_.LookupShare(0, acceptance_class_, &machine_weight);
+  double tau = 1, reached = 1;
   for (int i = 0; i < tokens && i < kLookupPositions; ++i) {
-    // The prior: one step that accepted every position.
-    tau += (lookup_accepted_[i] + 1) / (lookup_drafted_[i] + 1);
+    const double prior = i == 0 && machine_weight > 0 ? first_share : 1;
+    reached *= (lookup_accepted_[i] + prior) / (lookup_reached_[i] + 1);
+    tau += reached;
   }
   return tau / ms;
 }
@@ -85,7 +94,7 @@ void CostAwareHook::Follow(const LoopView& view) {
 int32_t CostAwareHook::LookupTokens(const LoopView& view, int32_t available) {
   Follow(view);
   for (int i = 0; i < kLookupPositions; ++i) {
-    lookup_drafted_[i] *= options_.request_decay;
+    lookup_reached_[i] *= options_.request_decay;
     lookup_accepted_[i] *= options_.request_decay;
   }
   const int32_t cap = std::max(2, view.block_size);
@@ -106,9 +115,11 @@ int32_t CostAwareHook::LookupTokens(const LoopView& view, int32_t available) {
   }
   if (lookup_probe_wait_ <= 0) lookup_probe_wait_ = options_.probe_every;
   if (++lookups_declined_ < lookup_probe_wait_) return 0;
-  lookups_declined_ = 0;  // the probe: the whole draft, so that every position stays measured
+  // The probe: the draft's best length, so that this request's acceptance stays measured; none
+  // where even that is predicted far below the alternative (the wait doubles alike).
+  lookups_declined_ = 0;
   lookup_probe_wait_ = std::min(2 * lookup_probe_wait_, options_.max_probe_every);
-  return available;
+  return best_rate >= options_.probe_min_share * alternative ? best : 0;
 }
 
 std::vector<int32_t> CostAwareHook::ExploredBlocks(int32_t cap) {
@@ -207,8 +218,9 @@ void CostAwareHook::Observe(const StepPlan& plan, StepOrigin origin, const StepR
   last_step_end_ = now;
   model_.ObserveStep(cost);
   if (origin == StepOrigin::kLookup) {  // the drafter's acceptance is not this step's
+    model_.ObserveLookup(step.drafted, step.accepted, acceptance_class_);
     for (int i = 0; i < step.drafted && i < kLookupPositions; ++i) {
-      lookup_drafted_[i] += 1;
+      if (i <= step.accepted) lookup_reached_[i] += 1;
       if (i < step.accepted) lookup_accepted_[i] += 1;
     }
     return;

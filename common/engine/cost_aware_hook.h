@@ -15,8 +15,14 @@
 // predicted at under `probe_min_share` of AR's. A prompt-lookup draft is
 // weighed the same way: its first k tokens (the k with the best rate) are verified when
 // tau_lookup(k) / (the cost of a (k+1)-row pass without a drafter) is at least the best candidate's
-// rate, tau_lookup from this request's lookup steps (a prior of one fully accepted step); a request
-// that declined `probe_every` lookups in a row takes the next whole. Every choice is lossless: the
+// rate. tau_lookup = 1 + sum over i < k of the chance that positions 0..i are all accepted, a
+// product of this request's per-position rates given the position before was accepted, each
+// with a prior of one step: for the first position the machine's lookup acceptance at this
+// temperature (BlockCostModel::LookupShare; before any, an accepted step), for the others an
+// accepted step (a repeated stretch tends to go on, and whether the sequence repeats is the
+// request's own, so its steps soon outweigh the priors); a request that declined `probe_every`
+// lookups in a row verifies the next at its best length unless that is predicted at under
+// `probe_min_share` of the alternative (the wait doubles either way). Every choice is lossless: the
 // block only changes how much is drafted, never what is committed.
 #ifndef SPECDEC_COMMON_ENGINE_COST_AWARE_HOOK_H_
 #define SPECDEC_COMMON_ENGINE_COST_AWARE_HOOK_H_
@@ -105,7 +111,9 @@ class CostAwareHook final : public PlanningHook {
   std::array<double, BlockCostModel::kMaxPositions> drafted_{}, accepted_{};  // this request's
   std::vector<float> predicted_;  // BlockPilot's acceptance curve for this request (may be empty)
   static constexpr int kLookupPositions = 16;
-  std::array<double, kLookupPositions> lookup_drafted_{}, lookup_accepted_{};  // this request's
+  // This request's lookup steps (decayed) that drafted a position with every earlier one
+  // accepted, and that had it accepted.
+  std::array<double, kLookupPositions> lookup_reached_{}, lookup_accepted_{};
   int lookups_declined_ = 0;  // lookup drafts declined in a row
   int lookup_probe_wait_ = 0;  // declines before the next lookup probe (0: probe_every)
   int32_t decided_ = 0;     // the block PlanStep chose for the next speculative step (0: none)

@@ -373,11 +373,83 @@ TEST(CostAwareHookTest, ALookupDraftIsVerifiedAsFarAsItPays) {
     observe_lookups(hook, 0);
     std::vector<int32_t> taken;
     for (int i = 0; i < 20; ++i) taken.push_back(hook.LookupTokens(view, 4));
-    // Probes after 4, then 8, then 16 declines while lookups keep failing.
+    // Probes after 4, then 8, then 16 declines while lookups keep failing, each at the draft's
+    // best length (1: a 2-row pass, predicted within half of AR's rate).
     std::vector<int32_t> want(20, 0);
-    want[3] = want[11] = 4;
+    want[3] = want[11] = 1;
     EXPECT_EQ(taken, want);
   }
+  {
+    // A pass costs its rows squared: even a 1-token lookup (a 2-row pass) is predicted far below
+    // AR's rate once lookups fail, so the probes are skipped (their waits still double).
+    auto costly = [](int rows) { return 1.0 * rows * rows; };
+    BlockCostModel m;
+    Measure(m, costly, draft, {0});
+    CostAwareHook hook(m, {.probe_every = 4, .warmup = 0, .explore_every = 1000});
+    for (int i = 0; i < 30; ++i) {
+      hook.Observe(StepPlan{}, StepOrigin::kLookup, Drafted(4, 0, costly(5), 0), true);
+    }
+    std::vector<int32_t> taken;
+    for (int i = 0; i < 20; ++i) taken.push_back(hook.LookupTokens(view, 4));
+    EXPECT_EQ(taken, std::vector<int32_t>(20, 0));
+  }
+}
+
+// A request's lookup prior is the machine's lookup acceptance at its temperature: once lookups
+// have failed for requests at T = 1, a new request at T = 1 declines its first lookup draft,
+// while one at T = 0, whose lookups were accepted, verifies the whole draft.
+TEST(CostAwareHookTest, ARequestsLookupPriorIsTheMachinesAtItsTemperature) {
+  auto verify = [](int rows) { return 1.0 + rows; };
+  auto draft = [](int rows) { return 0.1; };
+  BlockCostModel m;
+  Measure(m, verify, draft, {0});
+  const LoopView greedy{Method::kDflashAdaptive, 100, 16, false, {}, 0.f};
+  const LoopView sampled{Method::kDflashAdaptive, 100, 16, false, {}, 1.f};
+  {
+    CostAwareHook earlier(m, {.warmup = 0, .explore_every = 1000});
+    for (int i = 0; i < 30; ++i) {
+      earlier.LookupTokens(greedy, 4);
+      earlier.Observe(StepPlan{}, StepOrigin::kLookup, Drafted(4, 4, 5.0, 0), true);
+    }
+    CostAwareHook earlier_sampled(m, {.warmup = 0, .explore_every = 1000});
+    for (int i = 0; i < 30; ++i) {
+      earlier_sampled.LookupTokens(sampled, 4);
+      earlier_sampled.Observe(StepPlan{}, StepOrigin::kLookup, Drafted(4, 0, 5.0, 0), true);
+    }
+  }
+  double weight = 0;
+  EXPECT_DOUBLE_EQ(m.LookupShare(0, BlockCostModel::AcceptanceClass(1.0), &weight), 0.0);
+  EXPECT_GT(weight, 0);
+  EXPECT_DOUBLE_EQ(m.LookupShare(0, BlockCostModel::AcceptanceClass(0.0), &weight), 1.0);
+  CostAwareHook at_t1(m, {.warmup = 0, .explore_every = 1000});
+  EXPECT_EQ(at_t1.LookupTokens(sampled, 4), 0);
+  CostAwareHook at_t0(m, {.warmup = 0, .explore_every = 1000});
+  EXPECT_EQ(at_t0.LookupTokens(greedy, 4), 4);
+}
+
+// Past the first position, a lookup's acceptance is the request's own: a request whose lookups
+// were accepted so far verifies the whole next one, although the machine's lookups (half
+// accepted whole, half not at all) accept each position half the time.
+TEST(CostAwareHookTest, ARequestWhoseLookupsRepeatVerifiesThemWhole) {
+  auto verify = [](int rows) { return 1.0 + rows; };
+  auto draft = [](int rows) { return 0.1; };
+  BlockCostModel m;
+  Measure(m, verify, draft, {0});
+  const LoopView view{Method::kDflashAdaptive, 100, 16, false};
+  {
+    CostAwareHook earlier(m, {.warmup = 0, .explore_every = 1000});
+    for (int i = 0; i < 40; ++i) {
+      earlier.Observe(StepPlan{}, StepOrigin::kLookup, Drafted(4, i % 2 == 0 ? 4 : 0, verify(5), 0),
+                      true);
+    }
+  }
+  double weight = 0;
+  EXPECT_NEAR(m.LookupShare(3, 0, &weight), 0.5, 0.05);
+  CostAwareHook hook(m, {.warmup = 0, .explore_every = 1000});
+  for (int i = 0; i < 3; ++i) {
+    hook.Observe(StepPlan{}, StepOrigin::kLookup, Drafted(2, 2, verify(3), 0), true);
+  }
+  EXPECT_EQ(hook.LookupTokens(view, 4), 4);
 }
 
 }  // namespace
