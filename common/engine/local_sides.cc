@@ -72,13 +72,12 @@ class LocalTarget final : public TargetSide {
     for (int32_t i = 0; i < plan.max_tokens; ++i) {
       const auto t0 = SteadyClock::now();
       StepResult step;
-      if (plan.features && feed_ != nullptr) {
-        ASSIGN_OR_RETURN(step, Verify(last, Draft{}, true));
-      } else {
-        ASSIGN_OR_RETURN(int32_t next, session_.Step(last));
-        step.committed = {next};
-        step.verify_ms = MsSince(t0);
-      }
+      at::Tensor features;
+      const bool keep_features = plan.features && feed_ != nullptr;
+      ASSIGN_OR_RETURN(int32_t next, session_.Step(last, keep_features ? &features : nullptr));
+      step.committed = {next};
+      step.verify_ms = MsSince(t0);
+      Feed(features);
       step.wall_ms = step.verify_ms;
       last = step.committed.back();
       if (!sink(std::move(step))) break;

@@ -75,9 +75,12 @@ absl::StatusOr<PrefillOutcome> TargetSession::Prefill(std::span<const int32_t> p
   return FinishPrefill(out[0].logits, out[0].features);
 }
 
-absl::StatusOr<int32_t> TargetSession::Step(int32_t last) {
+absl::StatusOr<int32_t> TargetSession::Step(int32_t last, at::Tensor* features) {
   model::SequenceInput in{cache_.get(), std::span<const int32_t>(&last, 1)};
-  ASSIGN_OR_RETURN(auto out, target_.Forward(std::span<const model::SequenceInput>(&in, 1)));
+  model::ForwardOptions fo;
+  if (features != nullptr) fo.capture_layers = capture_;
+  ASSIGN_OR_RETURN(auto out, target_.Forward(std::span<const model::SequenceInput>(&in, 1), fo));
+  if (features != nullptr) *features = out[0].features;
   std::vector<float> row = ToVector(out[0].logits.select(0, 0));
   return sampling::SampleToken(row, sampling_, rng_);
 }

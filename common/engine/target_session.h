@@ -57,8 +57,10 @@ class TargetSession {
   ~TargetSession();
 
   absl::StatusOr<PrefillOutcome> Prefill(std::span<const int32_t> prompt);
-  // Runs `last` through the target and samples the next token.
-  absl::StatusOr<int32_t> Step(int32_t last);
+  // Runs `last` through the target and samples the next token. With `features`, also returns
+  // `last`'s capture-layer features there (the row a verify of no draft would return, without
+  // its bookkeeping: an AR step of a request whose DFlash drafter may draft later).
+  absl::StatusOr<int32_t> Step(int32_t last, at::Tensor* features = nullptr);
   // Verifies drafts in one forward pass, keeps only row 0 and the accepted rows in the cache.
   absl::StatusOr<VerifyOutcome> Verify(const VerifyRequest& request);
 

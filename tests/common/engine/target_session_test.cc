@@ -111,6 +111,35 @@ TEST(VerifyBatch, EqualsEachSessionVerifiedAlone) {
   }
 }
 
+// An AR step that keeps the features (DFLASH_ADAPTIVE's AR runs) returns the token and the
+// features a verify of no draft returns, greedy and sampled with the same seed, step after step.
+TEST(TargetSession, AStepKeepingFeaturesEqualsAVerifyOfNoDraft) {
+  auto target = Target();
+  for (float temperature : {0.f, 0.9f}) {
+    Case c;
+    c.prompt = {3, 1, 4, 1, 5};
+    c.sampling.temperature = temperature;
+    c.sampling.seed = 23;
+    c.features = true;
+    auto stepped = Prefilled(*target, {c});
+    auto verified = Prefilled(*target, {c});
+    int32_t last = 9;
+    for (int i = 0; i < 6; ++i) {
+      at::Tensor features;
+      SPECDEC_ASSERT_OK_AND_ASSIGN(int32_t next, stepped[0]->Step(last, &features));
+      c.tokens = {last};
+      SPECDEC_ASSERT_OK_AND_ASSIGN(VerifyOutcome want, verified[0]->Verify(Req(c)));
+      ASSERT_EQ(want.committed.size(), 1u);
+      EXPECT_EQ(next, want.committed[0]) << temperature << " step " << i;
+      ASSERT_TRUE(features.defined());
+      EXPECT_EQ(features.sizes(), want.features.sizes());
+      EXPECT_TRUE(at::equal(features, want.features)) << temperature << " step " << i;
+      EXPECT_EQ(stepped[0]->length(), verified[0]->length());
+      last = next;
+    }
+  }
+}
+
 TEST(VerifyBatch, Bf16RowsAreBitForBitThoseOfEachSessionAlone) {
   // Batch invariance: in bf16, with every product on the linear kernel, a session's logits and
   // features do not depend on the sessions batched with it.
