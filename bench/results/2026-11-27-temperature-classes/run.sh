@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # DFLASH_ADAPTIVE against AR in process on the pack, before (BEFORE: a `specdec` binary built
 # from the commit before temperature classes) and after, alternating: T = 1 and T = 0, 1 and 2
-# threads, three rounds; 40 HumanEval prompts and the held-out corpus's 30, 128 tokens.
+# threads, three rounds (ROUNDS=N: N); 40 HumanEval prompts and the held-out corpus's 30, 128
+# tokens.
 #   bash bench/results/2026-11-27-temperature-classes/run.sh OUT BEFORE
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
@@ -9,7 +10,7 @@ out=${1:?usage: run.sh OUT BEFORE}
 before=${2:?usage: run.sh OUT BEFORE}
 mkdir -p "$out"
 P=models/specdec-pycode
-for round in 1 2 3; do
+for round in $(seq "${ROUNDS:-3}"); do
   for t in 1 0; do
     for threads in 1 2; do
       for build in before after; do
