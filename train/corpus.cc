@@ -56,6 +56,97 @@ absl::StatusOr<std::string> ReadAll(const std::string& path) {
   return ss.str();
 }
 
+struct Doc {
+  std::string path, text;
+};
+
+// The files `list` (a dpkg .list file's text) names that BuildCorpus takes: a wanted extension,
+// no excluded part, a regular file and not a link; sorted.
+std::vector<std::string> WantedFiles(const CorpusOptions& o, const std::string& list) {
+  std::vector<std::string> files;
+  std::istringstream in(list);
+  for (std::string f; std::getline(in, f);) {
+    const bool ext_ok = std::any_of(o.extensions.begin(), o.extensions.end(), [&](const auto& e) {
+      return f.size() >= e.size() && f.compare(f.size() - e.size(), e.size(), e) == 0;
+    });
+    const bool excluded = std::any_of(o.exclude.begin(), o.exclude.end(), [&](const auto& x) {
+      return f.find(x) != std::string::npos;
+    });
+    std::error_code ec;
+    if (ext_ok && !excluded && fs::is_regular_file(f, ec) && !fs::is_symlink(f, ec)) {
+      files.push_back(f);
+    }
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// The split of every document read so far.
+struct Split {
+  std::vector<Doc> train, heldout;
+  std::set<uint64_t> seen;  // hashes of the texts kept (duplicates are skipped)
+};
+
+// Reads installed package `pkg`'s wanted files into `split` (counting what it skips in
+// `stats`) and returns its entry of sources.json.
+absl::StatusOr<nlohmann::json> CollectPackage(const CorpusOptions& o, const std::string& pkg,
+                                              const std::string& status_text, Split& split,
+                                              CorpusStats& stats) {
+  const std::string version = InstalledVersion(status_text, pkg);
+  std::string list_path;
+  for (const std::string& name : {pkg + ".list", pkg + ":amd64.list", pkg + ":all.list"}) {
+    if (fs::exists(o.dpkg_dir + "/info/" + name)) list_path = o.dpkg_dir + "/info/" + name;
+  }
+  if (version.empty() || list_path.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("package '", pkg, "' is not installed; run: apt-get install -y ", pkg));
+  }
+  ASSIGN_OR_RETURN(std::string list, ReadAll(list_path));
+  int64_t kept = 0, bytes = 0;
+  for (const std::string& f : WantedFiles(o, list)) {
+    std::error_code ec;
+    if (static_cast<int64_t>(fs::file_size(f, ec)) > o.max_file_bytes) {
+      ++stats.skipped_too_large;
+      continue;
+    }
+    auto text = ReadAll(f);
+    if (!text.ok() || text->empty()) continue;
+    if (!tokenizer::IsValidUtf8(*text)) {
+      ++stats.skipped_not_utf8;
+      continue;
+    }
+    if (!split.seen.insert(Fnv1a(*text, 0)).second) {
+      ++stats.skipped_duplicate;
+      continue;
+    }
+    const bool held =
+        static_cast<double>(Fnv1a(f, o.seed + 1) % 1000000) / 1e6 < o.heldout_fraction;
+    (held ? split.heldout : split.train).push_back({f, *text});
+    ++kept;
+    bytes += static_cast<int64_t>(text->size());
+  }
+  const std::string copyright = "/usr/share/doc/" + pkg + "/copyright";
+  return nlohmann::json{{"package", pkg},
+                        {"version", version},
+                        {"copyright", fs::exists(copyright) ? copyright : ""},
+                        {"files", kept},
+                        {"bytes", bytes}};
+}
+
+// Writes `docs`, sorted by path, as JSON lines {"path", "text"} to `path`, counting them.
+absl::Status WriteDocs(const std::string& path, std::vector<Doc>& docs, int64_t* n_files,
+                       int64_t* n_bytes) {
+  std::sort(docs.begin(), docs.end(), [](const Doc& a, const Doc& b) { return a.path < b.path; });
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return absl::PermissionDeniedError(absl::StrCat(path, ": cannot write"));
+  for (const Doc& d : docs) {
+    out << nlohmann::json({{"path", d.path}, {"text", d.text}}).dump() << "\n";
+    ++*n_files;
+    *n_bytes += static_cast<int64_t>(d.text.size());
+  }
+  return out ? absl::OkStatus() : absl::DataLossError(path + ": write failed");
+}
+
 }  // namespace
 
 absl::StatusOr<CorpusStats> BuildCorpus(const CorpusOptions& o) {
@@ -66,84 +157,19 @@ absl::StatusOr<CorpusStats> BuildCorpus(const CorpusOptions& o) {
     return absl::InvalidArgumentError("heldout_fraction must be in [0, 1)");
   }
   ASSIGN_OR_RETURN(std::string status_text, ReadAll(o.dpkg_dir + "/status"));
-  struct Doc {
-    std::string path, text;
-  };
-  std::vector<Doc> train, heldout;
-  std::set<uint64_t> seen;
+  Split split;
   CorpusStats stats;
   nlohmann::json sources = nlohmann::json::array();
   for (const std::string& pkg : o.packages) {
-    const std::string version = InstalledVersion(status_text, pkg);
-    std::string list_path;
-    for (const std::string& name : {pkg + ".list", pkg + ":amd64.list", pkg + ":all.list"}) {
-      if (fs::exists(o.dpkg_dir + "/info/" + name)) list_path = o.dpkg_dir + "/info/" + name;
-    }
-    if (version.empty() || list_path.empty()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "package '", pkg, "' is not installed; run: apt-get install -y ", pkg));
-    }
-    ASSIGN_OR_RETURN(std::string list, ReadAll(list_path));
-    std::vector<std::string> files;
-    std::istringstream in(list);
-    for (std::string f; std::getline(in, f);) {
-      const bool ext_ok = std::any_of(o.extensions.begin(), o.extensions.end(), [&](const auto& e) {
-        return f.size() >= e.size() && f.compare(f.size() - e.size(), e.size(), e) == 0;
-      });
-      const bool excluded = std::any_of(o.exclude.begin(), o.exclude.end(),
-                                        [&](const auto& x) { return f.find(x) != std::string::npos; });
-      std::error_code ec;
-      if (ext_ok && !excluded && fs::is_regular_file(f, ec) && !fs::is_symlink(f, ec)) {
-        files.push_back(f);
-      }
-    }
-    std::sort(files.begin(), files.end());
-    int64_t kept = 0, bytes = 0;
-    for (const std::string& f : files) {
-      std::error_code ec;
-      if (static_cast<int64_t>(fs::file_size(f, ec)) > o.max_file_bytes) {
-        ++stats.skipped_too_large;
-        continue;
-      }
-      auto text = ReadAll(f);
-      if (!text.ok() || text->empty()) continue;
-      if (!tokenizer::IsValidUtf8(*text)) {
-        ++stats.skipped_not_utf8;
-        continue;
-      }
-      if (!seen.insert(Fnv1a(*text, 0)).second) {
-        ++stats.skipped_duplicate;
-        continue;
-      }
-      const bool held = static_cast<double>(Fnv1a(f, o.seed + 1) % 1000000) / 1e6 <
-                        o.heldout_fraction;
-      (held ? heldout : train).push_back({f, *text});
-      ++kept;
-      bytes += static_cast<int64_t>(text->size());
-    }
-    const std::string copyright = "/usr/share/doc/" + pkg + "/copyright";
-    sources.push_back({{"package", pkg},
-                       {"version", version},
-                       {"copyright", fs::exists(copyright) ? copyright : ""},
-                       {"files", kept},
-                       {"bytes", bytes}});
+    ASSIGN_OR_RETURN(nlohmann::json source, CollectPackage(o, pkg, status_text, split, stats));
+    sources.push_back(std::move(source));
   }
   std::error_code ec;
   fs::create_directories(o.out_dir, ec);
-  auto write = [&](const std::string& name, std::vector<Doc>& docs, int64_t* n_files,
-                   int64_t* n_bytes) -> absl::Status {
-    std::sort(docs.begin(), docs.end(), [](const Doc& a, const Doc& b) { return a.path < b.path; });
-    std::ofstream out(o.out_dir + "/" + name, std::ios::binary | std::ios::trunc);
-    if (!out) return absl::PermissionDeniedError(absl::StrCat(o.out_dir, "/", name, ": cannot write"));
-    for (const Doc& d : docs) {
-      out << nlohmann::json({{"path", d.path}, {"text", d.text}}).dump() << "\n";
-      ++*n_files;
-      *n_bytes += static_cast<int64_t>(d.text.size());
-    }
-    return out ? absl::OkStatus() : absl::DataLossError(name + ": write failed");
-  };
-  RETURN_IF_ERROR(write("train.jsonl", train, &stats.train_files, &stats.train_bytes));
-  RETURN_IF_ERROR(write("heldout.jsonl", heldout, &stats.heldout_files, &stats.heldout_bytes));
+  RETURN_IF_ERROR(
+      WriteDocs(o.out_dir + "/train.jsonl", split.train, &stats.train_files, &stats.train_bytes));
+  RETURN_IF_ERROR(WriteDocs(o.out_dir + "/heldout.jsonl", split.heldout, &stats.heldout_files,
+                            &stats.heldout_bytes));
   nlohmann::json summary = {
       {"sources", sources},
       {"extensions", o.extensions},

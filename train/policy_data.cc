@@ -106,6 +106,100 @@ std::string PartPath(const std::string& dir, int64_t part) {
   return absl::StrFormat("%s/part-%05d.safetensors", dir, part);
 }
 
+// The prompts as (start, length) in the token file of `num_ids` tokens, fixed by the seed, so
+// that a resumed run recomputes exactly the missing parts.
+std::vector<std::pair<int64_t, int64_t>> SamplePrompts(const PolicyDataOptions& o, size_t num_ids) {
+  std::mt19937_64 rng(o.seed);
+  std::uniform_int_distribution<int64_t> len_dist(o.min_prompt_len, o.max_prompt_len);
+  std::vector<std::pair<int64_t, int64_t>> prompts;
+  for (int64_t i = 0; i < o.num_prompts; ++i) {
+    const int64_t len = len_dist(rng);
+    std::uniform_int_distribution<int64_t> start(0, static_cast<int64_t>(num_ids) - len);
+    prompts.emplace_back(start(rng), len);
+  }
+  return prompts;
+}
+
+// meta.json: how the labels were made (`specdec train policy` reads the temperature from it).
+nlohmann::json PolicyDataMeta(const PolicyDataOptions& o, const LabelPlan& plan,
+                              int32_t training_block, int64_t vocab) {
+  nlohmann::json meta = {{"labels", o.labels},
+                         {"training_block_size", training_block},
+                         {"vocab_size", vocab},
+                         {"num_prompts", o.num_prompts},
+                         {"part_size", o.part_size},
+                         {"max_new_tokens", o.max_new_tokens},
+                         {"temperature", o.temperature},
+                         {"min_prompt_len", o.min_prompt_len},
+                         {"max_prompt_len", o.max_prompt_len},
+                         {"prompt_tokens", o.prompt_tokens},
+                         {"target", o.target_dir},
+                         {"dflash", o.dflash_dir},
+                         {"seed", o.seed}};
+  if (plan.acceptance) {
+    meta["positions"] = plan.width;
+    meta["max_block"] = plan.blocks[0];
+  } else {
+    meta["block_sizes"] = plan.blocks;
+  }
+  return meta;
+}
+
+// Everything one part's prompts share.
+struct PartJob {
+  const engine::EngineModels& models;
+  const std::vector<int32_t>& ids;
+  const std::vector<std::pair<int64_t, int64_t>>& prompts;
+  const PolicyDataOptions& o;
+  const LabelPlan& plan;
+  int workers = 1;
+  int64_t vocab = 0;
+};
+
+// The labels of prompts [begin, end), labelled by `job.workers` threads, as the part's tensors.
+absl::StatusOr<TensorMap> LabelPart(const PartJob& job, int64_t begin, int64_t end,
+                                    Progress& progress) {
+  const int64_t n = end - begin;
+  at::Tensor logits = at::zeros({n, job.vocab}, at::kFloat);
+  at::Tensor values = at::zeros({n, job.plan.width}, at::kFloat);
+  at::Tensor weights = at::zeros({n, job.plan.width}, at::kFloat);
+  at::Tensor lens = at::zeros({n}, at::kLong);
+  std::atomic<int64_t> next{0};
+  std::mutex mu;
+  absl::Status error;
+  std::vector<std::thread> pool;
+  for (int w = 0; w < job.workers; ++w) {
+    pool.emplace_back([&] {
+      at::NoGradGuard no_grad;
+      for (int64_t i = next++; i < n; i = next++) {
+        const auto [start, len] = job.prompts[begin + i];
+        std::span<const int32_t> prompt(job.ids.data() + start, static_cast<size_t>(len));
+        auto labels = LabelPrompt(job.models, prompt, job.o, job.plan, job.o.seed + begin + i);
+        std::lock_guard lock(mu);
+        if (!labels.ok()) {
+          error = labels.status();
+          return;
+        }
+        logits[i].copy_(labels->logits);
+        values[i].copy_(at::tensor(labels->values));
+        weights[i].copy_(at::tensor(labels->weights));
+        lens[i] = len;
+        progress.Update(begin + next.load(), "");
+      }
+    });
+  }
+  for (auto& t : pool) t.join();
+  RETURN_IF_ERROR(error);
+  TensorMap m = {{"logits", logits}, {"prompt_lens", lens}};
+  if (job.plan.acceptance) {
+    m.emplace("acceptance", values);
+    m.emplace("drafted", weights);
+  } else {
+    m.emplace("taus", values);
+  }
+  return m;
+}
+
 }  // namespace
 
 absl::Status MakePolicyData(const PolicyDataOptions& o) {
@@ -123,36 +217,11 @@ absl::Status MakePolicyData(const PolicyDataOptions& o) {
   }
   const int32_t big_b = drafter->config().block_size;
   ASSIGN_OR_RETURN(const LabelPlan plan, PlanLabels(o, big_b));
-  // Prompts are fixed by the seed, so a resumed run recomputes exactly the missing parts.
-  std::mt19937_64 rng(o.seed);
-  std::uniform_int_distribution<int64_t> len_dist(o.min_prompt_len, o.max_prompt_len);
-  std::vector<std::pair<int64_t, int64_t>> prompts;  // (start, len)
-  for (int64_t i = 0; i < o.num_prompts; ++i) {
-    const int64_t len = len_dist(rng);
-    std::uniform_int_distribution<int64_t> start(0, static_cast<int64_t>(ids.size()) - len);
-    prompts.emplace_back(start(rng), len);
-  }
+  const std::vector<std::pair<int64_t, int64_t>> prompts = SamplePrompts(o, ids.size());
+  const int64_t vocab = target->config().vocab_size;
   std::filesystem::create_directories(o.out_dir);
-  nlohmann::json meta = {{"labels", o.labels},
-                         {"training_block_size", big_b},
-                         {"vocab_size", target->config().vocab_size},
-                         {"num_prompts", o.num_prompts},
-                         {"part_size", o.part_size},
-                         {"max_new_tokens", o.max_new_tokens},
-                         {"temperature", o.temperature},
-                         {"min_prompt_len", o.min_prompt_len},
-                         {"max_prompt_len", o.max_prompt_len},
-                         {"prompt_tokens", o.prompt_tokens},
-                         {"target", o.target_dir},
-                         {"dflash", o.dflash_dir},
-                         {"seed", o.seed}};
-  if (plan.acceptance) {
-    meta["positions"] = plan.width;
-    meta["max_block"] = plan.blocks[0];
-  } else {
-    meta["block_sizes"] = plan.blocks;
-  }
-  RETURN_IF_ERROR(WriteTextFile(o.out_dir + "/meta.json", meta.dump(2)));
+  RETURN_IF_ERROR(
+      WriteTextFile(o.out_dir + "/meta.json", PolicyDataMeta(o, plan, big_b, vocab).dump(2)));
 
   engine::EngineModels models;
   models.target = target.get();
@@ -160,51 +229,14 @@ absl::Status MakePolicyData(const PolicyDataOptions& o) {
   const int workers = o.workers > 0
                           ? o.workers
                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const PartJob job{models, ids, prompts, o, plan, workers, vocab};
   const int64_t parts = (o.num_prompts + o.part_size - 1) / o.part_size;
-  const int64_t vocab = target->config().vocab_size;
   Progress progress("policy-data", o.num_prompts);
   for (int64_t part = 0; part < parts; ++part) {
     const std::string path = PartPath(o.out_dir, part);
-    const int64_t begin = part * o.part_size, end = std::min(o.num_prompts, begin + o.part_size);
     if (std::filesystem::exists(path)) continue;  // done in an earlier run
-    const int64_t n = end - begin;
-    at::Tensor logits = at::zeros({n, vocab}, at::kFloat);
-    at::Tensor values = at::zeros({n, plan.width}, at::kFloat);
-    at::Tensor weights = at::zeros({n, plan.width}, at::kFloat);
-    at::Tensor lens = at::zeros({n}, at::kLong);
-    std::atomic<int64_t> next{0};
-    std::mutex mu;
-    absl::Status error;
-    std::vector<std::thread> pool;
-    for (int w = 0; w < workers; ++w) {
-      pool.emplace_back([&] {
-        at::NoGradGuard no_grad;
-        for (int64_t i = next++; i < n; i = next++) {
-          const auto [start, len] = prompts[begin + i];
-          std::span<const int32_t> prompt(ids.data() + start, static_cast<size_t>(len));
-          auto labels = LabelPrompt(models, prompt, o, plan, o.seed + begin + i);
-          std::lock_guard lock(mu);
-          if (!labels.ok()) {
-            error = labels.status();
-            return;
-          }
-          logits[i].copy_(labels->logits);
-          values[i].copy_(at::tensor(labels->values));
-          weights[i].copy_(at::tensor(labels->weights));
-          lens[i] = len;
-          progress.Update(begin + next.load(), "");
-        }
-      });
-    }
-    for (auto& t : pool) t.join();
-    RETURN_IF_ERROR(error);
-    TensorMap m = {{"logits", logits}, {"prompt_lens", lens}};
-    if (plan.acceptance) {
-      m.emplace("acceptance", values);
-      m.emplace("drafted", weights);
-    } else {
-      m.emplace("taus", values);
-    }
+    const int64_t begin = part * o.part_size, end = std::min(o.num_prompts, begin + o.part_size);
+    ASSIGN_OR_RETURN(TensorMap m, LabelPart(job, begin, end, progress));
     RETURN_IF_ERROR(SaveTensorMap(path, m));
   }
   progress.Finish(absl::StrCat(parts, " parts in ", o.out_dir));
