@@ -7,22 +7,24 @@ namespace specdec::engine {
 
 BlockCostModel::StepCost StepCostOf(const StepResult& step, StepOrigin origin, bool first) {
   // A lookup step's draft cost nothing the drafter's would: only its target pass is measured.
-  const bool drafted = step.drafted > 0 && origin != StepOrigin::kLookup;
+  const bool lookup = origin == StepOrigin::kLookup || origin == StepOrigin::kLookupRun;
+  const bool drafted = step.drafted > 0 && !lookup;
   BlockCostModel::StepCost c;
   c.sessions = std::max(1, step.batch_size);
   c.pass_rows = step.pass_rows > 0 ? step.pass_rows : step.drafted + 1;
   c.pass_ms = step.pass_ms > 0 ? step.pass_ms : step.verify_ms;
   c.draft_rows = !drafted ? 0 : step.draft_rows > 0 ? step.draft_rows : step.drafted + 1;
   c.draft_ms = drafted ? step.draft_ms : 0;
-  c.wall_ms = (first && origin != StepOrigin::kDrafted) || origin == StepOrigin::kLookup
-                  ? -1.0
-                  : step.wall_ms;
+  c.wall_ms = (first && origin != StepOrigin::kDrafted) || lookup ? -1.0 : step.wall_ms;
   return c;
 }
 
 void ObserveStepIn(BlockCostModel& model, const StepResult& step, StepOrigin origin, bool first,
                    int acceptance_class) {
   model.ObserveStep(StepCostOf(step, origin, first));
+  // NGRAM's lookups (suffixes down to 1 token) are not DFLASH_ADAPTIVE's: their acceptance is
+  // neither the drafter's nor its lookups' prior.
+  if (origin == StepOrigin::kLookupRun) return;
   if (origin == StepOrigin::kLookup) {
     model.ObserveLookup(step.drafted, step.accepted, acceptance_class);
   } else if (step.drafted > 0) {

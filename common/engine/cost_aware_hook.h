@@ -42,8 +42,8 @@ namespace specdec::engine {
 // else the step's own rows and times; a run's first step has no wall time (it includes the
 // run's round trip).
 BlockCostModel::StepCost StepCostOf(const StepResult& step, StepOrigin origin, bool first);
-// Feeds one step of a request in `acceptance_class` into `model`: its costs and, when it drafted,
-// its acceptance.
+// Feeds one step of a request in `acceptance_class` into `model`: its costs and, when the drafter
+// or DFLASH_ADAPTIVE's lookup drafted it, its acceptance.
 void ObserveStepIn(BlockCostModel& model, const StepResult& step, StepOrigin origin, bool first,
                    int acceptance_class);
 

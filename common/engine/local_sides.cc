@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/engine/draft_session.h"
-#include "common/engine/ngram_drafter.h"
+#include "common/engine/prompt_lookup.h"
 #include "common/engine/target_session.h"
 #include "common/model/block_pilot.h"
 #include "common/model/dflash_drafter.h"
@@ -23,16 +23,19 @@ std::vector<float> ToVector(const at::Tensor& t) {
 }
 
 // The target session; with `feed`, every committed row's features go to the DFlash drafter's
-// session as they are computed.
+// session as they are computed. It keeps the cached sequence for lookup runs.
 class LocalTarget final : public TargetSide {
  public:
   LocalTarget(const model::Transformer& target, const sampling::SamplingParams& sampling,
               std::vector<int64_t> capture, DFlashDraftSession* feed)
-      : session_(target, sampling, std::move(capture)), feed_(feed) {}
+      : session_(target, sampling, std::move(capture)),
+        feed_(feed),
+        max_context_(target.max_context()) {}
 
   absl::StatusOr<PrefillResult> Prefill(std::span<const int32_t> prompt,
                                         bool want_logits) override {
     ASSIGN_OR_RETURN(PrefillOutcome out, session_.Prefill(prompt));
+    sequence_.assign(prompt.begin(), prompt.end());
     Feed(out.features);
     PrefillResult r;
     r.first_token = out.first_token;
@@ -60,6 +63,7 @@ class LocalTarget final : public TargetSide {
     step.committed = std::move(out.committed);
     step.drafted = static_cast<int32_t>(draft.tokens.size());
     step.accepted = out.result.num_accepted;
+    Keep(last, step.committed);
     Feed(out.features);
     return step;
   }
@@ -69,16 +73,9 @@ class LocalTarget final : public TargetSide {
       return absl::FailedPreconditionError("the in-process target hosts no drafter");
     }
     const auto begun = SteadyClock::now();
-    for (int32_t i = 0; i < plan.max_tokens; ++i) {
-      const auto t0 = SteadyClock::now();
-      StepResult step;
-      at::Tensor features;
-      const bool keep_features = plan.features && feed_ != nullptr;
-      ASSIGN_OR_RETURN(int32_t next, session_.Step(last, keep_features ? &features : nullptr));
-      step.committed = {next};
-      step.verify_ms = MsSince(t0);
-      Feed(features);
-      step.wall_ms = step.verify_ms;
+    for (int32_t done = 0; done < plan.max_tokens;) {
+      ASSIGN_OR_RETURN(StepResult step, RunStep(last, plan, plan.max_tokens - done));
+      done += static_cast<int32_t>(step.committed.size());
       last = step.committed.back();
       if (!sink(std::move(step))) break;
       if (plan.max_ms > 0 && MsSince(begun) >= plan.max_ms) break;
@@ -87,12 +84,51 @@ class LocalTarget final : public TargetSide {
   }
 
  private:
+  // One step of a run that may commit `left` tokens: a lookup draft's verify where the plan
+  // looks up and the sequence repeats, else a single-row step.
+  absl::StatusOr<StepResult> RunStep(int32_t last, const RunPlan& plan, int32_t left) {
+    if (plan.lookup_tokens > 0) {
+      sequence_.push_back(last);
+      Draft d;
+      d.tokens = LookupRunDraft(sequence_, plan.lookup_tokens, left, max_context_);
+      sequence_.pop_back();
+      if (!d.tokens.empty()) {
+        d.proposal = Proposal::kOneHot;
+        d.positions = static_cast<int32_t>(d.tokens.size());
+        ASSIGN_OR_RETURN(StepResult step, Verify(last, d, plan.features));
+        step.positions = d.positions;
+        step.wall_ms = step.verify_ms;
+        return step;
+      }
+    }
+    const auto t0 = SteadyClock::now();
+    StepResult step;
+    at::Tensor features;
+    const bool keep_features = plan.features && feed_ != nullptr;
+    ASSIGN_OR_RETURN(int32_t next, session_.Step(last, keep_features ? &features : nullptr));
+    step.committed = {next};
+    step.verify_ms = MsSince(t0);
+    Keep(last, step.committed);
+    Feed(features);
+    step.wall_ms = step.verify_ms;
+    return step;
+  }
+
+  // After a step: the cache holds row 0 and the accepted rows (all committed tokens but the
+  // last, which is the next step's row 0).
+  void Keep(int32_t last, const std::vector<int32_t>& committed) {
+    sequence_.push_back(last);
+    sequence_.insert(sequence_.end(), committed.begin(), committed.end() - 1);
+  }
+
   void Feed(const at::Tensor& features) {
     if (feed_ != nullptr && features.defined()) feed_->Extend(features);
   }
 
   TargetSession session_;
   DFlashDraftSession* feed_;
+  const int64_t max_context_;
+  std::vector<int32_t> sequence_;  // the cached tokens
 };
 
 // The small autoregressive draft model: chains (DRAFT_CHAIN) or DySpec trees (DYSPEC_TREE).
@@ -220,8 +256,6 @@ LocalSides::LocalSides(const EngineModels& models, const DecodeOptions& options)
     s.drafter =
         std::make_unique<LocalDflashDrafter>(s.dflash.get(), models.dflash->config().block_size);
     if (models.policy != nullptr) s.policy = std::make_unique<LocalBlockPolicy>(*models.policy);
-  } else if (options.method == Method::kNgram) {
-    s.drafter = std::make_unique<NgramDrafter>();
   } else if (options.method != Method::kAr && models.draft_lm != nullptr) {
     s.drafter = std::make_unique<LocalArDrafter>(*models.draft_lm, options);
   }

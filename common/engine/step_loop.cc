@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/engine/block_cost_model.h"
-#include "common/engine/ngram_drafter.h"
+#include "common/engine/prompt_lookup.h"
 #include "common/engine/request_limits.h"
 #include "common/engine/stop_rule.h"
 #include "common/util/clock.h"
@@ -115,6 +115,7 @@ class StepLoop {
     if (!plan.speculate) {
       return RunAr(std::min({plan.run_tokens, left, kMaxRunTokens}), plan.run_max_ms, true, &plan);
     }
+    if (options_.method == Method::kNgram) return RunLookups(plan);
     if (!speculation_started_) {
       StartSpeculation();
       if (!MaySpeculate()) return absl::OkStatus();  // the drafter is gone: the rest runs as AR
@@ -194,6 +195,15 @@ class StepLoop {
     return RunOnTarget(run, &plan, StepOrigin::kTargetDraftedRun);
   }
 
+  // NGRAM: a run in which the target drafts every step by prompt lookup (prompt_lookup.h).
+  absl::Status RunLookups(const StepPlan& plan) {
+    RunPlan run;
+    run.max_tokens = std::min({plan.run_tokens, stop_.tokens_left(), kMaxRunTokens});
+    run.lookup_tokens = options_.draft_length;
+    run.max_ms = plan.run_max_ms;
+    return RunOnTarget(run, &plan, StepOrigin::kLookupRun);
+  }
+
   int32_t BlockOfStep() {
     const int32_t b =
         parts_.hook ? parts_.hook->ChooseBlock(View(), stats_.block_size) : stats_.block_size;
@@ -266,7 +276,7 @@ class StepLoop {
     const int32_t length = static_cast<int32_t>(std::min<int64_t>(
         {options_.draft_length, left - 1, parts_.max_context - CacheLength() - 1}));
     Draft d;
-    d.tokens = NgramDrafter::Lookup(history_, kLookupMaxN, kLookupMinN, length);
+    d.tokens = PromptLookup(history_, kLookupMaxN, kLookupMinN, length);
     if (static_cast<int32_t>(d.tokens.size()) < kMinLookupTokens) return {};
     d.proposal = Proposal::kOneHot;
     d.positions = static_cast<int32_t>(d.tokens.size());

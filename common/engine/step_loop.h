@@ -79,6 +79,9 @@ struct RunPlan {
   int32_t block_size = 0;  // >= 2: hosted drafting with blocks of this many rows
   double max_ms = 0;       // > 0: the run ends after the first step ending this long after it began
   bool features = false;   // keep the committed rows' features for the drafter side
+  // > 0 (NGRAM, with block_size 0): before each step the target drafts up to this many tokens by
+  // prompt lookup on the sequence it holds (LookupRunDraft) and verifies them one-hot.
+  int32_t lookup_tokens = 0;
   std::span<const int32_t> stop_token_ids;  // the run ends after committing one of these
 };
 // Takes one step of a run; false ends the run.
@@ -136,7 +139,8 @@ class BlockPolicy {
 // Where a step came from, for planning hooks that measure steps.
 // kLookup: a DFLASH_ADAPTIVE step whose draft came from prompt lookup, not the drafter (its
 // target pass is measured; its drafting and acceptance say nothing of the drafter's).
-enum class StepOrigin { kArRun, kTargetDraftedRun, kDrafted, kLookup };
+// kLookupRun: a step of an NGRAM run, drafted by prompt lookup in the target (RunPlan).
+enum class StepOrigin { kArRun, kTargetDraftedRun, kDrafted, kLookup, kLookupRun };
 
 // The loop's state as a planning hook sees it.
 struct LoopView {
@@ -194,9 +198,9 @@ struct StepInfo {
 using CommitCallback = std::function<void(std::span<const int32_t> tokens, const StepInfo& step)>;
 
 // The sides and hooks of one request. `target` is required; a speculative method needs
-// `drafter` unless the target hosts a drafter (else it runs as AR, with drafter_fallback and
-// `drafter_unavailable` as the note); `policy` is optional (DFLASH_ADAPTIVE then uses the
-// training block size).
+// `drafter` unless the target drafts (a hosted drafter; NGRAM's lookup runs); without one it
+// runs as AR, with drafter_fallback and `drafter_unavailable` as the note. `policy` is optional
+// (DFLASH_ADAPTIVE then uses the training block size).
 struct LoopParts {
   TargetSide* target = nullptr;
   DrafterSide* drafter = nullptr;

@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "common/engine/ngram_drafter.h"
 #include "common/util/clock.h"
 #include "common/util/status_macros.h"
 #include "services/common/tensor_proto.h"
@@ -181,7 +180,9 @@ absl::Status RemoteTarget::Run(int32_t last, const engine::RunPlan& plan,
     sink(std::move(step));
     return absl::OkStatus();
   }
-  const char* what = plan.block_size > 0 ? "target speculative run" : "target run";
+  const char* what = plan.block_size > 0      ? "target speculative run"
+                     : plan.lookup_tokens > 0 ? "target lookup run"
+                                              : "target run";
   v1::TargetRequest r;
   v1::TargetRun* run = r.mutable_run();
   run->set_handle(handle_);
@@ -191,6 +192,7 @@ absl::Status RemoteTarget::Run(int32_t last, const engine::RunPlan& plan,
   run->set_draft_block_size(plan.block_size);
   run->set_max_ms(static_cast<float>(plan.max_ms));
   run->set_return_features(plan.features);
+  run->set_lookup_tokens(plan.lookup_tokens);
   auto t0 = SteadyClock::now();
   if (absl::Status s = client_->Send(r, what); !s.ok()) return Failed(s);
   while (true) {
@@ -335,10 +337,9 @@ RemoteSides ConnectSides(Backends& backends, CallScope scope,
                          const engine::DecodeOptions& options) {
   RemoteSides sides;
   const bool dflash = engine::IsDflash(options.method);
-  if (options.method == engine::Method::kNgram) {
+  if (options.method == engine::Method::kNgram) {  // the target drafts: lookup runs
     sides.target =
         std::make_unique<RemoteTarget>(backends, scope, options, std::vector<int64_t>(), false);
-    sides.drafter = std::make_unique<engine::NgramDrafter>();
     return sides;
   }
   const bool try_hosted = dflash && backends.TargetDrafting();

@@ -97,11 +97,11 @@ class RemotePolicy final : public engine::BlockPolicy {
 
 // The sides of one request: a target replica is picked at prefill; the drafter replica is picked
 // first (DFlash's prefill captures the layers its drafter reads) unless every target replica
-// hosts a drafter; NGRAM drafts in the router (engine::NgramDrafter). `drafter_unavailable` says
-// why there is no drafter when a method needs one.
+// hosts a drafter; NGRAM needs none (the target drafts by prompt lookup in its runs).
+// `drafter_unavailable` says why there is no drafter when a method needs one.
 struct RemoteSides {
   std::unique_ptr<RemoteTarget> target;
-  std::unique_ptr<engine::DrafterSide> drafter;  // a drafter service's, or NGRAM's own
+  std::unique_ptr<engine::DrafterSide> drafter;  // a drafter service's
   std::unique_ptr<RemotePolicy> policy;
   absl::Status drafter_unavailable = absl::UnavailableError("no drafter service is configured");
 };

@@ -20,6 +20,17 @@ absl::Status ValidateRun(const v1::TargetRun& run) {
         absl::StrCat("run.draft_block_size must be 0 (AR steps) or in [", engine::kMinBlockSize,
                      ", ", engine::kMaxBlockSize, "], got ", run.draft_block_size()));
   }
+  if (run.lookup_tokens() != 0 &&
+      (run.lookup_tokens() < 1 || run.lookup_tokens() > engine::kMaxDraftLength)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("run.lookup_tokens must be 0 (no lookup) or in [1, ", engine::kMaxDraftLength,
+                     "], got ", run.lookup_tokens()));
+  }
+  if (run.lookup_tokens() != 0 && run.draft_block_size() != 0) {
+    return absl::InvalidArgumentError(
+        "run.lookup_tokens: a run drafts by prompt lookup or with the hosted drafter "
+        "(draft_block_size), not both");
+  }
   if (!std::isfinite(run.max_ms()) || run.max_ms() < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "run.max_ms must be a finite number of milliseconds >= 0 (0: no time bound), got ",

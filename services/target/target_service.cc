@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/engine/draft_session.h"
+#include "common/engine/prompt_lookup.h"
 #include "common/engine/request_limits.h"
 #include "common/engine/stop_rule.h"
 #include "common/engine/target_session.h"
@@ -66,6 +67,7 @@ const char* OpName(v1::TargetRequest::OpCase op) {
 struct TargetEntry {
   std::unique_ptr<engine::TargetSession> target;
   std::unique_ptr<engine::DFlashDraftSession> draft;
+  std::vector<int32_t> tokens;  // the cached sequence, for lookup runs (TargetRun.lookup_tokens)
 };
 
 // Owns the model and the handles; runs every operation on the session loop's thread.
@@ -259,6 +261,7 @@ class TargetCore {
     }
     const v1::TargetPrefill& p = *pp.request;
     TargetEntry* e = pp.entry;
+    e->tokens = pp.tokens;
     if (e->draft) e->draft->Extend(out->features);
     auto* res = resp->mutable_prefill();
     FillHandle(pp.id, *e, res->mutable_handle());
@@ -292,6 +295,7 @@ class TargetCore {
     engine::VerifyRequest req;
     bool return_features = false;  // the client asked for them (hosted drafting always takes them)
     int32_t draft_rows = 0;        // rows to verify with a hosted draft block (>= 2), else 0
+    bool lookup = false;           // a step of a lookup run (its draft, if any, is in tokens)
     double draft_ms = 0;
     int32_t draft_pass_rows = 0;  // rows of the batched drafter pass that drafted its block
     std::string draft_error;
@@ -357,6 +361,16 @@ class TargetCore {
     p->req.proposal = engine::Proposal::kOneHot;
     p->return_features = run.return_features();
     p->req.want_features = run.return_features() || p->entry->draft != nullptr;
+    if (run.lookup_tokens() > 0) {
+      p->lookup = true;
+      std::vector<int32_t>& sequence = p->entry->tokens;
+      sequence.push_back(run.last_token());
+      const std::vector<int32_t> draft = engine::LookupRunDraft(
+          sequence, run.lookup_tokens(), run.max_tokens(), model_->max_context());
+      sequence.pop_back();
+      p->tokens.insert(p->tokens.end(), draft.begin(), draft.end());
+      p->req.tokens = p->tokens;
+    }
     if (run.draft_block_size() == 0) return absl::OkStatus();
     if (!p->entry->draft) {
       return absl::FailedPreconditionError(
@@ -405,9 +419,13 @@ class TargetCore {
     }
   }
 
-  // After a verify committed: the hosted drafter's context grows by the committed rows (a view
-  // into the whole pass's output, which the session copies into its pending buffer).
-  static void ExtendDraft(const ParsedVerify& p, const engine::VerifyOutcome& o) {
+  // After a verify committed: the cached sequence grows by row 0 and the accepted rows, and the
+  // hosted drafter's context by their features (a view into the whole pass's output, which the
+  // session copies into its pending buffer).
+  static void KeepCommitted(const ParsedVerify& p, const engine::VerifyOutcome& o) {
+    std::vector<int32_t>& sequence = p.entry->tokens;
+    sequence.push_back(p.tokens[0]);
+    sequence.insert(sequence.end(), o.committed.begin(), o.committed.end() - 1);
     if (p.entry->draft && o.features.defined()) p.entry->draft->Extend(o.features);
   }
 
@@ -430,8 +448,9 @@ class TargetCore {
     res->set_compute_ms(p.pass_ms);
     res->set_pass_rows(static_cast<int32_t>(p.pass_rows));
     res->set_draft_pass_rows(p.draft_pass_rows);
-    if (p.draft_rows >= 2) {
+    if (p.draft_rows >= 2 || p.lookup)
       res->set_rows_verified(static_cast<int32_t>(p.tokens.size()));
+    if (p.draft_rows >= 2) {
       res->set_draft_ms(p.draft_ms);
       res->set_draft_error(p.draft_error);
     }
@@ -446,7 +465,7 @@ class TargetCore {
     ASSIGN_OR_RETURN(engine::VerifyOutcome o, p.session->Verify(p.req));
     p.pass_ms = MsSince(t0);
     p.pass_rows = static_cast<int64_t>(p.tokens.size());
-    ExtendDraft(p, o);
+    KeepCommitted(p, o);
     FillVerify(p, o, 1, resp);
     return absl::OkStatus();
   }
@@ -528,7 +547,7 @@ class TargetCore {
       v.pass_rows = pass_rows;
       ops[vi[k]].status = results.verifies[k].status();
       if (!results.verifies[k].ok()) continue;
-      ExtendDraft(v, *results.verifies[k]);
+      KeepCommitted(v, *results.verifies[k]);
       FillVerify(v, *results.verifies[k], static_cast<int>(vi.size()), ops[vi[k]].response);
     }
   }

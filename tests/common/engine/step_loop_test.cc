@@ -17,7 +17,8 @@ namespace {
 int32_t Truth(int64_t i) { return static_cast<int32_t>((i * 7 + 3) % 50); }
 
 // Greedy target over Truth: verifies a chain or a tree against it, runs AR steps, and (with
-// `hosted_block` > 0) drafts blocks itself whose first `hosted_good` draft tokens are right.
+// `hosted_block` > 0) drafts blocks itself whose first `hosted_good` draft tokens are right; a
+// lookup run's steps draft RunPlan::lookup_tokens tokens, the first `hosted_good` right.
 class FakeTarget final : public TargetSide {
  public:
   int32_t hosted_block = 0;
@@ -25,6 +26,7 @@ class FakeTarget final : public TargetSide {
   int64_t produced = 0;  // tokens committed so far (the prefill's included)
   int prefills = 0, verifies = 0, runs = 0;
   std::vector<int64_t> cache_after_verify;  // the cache length each verify's rows started at
+  std::vector<int32_t> run_lookups;         // each run's RunPlan::lookup_tokens
   int64_t prompt_length = 0;
 
   absl::StatusOr<PrefillResult> Prefill(std::span<const int32_t> prompt,
@@ -72,11 +74,14 @@ class FakeTarget final : public TargetSide {
 
   absl::Status Run(int32_t last, const RunPlan& plan, const StepSink& sink) override {
     ++runs;
+    run_lookups.push_back(plan.lookup_tokens);
     if (plan.block_size > 0 && hosted_block == 0) return absl::InternalError("not hosted");
     int32_t left = plan.max_tokens;
     while (left > 0) {
       StepResult s;
-      const int32_t rows = plan.block_size > 0 ? std::min(plan.block_size, left) : 1;
+      const int32_t rows = plan.block_size > 0      ? std::min(plan.block_size, left)
+                           : plan.lookup_tokens > 0 ? std::min(plan.lookup_tokens + 1, left)
+                                                    : 1;
       s.drafted = rows - 1;
       s.positions = rows - 1;
       s.accepted = std::min(s.drafted, hosted_good);
@@ -335,6 +340,39 @@ TEST(StepLoopTest, TargetDraftedRunsNeedNoDrafterSide) {
   EXPECT_LE(r->stats.drafted_tokens, 5 * r->stats.verify_steps);
   EXPECT_LE(r->stats.accepted_tokens, 2 * r->stats.verify_steps);
   EXPECT_GE(r->stats.tau(), 2.5);
+}
+
+// A hook that keeps the origin of every step it observes.
+class OriginRecordingHook final : public PlanningHook {
+ public:
+  std::vector<StepOrigin> origins;
+  void Observe(const StepPlan&, StepOrigin origin, const StepResult&, bool) override {
+    origins.push_back(origin);
+  }
+};
+
+// NGRAM drafts by prompt lookup inside the target's runs: no drafter side, no verify round trips.
+TEST(StepLoopTest, NgramDraftsInTheTargetsLookupRuns) {
+  FakeTarget t;
+  t.hosted_good = 2;
+  OriginRecordingHook hook;
+  LoopParts parts = Parts(&t);
+  parts.hook = &hook;
+  DecodeOptions o = Options(Method::kNgram, 40);
+  o.draft_length = 5;
+  auto r = RunStepLoop(parts, kPrompt, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->tokens, TruthPrefix(40));
+  EXPECT_FALSE(r->stats.drafter_fallback) << r->stats.note;
+  EXPECT_EQ(t.verifies, 0);
+  ASSERT_GE(t.runs, 1);
+  EXPECT_EQ(t.run_lookups, std::vector<int32_t>(static_cast<size_t>(t.runs), 5));
+  EXPECT_GT(r->stats.drafted_tokens, 0);
+  EXPECT_LE(r->stats.accepted_tokens, r->stats.drafted_tokens);
+  EXPECT_GE(r->stats.tau(), 2.5);  // steps commit the 2 right tokens and the target's next
+  ASSERT_FALSE(hook.origins.empty());
+  EXPECT_TRUE(std::all_of(hook.origins.begin(), hook.origins.end(),
+                          [](StepOrigin o) { return o == StepOrigin::kLookupRun; }));
 }
 
 // A hook whose every decision is a target-drafted run of at most 8 tokens.

@@ -594,6 +594,78 @@ TEST_F(TargetServiceTest, AHostedDraftingRunCommitsExactlyTheStepwiseTokens) {
   EXPECT_TRUE(o2.stream->Finish().ok());
 }
 
+// Reads a run's steps to its end; appends what they commit and counts draft rows and acceptance.
+void ReadRun(Stream* s, std::vector<int32_t>* got, int* drafted, int* accepted) {
+  v1::TargetResponse step;
+  do {
+    ASSERT_TRUE(s->Read(&step));
+    ASSERT_TRUE(step.has_verify()) << step.error().message();
+    const auto& v = step.verify();
+    ASSERT_GE(v.rows_verified(), 1);  // a lookup run reports every step's rows
+    EXPECT_EQ(v.pass_rows(), v.rows_verified());
+    EXPECT_EQ(v.draft_pass_rows(), 0);
+    EXPECT_EQ(v.committed_size(), v.num_accepted() + 1);
+    got->insert(got->end(), v.committed().begin(), v.committed().end());
+    *drafted += v.rows_verified() - 1;
+    *accepted += v.num_accepted();
+  } while (step.verify().run_left() > 0);
+}
+
+TEST_F(TargetServiceTest, ALookupRunCommitsExactlyTheStepwiseTokens) {
+  StartServer();
+  for (const std::vector<int32_t>& prompt :
+       {std::vector<int32_t>{3, 9, 27, 20, 1, 3, 9, 27}, std::vector<int32_t>{7, 7, 7, 7, 7, 7}}) {
+    const std::vector<int32_t> want = StepwiseTokens(stub_.get(), prompt, 0.f, 41);
+    Open o = OpenStream();
+    v1::TargetResponse r = Call(o.stream.get(), Prefill(1, prompt));
+    ASSERT_TRUE(r.has_prefill()) << r.error().message();
+    const std::string h = r.prefill().handle().id();
+    // A lookup run, a plain verify on the same handle, and a lookup run again: the sequence the
+    // target looks up in keeps every committed token, whoever drafted it.
+    v1::TargetRequest run = Run(2, h, r.prefill().first_token(), 20);
+    run.mutable_run()->set_lookup_tokens(4);
+    ASSERT_TRUE(o.stream->Write(run));
+    std::vector<int32_t> got;
+    int drafted = 0, accepted = 0;
+    ReadRun(o.stream.get(), &got, &drafted, &accepted);
+    ASSERT_EQ(got.size(), 20u);
+    v1::TargetResponse ar = Call(o.stream.get(), Verify(3, h, {got.back()}));
+    ASSERT_TRUE(ar.has_verify()) << ar.error().message();
+    EXPECT_EQ(ar.verify().rows_verified(), 0);
+    got.push_back(ar.verify().next_token());
+    v1::TargetRequest more = Run(4, h, got.back(), 20);
+    more.mutable_run()->set_lookup_tokens(4);
+    ASSERT_TRUE(o.stream->Write(more));
+    ReadRun(o.stream.get(), &got, &drafted, &accepted);
+    EXPECT_EQ(got, want);
+    // The random model's greedy output repeats itself: lookups draft and are accepted.
+    EXPECT_GT(drafted, 0);
+    EXPECT_GT(accepted, 0);
+    o.stream->WritesDone();
+    EXPECT_TRUE(o.stream->Finish().ok());
+  }
+  // Field errors name the field.
+  Open o = OpenStream();
+  v1::TargetResponse plain = Call(o.stream.get(), Prefill(1, {1, 2, 3}));
+  const std::string h = plain.prefill().handle().id();
+  for (int bad : {-1, 65}) {
+    v1::TargetRequest v = Run(2, h, 4, 8);
+    v.mutable_run()->set_lookup_tokens(bad);
+    v1::TargetResponse e = Call(o.stream.get(), v);
+    EXPECT_EQ(e.error().code(), grpc::StatusCode::INVALID_ARGUMENT) << bad;
+    EXPECT_NE(e.error().message().find("lookup_tokens"), std::string::npos) << e.error().message();
+  }
+  v1::TargetRequest both = Run(3, h, 4, 8);
+  both.mutable_run()->set_lookup_tokens(4);
+  both.mutable_run()->set_draft_block_size(4);
+  v1::TargetResponse e = Call(o.stream.get(), both);
+  EXPECT_EQ(e.error().code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(e.error().message().find("not both"), std::string::npos) << e.error().message();
+  o.stream->WritesDone();
+  EXPECT_TRUE(o.stream->Finish().ok());
+  EXPECT_TRUE(WaitForHandles(0));
+}
+
 TEST_F(TargetServiceTest, CancellingAStreamMidRunStopsTheRunAndReleasesItsHandle) {
   StartServer();
   Open o = OpenStream();
