@@ -101,15 +101,8 @@ int32_t CostAwareHook::LookupTokens(const LoopView& view, int32_t available) {
   }
   const int32_t cap = std::max(2, view.block_size);
   const double alternative = PredictedRate(BestBlock(cap));
-  int32_t best = available;
-  double best_rate = PredictedLookupRate(available);
-  for (int32_t k = available - 1; k >= 1; --k) {
-    const double rate = PredictedLookupRate(k);
-    if (rate > best_rate) {
-      best_rate = rate;
-      best = k;
-    }
-  }
+  double best_rate = 0;
+  const int32_t best = BestLookup(available, &best_rate);
   if (alternative <= 0 || best_rate >= alternative) {
     lookups_declined_ = 0;
     lookup_probe_wait_ = options_.probe_every;
@@ -122,6 +115,28 @@ int32_t CostAwareHook::LookupTokens(const LoopView& view, int32_t available) {
   lookups_declined_ = 0;
   lookup_probe_wait_ = std::min(2 * lookup_probe_wait_, options_.max_probe_every);
   return best_rate >= options_.probe_min_share * alternative ? best : 0;
+}
+
+int32_t CostAwareHook::BestLookup(int32_t most, double* rate) const {
+  int32_t best = most;
+  *rate = PredictedLookupRate(most);
+  for (int32_t k = most - 1; k >= 1; --k) {
+    const double r = PredictedLookupRate(k);
+    if (r > *rate) {
+      *rate = r;
+      best = k;
+    }
+  }
+  return best;
+}
+
+int32_t CostAwareHook::RunLookupTokens(const LoopView& view, int32_t run_block, int32_t most) {
+  Follow(view);
+  if (most < 1) return 0;
+  const double alternative = PredictedRate(std::max(1, run_block));
+  double best_rate = 0;
+  const int32_t best = BestLookup(most, &best_rate);
+  return alternative <= 0 || best_rate >= alternative ? best : 0;
 }
 
 std::vector<int32_t> CostAwareHook::ExploredBlocks(int32_t cap) {

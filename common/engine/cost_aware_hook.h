@@ -80,6 +80,10 @@ class CostAwareHook final : public PlanningHook {
   void PlanStep(const LoopView& view, StepPlan* plan) override;
   int32_t ChooseBlock(const LoopView& view, int32_t block) override;
   int32_t LookupTokens(const LoopView& view, int32_t available) override;
+  // The k <= most with the highest PredictedLookupRate, where that rate is at least the run's own
+  // steps' (PredictedRate(run_block)); else 0. No probe: the loop's lookups before planning
+  // probe.
+  int32_t RunLookupTokens(const LoopView& view, int32_t run_block, int32_t most) override;
   void Observe(const StepPlan& plan, StepOrigin origin, const StepResult& step,
                bool first) override;
 
@@ -101,6 +105,8 @@ class CostAwareHook final : public PlanningHook {
   int32_t Probe(int32_t cap);
   // Takes the request's temperature class from the loop's view.
   void Follow(const LoopView& view);
+  // The k <= most with the highest PredictedLookupRate (the longest among equals), and the rate.
+  int32_t BestLookup(int32_t most, double* rate) const;
   double RequestTau(int32_t block) const;
 
   BlockCostModel& model_;

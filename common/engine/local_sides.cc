@@ -87,10 +87,10 @@ class LocalTarget final : public TargetSide {
   // One step of a run that may commit `left` tokens: a lookup draft's verify where the plan
   // looks up and the sequence repeats, else a single-row step.
   absl::StatusOr<StepResult> RunStep(int32_t last, const RunPlan& plan, int32_t left) {
-    if (plan.lookup_tokens > 0) {
+    if (plan.lookup.max_tokens > 0) {
       sequence_.push_back(last);
       Draft d;
-      d.tokens = LookupRunDraft(sequence_, plan.lookup_tokens, left, max_context_);
+      d.tokens = LookupDraft(sequence_, plan.lookup, left, max_context_);
       sequence_.pop_back();
       if (!d.tokens.empty()) {
         d.proposal = Proposal::kOneHot;
@@ -98,6 +98,7 @@ class LocalTarget final : public TargetSide {
         ASSIGN_OR_RETURN(StepResult step, Verify(last, d, plan.features));
         step.positions = d.positions;
         step.wall_ms = step.verify_ms;
+        step.looked_up = true;
         return step;
       }
     }

@@ -15,9 +15,6 @@
 namespace specdec::engine {
 namespace {
 
-// DFLASH_ADAPTIVE's prompt lookup: suffixes of 3 down to 2 tokens, at least 2 drafted tokens.
-constexpr int32_t kLookupMaxN = 3, kLookupMinN = 2, kMinLookupTokens = 2;
-
 // One request's loop. `last_` is the last committed token: sampled, not yet run through the
 // target (row 0 of the next verify).
 class StepLoop {
@@ -95,18 +92,16 @@ class StepLoop {
       ChooseBlockSize();
     }
     // DFLASH_ADAPTIVE: where the sequence repeats, a lookup draft costs one short target pass and
-    // no drafter pass, whatever the planning would choose, from the first step on.
-    // A target that drafts itself takes a verify between its runs too; its hosted drafter keeps
-    // every committed row.
-    if (stats_.block_size >= kMinBlockSize) {
-      if (std::optional<Draft> lookup = LookupDraft(left)) {
-        const int32_t tokens =
-            parts_.hook ? parts_.hook->LookupTokens(View(), lookup->positions) : lookup->positions;
-        if (tokens > 0) {
-          lookup->tokens.resize(static_cast<size_t>(std::min(tokens, lookup->positions)));
-          lookup->positions = static_cast<int32_t>(lookup->tokens.size());
-          return VerifyDraft(StepPlan{}, *std::move(lookup), StepOrigin::kLookup, 0, 0);
-        }
+    // no drafter pass, whatever the planning would choose, from the first step on. A target that
+    // drafts itself takes a verify between its runs too (its hosted drafter keeps every committed
+    // row), and looks up at every step inside them (RunLookup).
+    if (std::optional<Draft> lookup = AdaptiveLookupDraft(left)) {
+      const int32_t tokens =
+          parts_.hook ? parts_.hook->LookupTokens(View(), lookup->positions) : lookup->positions;
+      if (tokens > 0) {
+        lookup->tokens.resize(static_cast<size_t>(std::min(tokens, lookup->positions)));
+        lookup->positions = static_cast<int32_t>(lookup->tokens.size());
+        return VerifyDraft(StepPlan{}, *std::move(lookup), StepOrigin::kLookup, 0, 0);
       }
     }
     StepPlan plan;
@@ -182,6 +177,7 @@ class StepLoop {
     run.max_ms = max_ms;
     // A DFlash drafter that will draft later needs the features of what AR steps commit.
     run.features = planned && !hosted_ && IsDflash(options_.method) && MaySpeculate();
+    if (planned && hosted_) run.lookup = RunLookup(1);
     return RunOnTarget(run, plan, StepOrigin::kArRun);
   }
 
@@ -192,6 +188,7 @@ class StepLoop {
     run.max_tokens = std::min({plan.run_tokens, stop_.tokens_left(), kMaxRunTokens});
     run.block_size = BlockOfStep();
     run.max_ms = plan.run_max_ms;
+    run.lookup = RunLookup(run.block_size);
     return RunOnTarget(run, &plan, StepOrigin::kTargetDraftedRun);
   }
 
@@ -199,9 +196,26 @@ class StepLoop {
   absl::Status RunLookups(const StepPlan& plan) {
     RunPlan run;
     run.max_tokens = std::min({plan.run_tokens, stop_.tokens_left(), kMaxRunTokens});
-    run.lookup_tokens = options_.draft_length;
+    run.lookup = NgramLookup(options_.draft_length);
     run.max_ms = plan.run_max_ms;
     return RunOnTarget(run, &plan, StepOrigin::kLookupRun);
+  }
+
+  bool LooksUp() const {
+    return options_.method == Method::kDflashAdaptive && options_.adaptive_lookup &&
+           stats_.block_size >= kMinBlockSize;
+  }
+
+  // DFLASH_ADAPTIVE's lookups inside a planned run of a target that drafts itself, whose steps are
+  // blocks of `run_block` rows (1: AR steps): as long as the planning hook predicts they pay.
+  // Such runs are long (the loop decides once per run, and in the cluster each decision costs a
+  // round trip). Where the loop drafts, its AR runs are short and it decides each lookup between
+  // them itself, probes included: lookups inside those runs too were measured to cost at T = 1.
+  LookupShape RunLookup(int32_t run_block) {
+    if (!LooksUp()) return {};
+    const int32_t most = options_.draft_length;
+    return AdaptiveLookup(parts_.hook ? parts_.hook->RunLookupTokens(View(), run_block, most)
+                                      : most);
   }
 
   int32_t BlockOfStep() {
@@ -215,8 +229,13 @@ class StepLoop {
     const bool planned_ar = plan != nullptr && origin == StepOrigin::kArRun;
     bool first = true;
     return parts_.target->Run(last_, run, [&](StepResult&& step) {
-      if (planned_ar) ++stats_.planned_ar_steps;
-      if (plan && parts_.hook) parts_.hook->Observe(*plan, origin, step, first);
+      // NGRAM's runs look up at every step; another run's lookup step is DFLASH_ADAPTIVE's.
+      const bool lookup = step.looked_up && origin != StepOrigin::kLookupRun;
+      if (lookup) ++stats_.lookup_steps;
+      if (planned_ar && !lookup) ++stats_.planned_ar_steps;
+      if (plan && parts_.hook) {
+        parts_.hook->Observe(*plan, lookup ? StepOrigin::kLookup : origin, step, first);
+      }
       first = false;
       Commit(step, false, origin == StepOrigin::kTargetDraftedRun ? run.block_size : 0);
       return !stop_.finished() && !(parts_.cancelled && parts_.cancelled());
@@ -267,17 +286,15 @@ class StepLoop {
     return absl::OkStatus();
   }
 
-  // DFLASH_ADAPTIVE's prompt lookup: the continuation (at least kMinLookupTokens, at most
-  // draft_length and what the request and the context leave) of the sequence's last 2-3 tokens at
-  // their latest earlier occurrence, as a one-hot chain (lossless at any temperature); none when
-  // nothing matches.
-  std::optional<Draft> LookupDraft(int32_t left) const {
-    if (options_.method != Method::kDflashAdaptive || !options_.adaptive_lookup) return {};
-    const int32_t length = static_cast<int32_t>(std::min<int64_t>(
-        {options_.draft_length, left - 1, parts_.max_context - CacheLength() - 1}));
+  // DFLASH_ADAPTIVE's prompt lookup before planning (AdaptiveLookup of draft_length tokens, cut
+  // to what the request and the context leave), as a one-hot chain (lossless at any
+  // temperature); none when nothing matches.
+  std::optional<Draft> AdaptiveLookupDraft(int32_t left) const {
+    if (!LooksUp()) return {};
     Draft d;
-    d.tokens = PromptLookup(history_, kLookupMaxN, kLookupMinN, length);
-    if (static_cast<int32_t>(d.tokens.size()) < kMinLookupTokens) return {};
+    d.tokens =
+        LookupDraft(history_, AdaptiveLookup(options_.draft_length), left, parts_.max_context);
+    if (d.tokens.empty()) return {};
     d.proposal = Proposal::kOneHot;
     d.positions = static_cast<int32_t>(d.tokens.size());
     return d;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/engine/prompt_lookup.h"
 #include "common/engine/request.h"
 #include "common/engine/verify.h"
 
@@ -52,6 +53,7 @@ struct StepResult {
   double pass_ms = 0;
   int32_t draft_rows = 0;
   std::string draft_error;  // a hosted drafter failed on this step (it ran as AR)
+  bool looked_up = false;   // a run's step whose draft came from prompt lookup (RunPlan::lookup)
 };
 
 // A drafter's proposal after the last committed token.
@@ -79,9 +81,10 @@ struct RunPlan {
   int32_t block_size = 0;  // >= 2: hosted drafting with blocks of this many rows
   double max_ms = 0;       // > 0: the run ends after the first step ending this long after it began
   bool features = false;   // keep the committed rows' features for the drafter side
-  // > 0 (NGRAM, with block_size 0): before each step the target drafts up to this many tokens by
-  // prompt lookup on the sequence it holds (LookupRunDraft) and verifies them one-hot.
-  int32_t lookup_tokens = 0;
+  // lookup.max_tokens > 0: each step where the sequence the target holds repeats verifies a
+  // prompt-lookup draft of this shape (prompt_lookup.h) one-hot, instead of a single row or a
+  // hosted block (NGRAM's runs; DFLASH_ADAPTIVE's planned runs).
+  LookupShape lookup;
   std::span<const int32_t> stop_token_ids;  // the run ends after committing one of these
 };
 // Takes one step of a run; false ends the run.
@@ -138,7 +141,8 @@ class BlockPolicy {
 
 // Where a step came from, for planning hooks that measure steps.
 // kLookup: a DFLASH_ADAPTIVE step whose draft came from prompt lookup, not the drafter (its
-// target pass is measured; its drafting and acceptance say nothing of the drafter's).
+// target pass is measured; its drafting and acceptance say nothing of the drafter's), taken
+// before planning or inside a planned run.
 // kLookupRun: a step of an NGRAM run, drafted by prompt lookup in the target (RunPlan).
 enum class StepOrigin { kArRun, kTargetDraftedRun, kDrafted, kLookup, kLookupRun };
 
@@ -173,6 +177,12 @@ class PlanningHook {
   // DFLASH_ADAPTIVE found a prompt-lookup draft of `available` tokens: how many of them the next
   // step verifies (0: none; the step is planned as usual instead).
   virtual int32_t LookupTokens(const LoopView& view, int32_t available) { return available; }
+  // DFLASH_ADAPTIVE's next planned run, whose steps draft blocks of `run_block` rows (1: AR
+  // steps): how many tokens of a lookup draft, at most `most`, a step of it verifies where the
+  // sequence repeats (0: none). A prediction only: the run's lookups are observed as kLookup.
+  virtual int32_t RunLookupTokens(const LoopView& view, int32_t run_block, int32_t most) {
+    return most;
+  }
   // After every step of a planned step or run (`first`: the first step of its run).
   virtual void Observe(const StepPlan& plan, StepOrigin origin, const StepResult& step,
                        bool first) {}

@@ -46,9 +46,8 @@ int32_t LoadAwareHook::ChooseBlock(const engine::LoopView& view, int32_t block) 
 void LoadAwareHook::Observe(const engine::StepPlan& plan, engine::StepOrigin origin,
                             const engine::StepResult& step, bool first) {
   engine::ObserveStepIn(block_model_, step, origin, first, acceptance_class_);
-  // The loop takes a lookup draft before it plans (StepLoop::Step): no arm chose that step, so
-  // neither arm's count or epochs take it (it would count for the arm of the request's last
-  // plan, and the request's summary would not).
+  // A lookup step (taken before the loop plans, or inside a run where the sequence repeats) is
+  // no arm's choice: both arms' runs look up alike, so neither arm's count or epochs take it.
   if (origin == engine::StepOrigin::kLookup) return;
   metrics_.load_aware_steps.Add({{"arm", LoadAwareSpeculation::ArmName(planned_.arm)}}).Increment();
   if (origin == engine::StepOrigin::kDrafted) {

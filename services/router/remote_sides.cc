@@ -180,9 +180,9 @@ absl::Status RemoteTarget::Run(int32_t last, const engine::RunPlan& plan,
     sink(std::move(step));
     return absl::OkStatus();
   }
-  const char* what = plan.block_size > 0      ? "target speculative run"
-                     : plan.lookup_tokens > 0 ? "target lookup run"
-                                              : "target run";
+  const char* what = plan.block_size > 0          ? "target speculative run"
+                     : plan.lookup.max_tokens > 0 ? "target lookup run"
+                                                  : "target run";
   v1::TargetRequest r;
   v1::TargetRun* run = r.mutable_run();
   run->set_handle(handle_);
@@ -192,7 +192,11 @@ absl::Status RemoteTarget::Run(int32_t last, const engine::RunPlan& plan,
   run->set_draft_block_size(plan.block_size);
   run->set_max_ms(static_cast<float>(plan.max_ms));
   run->set_return_features(plan.features);
-  run->set_lookup_tokens(plan.lookup_tokens);
+  if (plan.lookup.max_tokens > 0) {
+    run->mutable_lookup()->set_max_tokens(plan.lookup.max_tokens);
+    run->mutable_lookup()->set_min_match(plan.lookup.min_match);
+    run->mutable_lookup()->set_min_tokens(plan.lookup.min_tokens);
+  }
   auto t0 = SteadyClock::now();
   if (absl::Status s = client_->Send(r, what); !s.ok()) return Failed(s);
   while (true) {
@@ -207,6 +211,7 @@ absl::Status RemoteTarget::Run(int32_t last, const engine::RunPlan& plan,
     step.draft_ms = v.draft_ms();
     step.wall_ms = ms;
     step.draft_error = v.draft_error();
+    step.looked_up = v.looked_up();
     const bool more = sink(std::move(step));
     t0 = SteadyClock::now();
     if (!more || v.run_left() == 0) return absl::OkStatus();

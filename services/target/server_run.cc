@@ -4,10 +4,31 @@
 #include <span>
 
 #include "absl/strings/str_cat.h"
+#include "common/engine/prompt_lookup.h"
 #include "common/engine/request_limits.h"
 #include "common/engine/stop_rule.h"
+#include "common/util/status_macros.h"
 
 namespace specdec::services {
+
+absl::Status ValidateLookup(const v1::PromptLookup& l) {
+  if (l.max_tokens() < 0 || l.max_tokens() > engine::kMaxDraftLength) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("run.lookup.max_tokens must be 0 (no lookup) or in [1, ",
+                     engine::kMaxDraftLength, "], got ", l.max_tokens()));
+  }
+  if (l.min_match() < 0 || l.min_match() > engine::kLookupMaxMatch) {
+    return absl::InvalidArgumentError(absl::StrCat("run.lookup.min_match must be in [1, ",
+                                                   engine::kLookupMaxMatch, "] (0: 1), got ",
+                                                   l.min_match()));
+  }
+  if (l.min_tokens() < 0 || (l.max_tokens() > 0 && l.min_tokens() > l.max_tokens())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("run.lookup.min_tokens must be in [1, max_tokens = ", l.max_tokens(),
+                     "] (0: 1), got ", l.min_tokens()));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status ValidateRun(const v1::TargetRun& run) {
   if (run.max_tokens() < 1 || run.max_tokens() > engine::kMaxRunTokens) {
@@ -20,17 +41,7 @@ absl::Status ValidateRun(const v1::TargetRun& run) {
         absl::StrCat("run.draft_block_size must be 0 (AR steps) or in [", engine::kMinBlockSize,
                      ", ", engine::kMaxBlockSize, "], got ", run.draft_block_size()));
   }
-  if (run.lookup_tokens() != 0 &&
-      (run.lookup_tokens() < 1 || run.lookup_tokens() > engine::kMaxDraftLength)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("run.lookup_tokens must be 0 (no lookup) or in [1, ", engine::kMaxDraftLength,
-                     "], got ", run.lookup_tokens()));
-  }
-  if (run.lookup_tokens() != 0 && run.draft_block_size() != 0) {
-    return absl::InvalidArgumentError(
-        "run.lookup_tokens: a run drafts by prompt lookup or with the hosted drafter "
-        "(draft_block_size), not both");
-  }
+  RETURN_IF_ERROR(ValidateLookup(run.lookup()));
   if (!std::isfinite(run.max_ms()) || run.max_ms() < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "run.max_ms must be a finite number of milliseconds >= 0 (0: no time bound), got ",

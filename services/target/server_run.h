@@ -12,8 +12,10 @@
 namespace specdec::services {
 
 // OK, or INVALID_ARGUMENT naming the field: max_tokens in [1, 4096], draft_block_size 0 or in
-// [2, 256], lookup_tokens 0 or in [1, 64] and not beside a draft block, max_ms finite and >= 0.
+// [2, 256], max_ms finite and >= 0, lookup as ValidateLookup checks it.
 absl::Status ValidateRun(const v1::TargetRun& run);
+// OK, or INVALID_ARGUMENT naming the field: the ranges of PromptLookup's fields (target.proto).
+absl::Status ValidateLookup(const v1::PromptLookup& lookup);
 
 // The run's next step after a step that committed `result` (the stop rule of
 // common/engine/stop_rule.h over the run's tokens), or nullopt when the run is over: it has

@@ -67,7 +67,7 @@ const char* OpName(v1::TargetRequest::OpCase op) {
 struct TargetEntry {
   std::unique_ptr<engine::TargetSession> target;
   std::unique_ptr<engine::DFlashDraftSession> draft;
-  std::vector<int32_t> tokens;  // the cached sequence, for lookup runs (TargetRun.lookup_tokens)
+  std::vector<int32_t> tokens;  // the cached sequence, for runs that look up (TargetRun.lookup)
 };
 
 // Owns the model and the handles; runs every operation on the session loop's thread.
@@ -295,7 +295,8 @@ class TargetCore {
     engine::VerifyRequest req;
     bool return_features = false;  // the client asked for them (hosted drafting always takes them)
     int32_t draft_rows = 0;        // rows to verify with a hosted draft block (>= 2), else 0
-    bool lookup = false;           // a step of a lookup run (its draft, if any, is in tokens)
+    bool lookup = false;           // a step of a run that looks up (TargetRun.lookup)
+    bool looked_up = false;        // and its draft came from the lookup (it is in tokens)
     double draft_ms = 0;
     int32_t draft_pass_rows = 0;  // rows of the batched drafter pass that drafted its block
     std::string draft_error;
@@ -361,17 +362,22 @@ class TargetCore {
     p->req.proposal = engine::Proposal::kOneHot;
     p->return_features = run.return_features();
     p->req.want_features = run.return_features() || p->entry->draft != nullptr;
-    if (run.lookup_tokens() > 0) {
+    if (run.lookup().max_tokens() > 0) {
+      // A lookup draft, where the sequence repeats, takes the place of the step's hosted block.
       p->lookup = true;
       std::vector<int32_t>& sequence = p->entry->tokens;
       sequence.push_back(run.last_token());
-      const std::vector<int32_t> draft = engine::LookupRunDraft(
-          sequence, run.lookup_tokens(), run.max_tokens(), model_->max_context());
+      const engine::LookupShape shape{run.lookup().max_tokens(),
+                                      std::max(1, run.lookup().min_match()),
+                                      std::max(1, run.lookup().min_tokens())};
+      const std::vector<int32_t> draft =
+          engine::LookupDraft(sequence, shape, run.max_tokens(), model_->max_context());
       sequence.pop_back();
       p->tokens.insert(p->tokens.end(), draft.begin(), draft.end());
       p->req.tokens = p->tokens;
+      p->looked_up = !draft.empty();
     }
-    if (run.draft_block_size() == 0) return absl::OkStatus();
+    if (run.draft_block_size() == 0 || p->looked_up) return absl::OkStatus();
     if (!p->entry->draft) {
       return absl::FailedPreconditionError(
           "run.draft_block_size: the handle has no hosted drafter session (prefill it with "
@@ -448,8 +454,10 @@ class TargetCore {
     res->set_compute_ms(p.pass_ms);
     res->set_pass_rows(static_cast<int32_t>(p.pass_rows));
     res->set_draft_pass_rows(p.draft_pass_rows);
-    if (p.draft_rows >= 2 || p.lookup)
+    if (p.draft_rows >= 2 || p.lookup) {
       res->set_rows_verified(static_cast<int32_t>(p.tokens.size()));
+    }
+    res->set_looked_up(p.looked_up);
     if (p.draft_rows >= 2) {
       res->set_draft_ms(p.draft_ms);
       res->set_draft_error(p.draft_error);

@@ -395,6 +395,35 @@ TEST(CostAwareHookTest, ALookupDraftIsVerifiedAsFarAsItPays) {
   }
 }
 
+// A planned run's steps verify lookups of the length that pays against the run's own steps, and
+// none where lookups fail (asking never probes).
+TEST(CostAwareHookTest, ARunLooksUpOnlyWhereLookupsBeatItsOwnSteps) {
+  auto verify = [](int rows) { return 1.0 + rows; };
+  auto draft = [](int rows) { return 0.1; };
+  const LoopView view{Method::kDflashAdaptive, 100, 16, false};
+  for (int accepted : {4, 1, 0}) {
+    BlockCostModel m;
+    Measure(m, verify, draft, {0});
+    CostAwareHook hook(m, {.probe_every = 1, .warmup = 0, .explore_every = 1000});
+    for (int i = 0; i < 30; ++i) {
+      hook.Observe(StepPlan{}, StepOrigin::kLookup, Drafted(4, accepted, 5.0, 0), true);
+    }
+    std::vector<int32_t> taken;
+    for (int i = 0; i < 6; ++i) taken.push_back(hook.RunLookupTokens(view, 1, 4));
+    // Whole drafts when they are accepted whole; a 1-token lookup (a 2-row pass committing about
+    // 2 tokens) when only the first token is; none when nothing is: no probes.
+    const int32_t want = accepted == 4 ? 4 : accepted == 1 ? 1 : 0;
+    EXPECT_EQ(taken, std::vector<int32_t>(6, want)) << accepted;
+    EXPECT_EQ(want > 0, hook.PredictedLookupRate(want > 0 ? want : 1) >= hook.PredictedRate(1));
+    // A run of blocks of 16 rows (cheap per token only if they were accepted) is the weaker
+    // alternative: a lookup beats it at least as often.
+    EXPECT_GE(hook.RunLookupTokens(view, 16, 4), want);
+  }
+  BlockCostModel unmeasured;
+  EXPECT_EQ(CostAwareHook(unmeasured).RunLookupTokens(view, 1, 0), 0);
+  EXPECT_EQ(CostAwareHook(unmeasured).RunLookupTokens(view, 1, 4), 4);  // nothing measured yet
+}
+
 // A request's lookup prior is the machine's lookup acceptance at its temperature: once lookups
 // have failed for requests at T = 1, a new request at T = 1 declines its first lookup draft,
 // while one at T = 0, whose lookups were accepted, verifies the whole draft.

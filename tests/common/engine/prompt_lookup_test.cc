@@ -28,21 +28,42 @@ TEST(PromptLookupTest, NothingMatchesNothingIsDrafted) {
   EXPECT_EQ(PromptLookup(V{4, 1, 2, 4}, 3, 1, 4), (V{1, 2, 4}));
 }
 
-TEST(PromptLookupTest, ARunsStepDraftsWhatTheRunAndTheContextLeave) {
+TEST(PromptLookupTest, AStepDraftsWhatTheRunAndTheContextLeave) {
   // Cached 10 11 12 13 10 11, row 0 = 12: [10, 11, 12] occurred at 0, followed by 13 10 11.
   const V sequence = {10, 11, 12, 13, 10, 11, 12};
-  EXPECT_EQ(LookupRunDraft(sequence, 3, 100, 64), (V{13, 10, 11}));
-  EXPECT_EQ(LookupRunDraft(sequence, 8, 100, 64), (V{13, 10, 11, 12}));
+  EXPECT_EQ(LookupDraft(sequence, NgramLookup(3), 100, 64), (V{13, 10, 11}));
+  EXPECT_EQ(LookupDraft(sequence, NgramLookup(8), 100, 64), (V{13, 10, 11, 12}));
   // The step commits at most tokens_left: at most tokens_left - 1 drafted.
-  EXPECT_EQ(LookupRunDraft(sequence, 3, 3, 64), (V{13, 10}));
-  EXPECT_TRUE(LookupRunDraft(sequence, 3, 1, 64).empty());
+  EXPECT_EQ(LookupDraft(sequence, NgramLookup(3), 3, 64), (V{13, 10}));
+  EXPECT_TRUE(LookupDraft(sequence, NgramLookup(3), 1, 64).empty());
   // Rows 0.. of the step sit at positions 6..: 8 positions leave row 0 and one draft row.
-  EXPECT_EQ(LookupRunDraft(sequence, 3, 100, 8), (V{13}));
-  EXPECT_TRUE(LookupRunDraft(sequence, 3, 100, 7).empty());
+  EXPECT_EQ(LookupDraft(sequence, NgramLookup(3), 100, 8), (V{13}));
+  EXPECT_TRUE(LookupDraft(sequence, NgramLookup(3), 100, 7).empty());
   // No lookup asked, nothing cached, nothing matching: none.
-  EXPECT_TRUE(LookupRunDraft(sequence, 0, 100, 64).empty());
-  EXPECT_TRUE(LookupRunDraft(V{}, 3, 100, 64).empty());
-  EXPECT_TRUE(LookupRunDraft(V{1, 2, 3}, 3, 100, 64).empty());
+  EXPECT_TRUE(LookupDraft(sequence, NgramLookup(0), 100, 64).empty());
+  EXPECT_TRUE(LookupDraft(V{}, NgramLookup(3), 100, 64).empty());
+  EXPECT_TRUE(LookupDraft(V{1, 2, 3}, NgramLookup(3), 100, 64).empty());
+}
+
+TEST(PromptLookupTest, AdaptiveLookupsNeedTwoMatchedAndTwoDraftedTokens) {
+  // Only the 1-token suffix [5] matches: NGRAM drafts, DFLASH_ADAPTIVE does not.
+  const V one_match = {5, 6, 7, 8, 1, 5};
+  EXPECT_EQ(LookupDraft(one_match, NgramLookup(4), 100, 64), (V{6, 7, 8, 1}));
+  EXPECT_TRUE(LookupDraft(one_match, AdaptiveLookup(4), 100, 64).empty());
+  // A 2-token match followed by one token only: too short for DFLASH_ADAPTIVE.
+  const V short_tail = {4, 7, 7, 7};
+  EXPECT_EQ(LookupDraft(short_tail, NgramLookup(4), 100, 64), (V{7}));
+  EXPECT_TRUE(LookupDraft(short_tail, AdaptiveLookup(4), 100, 64).empty());
+  // One more 7: the latest occurrence of [7, 7, 7] is followed by one token, the one before it by
+  // two, which DFLASH_ADAPTIVE takes.
+  const V longer_run = {4, 7, 7, 7, 7, 7};
+  EXPECT_EQ(LookupDraft(longer_run, NgramLookup(4), 100, 64), (V{7}));
+  EXPECT_EQ(LookupDraft(longer_run, AdaptiveLookup(4), 100, 64), (V{7, 7}));
+  // A longer continuation cut to one token by what the run has left: too short as well.
+  const V long_tail = {1, 2, 9, 1, 2};
+  EXPECT_EQ(LookupDraft(long_tail, AdaptiveLookup(4), 100, 64), (V{9, 1, 2}));
+  EXPECT_TRUE(LookupDraft(long_tail, AdaptiveLookup(4), 2, 64).empty());
+  EXPECT_EQ(LookupDraft(long_tail, NgramLookup(4), 2, 64), (V{9}));
 }
 
 }  // namespace

@@ -18,7 +18,8 @@ int32_t Truth(int64_t i) { return static_cast<int32_t>((i * 7 + 3) % 50); }
 
 // Greedy target over Truth: verifies a chain or a tree against it, runs AR steps, and (with
 // `hosted_block` > 0) drafts blocks itself whose first `hosted_good` draft tokens are right; a
-// lookup run's steps draft RunPlan::lookup_tokens tokens, the first `hosted_good` right.
+// run that looks up verifies the real lookup draft (prompt_lookup.h) of the sequence where it
+// repeats (Truth repeats every 50 tokens).
 class FakeTarget final : public TargetSide {
  public:
   int32_t hosted_block = 0;
@@ -26,15 +27,18 @@ class FakeTarget final : public TargetSide {
   int64_t produced = 0;  // tokens committed so far (the prefill's included)
   int prefills = 0, verifies = 0, runs = 0;
   std::vector<int64_t> cache_after_verify;  // the cache length each verify's rows started at
-  std::vector<int32_t> run_lookups;         // each run's RunPlan::lookup_tokens
+  std::vector<LookupShape> run_lookups;     // each run's RunPlan::lookup
   int64_t prompt_length = 0;
+  std::vector<int32_t> sequence;  // the prompt and every committed token
 
   absl::StatusOr<PrefillResult> Prefill(std::span<const int32_t> prompt,
                                         bool want_logits) override {
     ++prefills;
     prompt_length = static_cast<int64_t>(prompt.size());
+    sequence.assign(prompt.begin(), prompt.end());
     PrefillResult r;
     r.first_token = Truth(produced++);
+    sequence.push_back(r.first_token);
     if (want_logits) r.last_logits = {1.f, 2.f};
     return r;
   }
@@ -67,26 +71,40 @@ class FakeTarget final : public TargetSide {
       }
     }
     s.committed.push_back(Truth(produced + s.accepted));
-    produced += static_cast<int64_t>(s.committed.size());
+    Keep(s.committed);
     s.verify_ms = 1;
     return s;
   }
 
+  void Keep(const std::vector<int32_t>& committed) {
+    produced += static_cast<int64_t>(committed.size());
+    sequence.insert(sequence.end(), committed.begin(), committed.end());
+  }
+
   absl::Status Run(int32_t last, const RunPlan& plan, const StepSink& sink) override {
     ++runs;
-    run_lookups.push_back(plan.lookup_tokens);
+    run_lookups.push_back(plan.lookup);
     if (plan.block_size > 0 && hosted_block == 0) return absl::InternalError("not hosted");
     int32_t left = plan.max_tokens;
     while (left > 0) {
       StepResult s;
-      const int32_t rows = plan.block_size > 0      ? std::min(plan.block_size, left)
-                           : plan.lookup_tokens > 0 ? std::min(plan.lookup_tokens + 1, left)
-                                                    : 1;
-      s.drafted = rows - 1;
-      s.positions = rows - 1;
-      s.accepted = std::min(s.drafted, hosted_good);
-      for (int32_t i = 0; i <= s.accepted; ++i) s.committed.push_back(Truth(produced + i));
-      produced += static_cast<int64_t>(s.committed.size());
+      // `sequence` ends with the step's row 0 (the last committed token).
+      const std::vector<int32_t> lookup = LookupDraft(sequence, plan.lookup, left, 512);
+      if (!lookup.empty()) {
+        Draft d;
+        d.tokens = lookup;
+        s = *Verify(sequence.back(), d, false);
+        --verifies;  // counts the loop's verifies only
+        s.looked_up = true;
+        s.positions = s.drafted;
+      } else {
+        const int32_t rows = plan.block_size > 0 ? std::min(plan.block_size, left) : 1;
+        s.drafted = rows - 1;
+        s.positions = rows - 1;
+        s.accepted = std::min(s.drafted, hosted_good);
+        for (int32_t i = 0; i <= s.accepted; ++i) s.committed.push_back(Truth(produced + i));
+        Keep(s.committed);
+      }
       left -= static_cast<int32_t>(s.committed.size());
       if (!sink(std::move(s))) break;
     }
@@ -354,22 +372,26 @@ class OriginRecordingHook final : public PlanningHook {
 // NGRAM drafts by prompt lookup inside the target's runs: no drafter side, no verify round trips.
 TEST(StepLoopTest, NgramDraftsInTheTargetsLookupRuns) {
   FakeTarget t;
-  t.hosted_good = 2;
   OriginRecordingHook hook;
   LoopParts parts = Parts(&t);
   parts.hook = &hook;
-  DecodeOptions o = Options(Method::kNgram, 40);
+  DecodeOptions o = Options(Method::kNgram, 150);
   o.draft_length = 5;
   auto r = RunStepLoop(parts, kPrompt, o);
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->tokens, TruthPrefix(40));
+  EXPECT_EQ(r->tokens, TruthPrefix(150));
   EXPECT_FALSE(r->stats.drafter_fallback) << r->stats.note;
   EXPECT_EQ(t.verifies, 0);
   ASSERT_GE(t.runs, 1);
-  EXPECT_EQ(t.run_lookups, std::vector<int32_t>(static_cast<size_t>(t.runs), 5));
+  for (const LookupShape& l : t.run_lookups) {
+    EXPECT_EQ(l.max_tokens, 5);
+    EXPECT_EQ(l.min_match, 1);
+    EXPECT_EQ(l.min_tokens, 1);
+  }
   EXPECT_GT(r->stats.drafted_tokens, 0);
   EXPECT_LE(r->stats.accepted_tokens, r->stats.drafted_tokens);
-  EXPECT_GE(r->stats.tau(), 2.5);  // steps commit the 2 right tokens and the target's next
+  EXPECT_GE(r->stats.tau(), 1.8);       // Truth repeats after 50 tokens: then every lookup is right
+  EXPECT_EQ(r->stats.lookup_steps, 0);  // NGRAM's steps are not DFLASH_ADAPTIVE's lookups
   ASSERT_FALSE(hook.origins.empty());
   EXPECT_TRUE(std::all_of(hook.origins.begin(), hook.origins.end(),
                           [](StepOrigin o) { return o == StepOrigin::kLookupRun; }));
@@ -381,8 +403,8 @@ class ShortRunsHook final : public PlanningHook {
   void PlanStep(const LoopView&, StepPlan* plan) override { plan->run_tokens = 8; }
 };
 
-// Between a self-drafting target's runs, DFLASH_ADAPTIVE verifies lookup drafts on the target
-// with no drafter side at all.
+// Between a self-drafting target's runs and inside them, DFLASH_ADAPTIVE verifies lookup drafts
+// on the target with no drafter side at all.
 TEST(StepLoopTest, AdaptiveLooksUpBetweenTargetDraftedRuns) {
   FakeTarget t;
   t.hosted_block = 6;
@@ -395,7 +417,8 @@ TEST(StepLoopTest, AdaptiveLooksUpBetweenTargetDraftedRuns) {
   EXPECT_EQ(r->tokens, TruthPrefix(150));
   EXPECT_TRUE(r->stats.target_drafted);
   EXPECT_GT(r->stats.lookup_steps, 5);
-  EXPECT_EQ(t.verifies, r->stats.lookup_steps);
+  EXPECT_GT(t.verifies, 0);                      // before planning
+  EXPECT_GT(r->stats.lookup_steps, t.verifies);  // and inside the runs
 }
 
 // A hook that runs every other step as an AR run of 3 tokens.
@@ -465,6 +488,74 @@ class ArOnlyHook final : public PlanningHook {
     plan->run_tokens = 4;
   }
 };
+
+// Plans AR runs of 8 tokens, declines every lookup before planning, and lets the runs' steps
+// verify lookups of at most `allowed` tokens.
+class RunLookupHook final : public PlanningHook {
+ public:
+  explicit RunLookupHook(int32_t allowed) : allowed_(allowed) {}
+  std::vector<int32_t> run_blocks;
+  int lookups_observed = 0;
+  void PlanStep(const LoopView&, StepPlan* plan) override {
+    plan->speculate = false;
+    plan->run_tokens = 8;
+  }
+  int32_t LookupTokens(const LoopView&, int32_t) override { return 0; }
+  int32_t RunLookupTokens(const LoopView&, int32_t run_block, int32_t most) override {
+    run_blocks.push_back(run_block);
+    return std::min(allowed_, most);
+  }
+  void Observe(const StepPlan&, StepOrigin origin, const StepResult& step, bool) override {
+    if (origin != StepOrigin::kLookup) return;
+    ++lookups_observed;
+    EXPECT_TRUE(step.looked_up);
+    EXPECT_LE(step.drafted, allowed_);
+    EXPECT_GE(step.drafted, 2);
+  }
+
+ private:
+  const int32_t allowed_;
+};
+
+// The planned runs of a DFLASH_ADAPTIVE request whose target drafts itself look up at every
+// step, as far as the hook predicts it pays; where the loop drafts (a drafter side), it decides
+// each lookup between its runs itself and its AR runs do not look up.
+TEST(StepLoopTest, AHostedRequestsRunsLookUpAsFarAsTheHookAllows) {
+  struct Case {
+    bool hosted;
+    int32_t allowed;
+  };
+  for (const Case& c : {Case{true, 0}, Case{true, 3}, Case{false, 3}}) {
+    FakeTarget t;
+    t.hosted_block = c.hosted ? 6 : 0;
+    FakeDrafter d(t, false, /*trained_block=*/5, 3);
+    FakePolicy p;
+    RunLookupHook hook(c.allowed);
+    LoopParts parts = Parts(&t, c.hosted ? nullptr : &d, &p);
+    parts.hook = &hook;
+    auto r = RunStepLoop(parts, kPrompt, Options(Method::kDflashAdaptive, 150));
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->tokens, TruthPrefix(150));
+    EXPECT_EQ(t.verifies, 0);  // no lookup before planning, no drafted step
+    ASSERT_FALSE(t.run_lookups.empty());
+    const int32_t want = c.hosted ? c.allowed : 0;
+    for (const LookupShape& l : t.run_lookups) {
+      EXPECT_EQ(l.max_tokens, want);
+      if (want > 0) {
+        EXPECT_EQ(l.min_match, 2);
+        EXPECT_EQ(l.min_tokens, 2);
+      }
+    }
+    for (int32_t b : hook.run_blocks) EXPECT_EQ(b, 1);  // AR runs
+    EXPECT_EQ(r->stats.lookup_steps, hook.lookups_observed);
+    if (want == 0) {
+      EXPECT_EQ(r->stats.lookup_steps, 0);
+    } else {
+      EXPECT_GT(r->stats.lookup_steps, 10);
+      EXPECT_GT(r->stats.accepted_tokens, 0);
+    }
+  }
+}
 
 // A DFLASH_ADAPTIVE request whose every plan is AR knows its block from the first plan, never
 // opens its drafter, and still verifies lookup drafts where the text repeats.

@@ -623,7 +623,7 @@ TEST_F(TargetServiceTest, ALookupRunCommitsExactlyTheStepwiseTokens) {
     // A lookup run, a plain verify on the same handle, and a lookup run again: the sequence the
     // target looks up in keeps every committed token, whoever drafted it.
     v1::TargetRequest run = Run(2, h, r.prefill().first_token(), 20);
-    run.mutable_run()->set_lookup_tokens(4);
+    run.mutable_run()->mutable_lookup()->set_max_tokens(4);
     ASSERT_TRUE(o.stream->Write(run));
     std::vector<int32_t> got;
     int drafted = 0, accepted = 0;
@@ -634,7 +634,7 @@ TEST_F(TargetServiceTest, ALookupRunCommitsExactlyTheStepwiseTokens) {
     EXPECT_EQ(ar.verify().rows_verified(), 0);
     got.push_back(ar.verify().next_token());
     v1::TargetRequest more = Run(4, h, got.back(), 20);
-    more.mutable_run()->set_lookup_tokens(4);
+    more.mutable_run()->mutable_lookup()->set_max_tokens(4);
     ASSERT_TRUE(o.stream->Write(more));
     ReadRun(o.stream.get(), &got, &drafted, &accepted);
     EXPECT_EQ(got, want);
@@ -648,22 +648,66 @@ TEST_F(TargetServiceTest, ALookupRunCommitsExactlyTheStepwiseTokens) {
   Open o = OpenStream();
   v1::TargetResponse plain = Call(o.stream.get(), Prefill(1, {1, 2, 3}));
   const std::string h = plain.prefill().handle().id();
-  for (int bad : {-1, 65}) {
+  struct Bad {
+    int max_tokens, min_match, min_tokens;
+    const char* field;
+  };
+  for (const Bad& bad : {Bad{-1, 0, 0, "lookup.max_tokens"}, Bad{65, 0, 0, "lookup.max_tokens"},
+                         Bad{4, 4, 0, "lookup.min_match"}, Bad{4, -1, 0, "lookup.min_match"},
+                         Bad{4, 2, 5, "lookup.min_tokens"}, Bad{4, 2, -1, "lookup.min_tokens"}}) {
     v1::TargetRequest v = Run(2, h, 4, 8);
-    v.mutable_run()->set_lookup_tokens(bad);
+    v.mutable_run()->mutable_lookup()->set_max_tokens(bad.max_tokens);
+    v.mutable_run()->mutable_lookup()->set_min_match(bad.min_match);
+    v.mutable_run()->mutable_lookup()->set_min_tokens(bad.min_tokens);
     v1::TargetResponse e = Call(o.stream.get(), v);
-    EXPECT_EQ(e.error().code(), grpc::StatusCode::INVALID_ARGUMENT) << bad;
-    EXPECT_NE(e.error().message().find("lookup_tokens"), std::string::npos) << e.error().message();
+    EXPECT_EQ(e.error().code(), grpc::StatusCode::INVALID_ARGUMENT) << bad.field;
+    EXPECT_NE(e.error().message().find(bad.field), std::string::npos) << e.error().message();
   }
-  v1::TargetRequest both = Run(3, h, 4, 8);
-  both.mutable_run()->set_lookup_tokens(4);
-  both.mutable_run()->set_draft_block_size(4);
-  v1::TargetResponse e = Call(o.stream.get(), both);
-  EXPECT_EQ(e.error().code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_NE(e.error().message().find("not both"), std::string::npos) << e.error().message();
   o.stream->WritesDone();
   EXPECT_TRUE(o.stream->Finish().ok());
   EXPECT_TRUE(WaitForHandles(0));
+}
+
+// A hosted-drafting run that looks up: where the sequence repeats a step verifies the lookup
+// draft instead of drafting a block; the tokens are the stepwise ones either way.
+TEST_F(TargetServiceTest, AHostedRunThatLooksUpVerifiesLookupsInsteadOfBlocks) {
+  StartServer(int64_t{1} << 30, 60000, /*host_drafter=*/true);
+  const std::vector<int32_t> prompt = {3, 9, 27, 20, 1, 3, 9, 27};
+  const std::vector<int32_t> want = StepwiseTokens(stub_.get(), prompt, 0.f, 30);
+  Open o = OpenStream();
+  v1::TargetRequest pf = Prefill(1, prompt);
+  pf.mutable_prefill()->set_hosted_draft(true);
+  v1::TargetResponse r = Call(o.stream.get(), pf);
+  ASSERT_TRUE(r.has_prefill()) << r.error().message();
+  v1::TargetRequest run = Run(2, r.prefill().handle().id(), r.prefill().first_token(), 30);
+  run.mutable_run()->set_draft_block_size(4);
+  run.mutable_run()->mutable_lookup()->set_max_tokens(6);
+  run.mutable_run()->mutable_lookup()->set_min_match(2);
+  run.mutable_run()->mutable_lookup()->set_min_tokens(2);
+  ASSERT_TRUE(o.stream->Write(run));
+  std::vector<int32_t> got;
+  int lookups = 0, blocks = 0;
+  v1::TargetResponse step;
+  do {
+    ASSERT_TRUE(o.stream->Read(&step));
+    ASSERT_TRUE(step.has_verify()) << step.error().message();
+    const auto& v = step.verify();
+    if (v.looked_up()) {
+      ++lookups;
+      EXPECT_GE(v.rows_verified(), 3);  // at least min_tokens drafted
+      EXPECT_LE(v.rows_verified(), 7);
+      EXPECT_EQ(v.draft_pass_rows(), 0);  // no block drafted for it
+    } else if (v.rows_verified() > 1) {
+      ++blocks;
+      EXPECT_EQ(v.draft_pass_rows(), v.rows_verified());
+    }
+    got.insert(got.end(), v.committed().begin(), v.committed().end());
+  } while (step.verify().run_left() > 0);
+  EXPECT_EQ(got, want);
+  EXPECT_GT(lookups, 0) << ::testing::PrintToString(want);
+  EXPECT_GT(blocks, 0);
+  o.stream->WritesDone();
+  EXPECT_TRUE(o.stream->Finish().ok());
 }
 
 TEST_F(TargetServiceTest, CancellingAStreamMidRunStopsTheRunAndReleasesItsHandle) {
