@@ -25,8 +25,10 @@ struct LookupShape {
 // NGRAM's: suffixes down to 1 token, any continuation.
 inline LookupShape NgramLookup(int32_t max_tokens) { return {max_tokens, 1, 1}; }
 // DFLASH_ADAPTIVE's: suffixes of 3 or 2 tokens, continuations of 2 tokens or more (a 1-token
-// match or draft is right too rarely to pay for its rows).
-inline LookupShape AdaptiveLookup(int32_t max_tokens) { return {max_tokens, 2, 2}; }
+// match or draft is right too rarely to pay for its rows). Under 2 tokens: no lookup at all.
+inline LookupShape AdaptiveLookup(int32_t max_tokens) {
+  return max_tokens < 2 ? LookupShape{} : LookupShape{max_tokens, 2, 2};
+}
 
 // The continuation of `tokens`' longest matching suffix (n in [min_n, max_n]) at its latest
 // earlier occurrence followed by at least `min_length` tokens (in a run of one repeated token

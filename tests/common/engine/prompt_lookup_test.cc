@@ -64,6 +64,11 @@ TEST(PromptLookupTest, AdaptiveLookupsNeedTwoMatchedAndTwoDraftedTokens) {
   EXPECT_EQ(LookupDraft(long_tail, AdaptiveLookup(4), 100, 64), (V{9, 1, 2}));
   EXPECT_TRUE(LookupDraft(long_tail, AdaptiveLookup(4), 2, 64).empty());
   EXPECT_EQ(LookupDraft(long_tail, NgramLookup(4), 2, 64), (V{9}));
+  // A shape of fewer than 2 tokens is no lookup (a target refuses min_tokens > max_tokens).
+  EXPECT_EQ(AdaptiveLookup(1).max_tokens, 0);
+  EXPECT_EQ(AdaptiveLookup(0).max_tokens, 0);
+  EXPECT_EQ(AdaptiveLookup(2).min_tokens, 2);
+  EXPECT_TRUE(LookupDraft(long_tail, AdaptiveLookup(1), 100, 64).empty());
 }
 
 }  // namespace

@@ -525,7 +525,8 @@ TEST(StepLoopTest, AHostedRequestsRunsLookUpAsFarAsTheHookAllows) {
     bool hosted;
     int32_t allowed;
   };
-  for (const Case& c : {Case{true, 0}, Case{true, 3}, Case{false, 3}}) {
+  // A hook that allows 1 token allows no lookup: adaptive lookups draft 2 tokens or more.
+  for (const Case& c : {Case{true, 0}, Case{true, 1}, Case{true, 3}, Case{false, 3}}) {
     FakeTarget t;
     t.hosted_block = c.hosted ? 6 : 0;
     FakeDrafter d(t, false, /*trained_block=*/5, 3);
@@ -538,8 +539,9 @@ TEST(StepLoopTest, AHostedRequestsRunsLookUpAsFarAsTheHookAllows) {
     EXPECT_EQ(r->tokens, TruthPrefix(150));
     EXPECT_EQ(t.verifies, 0);  // no lookup before planning, no drafted step
     ASSERT_FALSE(t.run_lookups.empty());
-    const int32_t want = c.hosted ? c.allowed : 0;
+    const int32_t want = c.hosted && c.allowed >= 2 ? c.allowed : 0;
     for (const LookupShape& l : t.run_lookups) {
+      EXPECT_LE(l.min_tokens, std::max(1, l.max_tokens));  // what a target accepts
       EXPECT_EQ(l.max_tokens, want);
       if (want > 0) {
         EXPECT_EQ(l.min_match, 2);
