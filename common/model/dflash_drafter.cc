@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/model/dflash_internal.h"
+#include "common/model/huge_pages.h"
 #include "common/model/kv_cache_pool.h"
 #include "common/model/ops.h"
 #include "common/util/status_macros.h"
@@ -368,6 +369,14 @@ absl::StatusOr<std::unique_ptr<DFlashDrafter>> DFlashDrafter::FromTensors(
                      .contiguous());
       layer.down = matrix(get(p + "mlp.down_proj.weight"));
       w->layers.push_back(std::move(layer));
+    }
+    if (device.is_cpu()) {
+      std::vector<at::Tensor*> all = {&w->fc, &w->hidden_norm, &w->norm, &w->inv_freq};
+      for (Weights::Layer& layer : w->layers) {
+        all.insert(all.end(), {&layer.input_norm, &layer.post_norm, &layer.q_norm, &layer.k_norm,
+                               &layer.q, &layer.kv, &layer.o, &layer.gate_up, &layer.down});
+      }
+      MoveIntoHugePages(all);
     }
     return std::unique_ptr<DFlashDrafter>(new DFlashDrafter(config, target, std::move(w)));
   } catch (const std::exception& e) {

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/model/huge_pages.h"
 #include "common/model/kv_cache_pool.h"
 #include "common/model/ops.h"
 #include "common/model/transformer_internal.h"
@@ -431,6 +432,14 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::FromTensors(
                      .contiguous());
       layer.down = matrix(get(p + "mlp.down_proj.weight"));
       w->layers.push_back(std::move(layer));
+    }
+    if (opts.device.is_cpu()) {
+      std::vector<at::Tensor*> all = {&w->embed, &w->lm_head, &w->final_norm, &w->inv_freq};
+      for (Weights::Layer& layer : w->layers) {
+        all.insert(all.end(), {&layer.input_norm, &layer.post_norm, &layer.q_norm, &layer.k_norm,
+                               &layer.qkv, &layer.o, &layer.gate_up, &layer.down});
+      }
+      MoveIntoHugePages(all);
     }
     return std::unique_ptr<Transformer>(new Transformer(config, opts, std::move(w)));
   } catch (const std::exception& e) {

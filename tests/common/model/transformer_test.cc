@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <numeric>
 #include <optional>
@@ -365,6 +366,30 @@ TEST(TransformerLoad, PackedWeightsGiveTheSameLogits) {
       };
       EXPECT_TRUE(at::equal(passes(**packed), passes(**plain)));
     }
+  }
+}
+
+TEST(TransformerLoad, WeightsOnHugePagesGiveTheSameLogits) {
+  // The weights move into one huge-page buffer after loading (common/model/huge_pages.h); where
+  // they live changes no value. SPECDEC_HUGE_PAGES=0 keeps them where ATen put them.
+  for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
+    SCOPED_TRACE(c10::toString(dt));
+    ModelConfig c = SmallConfig(Architecture::kLlama);  // tied: embedding and LM head shared
+    const auto weights = Transformer::RandomWeights(c, 6, 0.1);
+    LoadOptions opts;
+    opts.dtype = dt;
+    auto moved = Transformer::FromTensors(c, weights, opts);
+    setenv("SPECDEC_HUGE_PAGES", "0", 1);
+    auto kept = Transformer::FromTensors(c, weights, opts);
+    unsetenv("SPECDEC_HUGE_PAGES");
+    ASSERT_TRUE(moved.ok() && kept.ok());
+    auto passes = [&](const Transformer& m) {
+      auto cache = m.NewCache();
+      const std::vector<int32_t> prompt = Tokens(19, 2), step = {5}, chain = Tokens(4, 8);
+      return at::cat({RunAll(m, cache.get(), prompt), RunAll(m, cache.get(), step),
+                      RunAll(m, cache.get(), chain)});
+    };
+    EXPECT_TRUE(at::equal(passes(**moved), passes(**kept)));
   }
 }
 
