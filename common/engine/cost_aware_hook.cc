@@ -235,7 +235,9 @@ void CostAwareHook::Observe(const StepPlan& plan, StepOrigin origin, const StepR
   last_step_end_ = now;
   model_.ObserveStep(cost);
   if (origin == StepOrigin::kLookup) {  // the drafter's acceptance is not this step's
-    model_.ObserveLookup(step.drafted, step.accepted, acceptance_class_);
+    if (options_.share_acceptance) {
+      model_.ObserveLookup(step.drafted, step.accepted, acceptance_class_);
+    }
     for (int i = 0; i < step.drafted && i < kLookupPositions; ++i) {
       if (i <= step.accepted) lookup_reached_[i] += 1;
       if (i < step.accepted) lookup_accepted_[i] += 1;
@@ -243,7 +245,9 @@ void CostAwareHook::Observe(const StepPlan& plan, StepOrigin origin, const StepR
     return;
   }
   if (step.drafted > 0) {
-    model_.ObserveAcceptance(step.drafted, step.accepted, acceptance_class_);
+    if (options_.share_acceptance) {
+      model_.ObserveAcceptance(step.drafted, step.accepted, acceptance_class_);
+    }
     since_drafted_ = 0;
   }
   for (int i = 0; i < step.drafted && i < BlockCostModel::kMaxPositions; ++i) {

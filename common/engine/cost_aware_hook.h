@@ -71,6 +71,9 @@ class CostAwareHook final : public PlanningHook {
     // share of the best candidate's rate (it decides as usual instead): measuring it would cost
     // more than its chance of winning is worth, and its costs were measured in the warm-up.
     double explore_min_share = 0.5;
+    // false: this request's acceptance stays its own and never reaches the shared model (a
+    // warm-up request on a made-up prompt measures the machine's costs, not its acceptance).
+    bool share_acceptance = true;
     int32_t ar_run_tokens = 4;       // an AR run's tokens before the next decision (not hosted)
     int32_t hosted_run_tokens = 16;  // a target-drafted run's tokens before the next decision
   };

@@ -38,6 +38,11 @@ int main(int argc, char** argv) {
                  "the served model's name: metrics label, and accepted in GenerateRequest.model")
       ->envname("SPECDEC_MODEL_NAME");
   app.add_option("--default-max-new-tokens", o.default_max_new_tokens, "when a request sets 0");
+  o.warmup_tokens = 96;
+  app.add_option("--warmup-tokens", o.warmup_tokens,
+                 "before serving, one DFLASH_ADAPTIVE request of this many tokens measures the "
+                 "passes' costs for the block choice (0: none)")
+      ->envname("SPECDEC_WARMUP_TOKENS");
   app.add_option("--connect-timeout-ms", o.connect_timeout_ms, "wait for the target at startup");
   app.add_option("--load-aware", o.load_aware,
                  "DFLASH_ADAPTIVE steps may run as AR when AR measures faster at the current load")

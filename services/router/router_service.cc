@@ -31,6 +31,7 @@
 #include "services/router/remote_sides.h"
 #include "services/router/request_conversion.h"
 #include "services/router/router_metrics.h"
+#include "services/router/warmup.h"
 #include "specdec/v1/router.grpc.pb.h"
 
 namespace specdec::services {
@@ -88,6 +89,8 @@ struct RouterServer::Impl {
   v1::GenerateResponse Summary(const RequestRecord& record, bool load_aware_on,
                                int64_t in_flight_at_start);
   absl::Status StartHttp();
+  // The warm-up request (warmup.h), logged; a failure only means the first requests explore.
+  void WarmUp();
 };
 
 namespace {
@@ -208,6 +211,22 @@ void RouterServer::Impl::LogRequest(const RequestRecord& r, const absl::Status& 
                   " fallbacks=", fallbacks.empty() ? "none" : absl::StrJoin(fallbacks, ","));
   if (!status.ok()) absl::StrAppend(&fields, " message=", LogValue(status.message()));
   Log(status.ok() ? LogLevel::kInfo : LogLevel::kWarning, "request", fields);
+}
+
+void RouterServer::Impl::WarmUp() {
+  const auto t0 = SteadyClock::now();
+  auto result = services::WarmUp(*backends, block_model, tokenizer.get(), Defaults(),
+                                 {.max_new_tokens = options.warmup_tokens});
+  const std::string ms = absl::StrFormat("%.1f", MsSince(t0));
+  if (result.ok()) {
+    Log(LogLevel::kInfo, "warmup",
+        absl::StrCat(" completion_tokens=", result->tokens.size(),
+                     " tau=", absl::StrFormat("%.2f", result->stats.tau()), " total_ms=", ms));
+  } else {
+    Log(LogLevel::kWarning, "warmup",
+        absl::StrCat(" status=", absl::StatusCodeToString(result.status().code()), " total_ms=", ms,
+                     " message=", LogValue(result.status().message())));
+  }
 }
 
 void RouterServer::Impl::Echo(const v1::GenerateRequest& request, std::span<const int32_t> prompt,
@@ -429,6 +448,7 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
     impl->max_prompt_bytes =
         MaxPromptBytes(*impl->tokenizer, impl->backends->target_info().max_context());
   }
+  if (options.warmup_tokens > 0) impl->WarmUp();
   impl->service = std::make_unique<RouterServiceImpl>(impl.get());
   if (!options.metrics_address.empty()) {
     RETURN_IF_ERROR(impl->metrics_server.Listen(options.metrics_address));

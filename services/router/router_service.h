@@ -44,6 +44,9 @@ struct RouterServerOptions {
   int max_active_requests = 64;
   int max_queued_requests = 256;
   int queue_timeout_ms = 10000;
+  // Before serving, one DFLASH_ADAPTIVE request of this many tokens on a made-up prompt measures
+  // the passes' costs for the block choice (warmup.h); 0: none. specdec-router's default: 96.
+  int warmup_tokens = 0;
   std::string tokenizer_dir;  // tokenizer.json for text prompts (optional)
   // The served model's name: the spec-decode metrics' label, and a name GenerateRequest.model
   // may give (besides the target's ModelInfo.name).

@@ -95,6 +95,29 @@ TEST(CostAwareHookTest, ALookupStepMeasuresThePassButNotTheDrafter) {
   EXPECT_DOUBLE_EQ(hook.PredictedRate(6), tau_before);
 }
 
+// A warm-up request (share_acceptance = false) measures the passes for everyone but keeps its
+// drafter and lookup acceptance to itself.
+TEST(CostAwareHookTest, ARequestThatSharesNoAcceptanceStillMeasuresCosts) {
+  for (bool share : {true, false}) {
+    SCOPED_TRACE(share);
+    BlockCostModel m;
+    CostAwareHook hook(m, {.share_acceptance = share});
+    hook.Observe(StepPlan{}, StepOrigin::kDrafted, Drafted(3, 2, 4.0, 1.0), true);
+    hook.Observe(StepPlan{}, StepOrigin::kLookup, Drafted(4, 4, 3.0, 0.0), true);
+    EXPECT_GT(m.StepMs(1, 4), 0);
+    double drafter_weight = 0, lookup_weight = 0;
+    const double drafter_share = m.AcceptedShare(0, 0, &drafter_weight);
+    const double lookup_share = m.LookupShare(0, 0, &lookup_weight);
+    EXPECT_EQ(m.SpeculativeSteps(), share ? 1 : 0);
+    EXPECT_DOUBLE_EQ(drafter_weight, share ? 1.0 : 0.0);
+    EXPECT_DOUBLE_EQ(drafter_share, share ? 1.0 : 0.0);
+    EXPECT_DOUBLE_EQ(lookup_weight, share ? 1.0 : 0.0);
+    EXPECT_DOUBLE_EQ(lookup_share, share ? 1.0 : 0.0);
+    // The request's own acceptance counts either way: positions 0 and 1 accepted, 2 rejected.
+    EXPECT_NEAR(hook.PredictedRate(4) * m.StepMs(1, 4), 3.0, 1e-9);
+  }
+}
+
 TEST(CostAwareHookTest, TheFirstDecisionsTakeEveryCandidateInTurn) {
   BlockCostModel m;
   CostAwareHook hook(m, {.warmup = 16, .explore_every = 1000});
