@@ -53,4 +53,5 @@ for method in ${methods#AR }; do
 done
 echo "== Speculation pays where a verify of many rows costs about one step (a GPU, a larger model);"
 echo "   on a small CPU model a block's rows cost nearly as much as steps. DFLASH_ADAPTIVE measures"
-echo "   that on this machine and picks AR or a small block; its first request mostly explores."
+echo "   that on this machine (the router's warm-up times every candidate block before it serves)"
+echo "   and picks AR, a lookup of repeated text or a small block per step."
