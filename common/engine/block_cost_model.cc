@@ -5,6 +5,14 @@
 #include <limits>
 
 namespace specdec::engine {
+namespace {
+
+size_t ClassIndex(int acceptance_class) {
+  return static_cast<size_t>(
+      std::clamp(acceptance_class, 0, BlockCostModel::kAcceptanceClasses - 1));
+}
+
+}  // namespace
 
 BlockCostModel::BlockCostModel(Options options) : options_(options) {}
 
@@ -107,7 +115,7 @@ void BlockCostModel::ObserveStep(const StepCost& step) {
 
 void BlockCostModel::Acceptance::Add(double decay, int drafted_tokens, int accepted_tokens,
                                      int acceptance_class) {
-  const size_t c = static_cast<size_t>(std::clamp(acceptance_class, 0, kAcceptanceClasses - 1));
+  const size_t c = ClassIndex(acceptance_class);
   for (int i = 0; i < kMaxPositions; ++i) {
     drafted[c][i] *= decay;
     accepted[c][i] *= decay;
@@ -121,7 +129,7 @@ void BlockCostModel::Acceptance::Add(double decay, int drafted_tokens, int accep
 double BlockCostModel::Acceptance::Share(int position, int acceptance_class, double* weight) const {
   *weight = 0;
   if (position < 0 || position >= kMaxPositions) return 0;
-  const size_t c = static_cast<size_t>(std::clamp(acceptance_class, 0, kAcceptanceClasses - 1));
+  const size_t c = ClassIndex(acceptance_class);
   const size_t i = static_cast<size_t>(position);
   double d = drafted[c][i], a = accepted[c][i];
   if (d <= 1e-9) {  // unmeasured in this class: every class's steps
@@ -226,6 +234,17 @@ int BlockCostModel::BestBlock(int sessions, int max_block, int acceptance_class)
 int64_t BlockCostModel::NextDecision() {
   std::lock_guard<std::mutex> lock(mu_);
   return decisions_++;
+}
+
+int BlockCostModel::ProbeWait(ProbeKind kind, int acceptance_class, int initial) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int wait = probe_wait_[static_cast<size_t>(kind)][ClassIndex(acceptance_class)];
+  return wait > 0 ? wait : initial;
+}
+
+void BlockCostModel::SetProbeWait(ProbeKind kind, int acceptance_class, int wait) {
+  std::lock_guard<std::mutex> lock(mu_);
+  probe_wait_[static_cast<size_t>(kind)][ClassIndex(acceptance_class)] = wait;
 }
 
 int64_t BlockCostModel::SpeculativeSteps() const {

@@ -91,6 +91,14 @@ class BlockCostModel {
   // in `acceptance_class`; max_block until min_steps speculative steps have been observed.
   int BestBlock(int sessions, int max_block, int acceptance_class) const;
   int64_t SpeculativeSteps() const;
+  // How many decisions a request of `acceptance_class` waits before it drafts the block (kBlock)
+  // or verifies the lookup (kLookup) that its predictions decline, a probe of its own acceptance
+  // (CostAwareHook); `initial` until a request sets it. Kept per class and shared by its
+  // requests, so that where probes keep losing (the pack's drafter at T = 1) a new request does
+  // not start probing from the shortest wait again; one that pays shortens it for all.
+  enum class ProbeKind { kBlock = 0, kLookup = 1 };
+  int ProbeWait(ProbeKind kind, int acceptance_class, int initial) const;
+  void SetProbeWait(ProbeKind kind, int acceptance_class, int wait);
   // Numbers the block decisions taken on this model: 0, 1, 2, ... (for exploration schedules).
   int64_t NextDecision();
 
@@ -136,6 +144,7 @@ class BlockCostModel {
   // Decayed means of wall - pass - draft ms, of AR steps and of drafted steps.
   Mean ar_overhead_, spec_overhead_;
   Acceptance drafter_acceptance_, lookup_acceptance_;
+  std::array<std::array<int, kAcceptanceClasses>, 2> probe_wait_{};  // 0: unset
   int64_t spec_steps_ = 0;
   int64_t decisions_ = 0;
 };

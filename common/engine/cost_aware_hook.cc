@@ -103,17 +103,18 @@ int32_t CostAwareHook::LookupTokens(const LoopView& view, int32_t available) {
   const double alternative = PredictedRate(BestBlock(cap));
   double best_rate = 0;
   const int32_t best = BestLookup(available, &best_rate);
+  constexpr auto kLookup = BlockCostModel::ProbeKind::kLookup;
   if (alternative <= 0 || best_rate >= alternative) {
     lookups_declined_ = 0;
-    lookup_probe_wait_ = options_.probe_every;
+    model_.SetProbeWait(kLookup, acceptance_class_, options_.probe_every);
     return best;
   }
-  if (lookup_probe_wait_ <= 0) lookup_probe_wait_ = options_.probe_every;
-  if (++lookups_declined_ < lookup_probe_wait_) return 0;
+  const int wait = model_.ProbeWait(kLookup, acceptance_class_, options_.probe_every);
+  if (++lookups_declined_ < wait) return 0;
   // The probe: the draft's best length, so that this request's acceptance stays measured; none
   // where even that is predicted far below the alternative (the wait doubles alike).
   lookups_declined_ = 0;
-  lookup_probe_wait_ = std::min(2 * lookup_probe_wait_, options_.max_probe_every);
+  model_.SetProbeWait(kLookup, acceptance_class_, std::min(2 * wait, options_.max_probe_every));
   return best_rate >= options_.probe_min_share * alternative ? best : 0;
 }
 
@@ -175,18 +176,21 @@ int32_t CostAwareHook::Decide(const LoopView& view, int32_t cap) {
     }
     exploring_ = false;
   }
-  if (probe_wait_ <= 0) probe_wait_ = options_.probe_every;
+  constexpr auto kBlock = BlockCostModel::ProbeKind::kBlock;
   if (best >= 2) {
-    probe_wait_ = options_.probe_every;
+    model_.SetProbeWait(kBlock, acceptance_class_, options_.probe_every);
     return best;
   }
-  if (++since_drafted_ < probe_wait_) return best;
-  return Probe(cap);
+  const int wait = model_.ProbeWait(kBlock, acceptance_class_, options_.probe_every);
+  if (++since_drafted_ < wait) return best;
+  return Probe(cap, wait);
 }
 
-int32_t CostAwareHook::Probe(int32_t cap) {
-  // The probe: the best block, AR aside. Should AR still win after it, the next waits longer.
-  probe_wait_ = std::min(2 * probe_wait_, options_.max_probe_every);
+int32_t CostAwareHook::Probe(int32_t cap, int wait) {
+  // The probe: the best block, AR aside. Should AR still win after it, the next waits longer,
+  // for every request of this temperature class.
+  model_.SetProbeWait(BlockCostModel::ProbeKind::kBlock, acceptance_class_,
+                      std::min(2 * wait, options_.max_probe_every));
   int32_t probe = cap;
   for (int32_t b = cap - 1; b >= 2; --b) {
     if (PredictedRate(b) > PredictedRate(probe)) probe = b;

@@ -10,7 +10,8 @@
 // request's block: BlockPilot's pick, or the drafter's training block size. So that costs and
 // acceptance stay measured at every candidate, the shared model's first `warmup` decisions and
 // one in `explore_every` after them take the candidates in turn, and a request on AR drafts its
-// best block after `probe_every` decisions (then after twice as many while AR keeps winning).
+// best block after `probe_every` decisions (then after twice as many while AR keeps winning; the
+// wait is kept per temperature class in the shared model, so the next request goes on from it).
 // Exploration skips a candidate predicted at under half the best's rate, and a probe a block
 // predicted at under `probe_min_share` of AR's. A prompt-lookup draft is
 // weighed the same way: its first k tokens (the k with the best rate) are verified when
@@ -58,7 +59,9 @@ class CostAwareHook final : public PlanningHook {
     double request_decay = 0.95;
     // A request that has not drafted for this many decisions drafts its best block once, so that
     // its own acceptance stays measured; each probe after which AR still wins doubles the wait,
-    // up to max_probe_every, and a decision to speculate resets it. Lookup probes alike.
+    // up to max_probe_every, and a decision to speculate resets it. Lookup probes alike. The
+    // wait is its temperature class's, shared with the model's other requests
+    // (BlockCostModel::ProbeWait).
     int probe_every = 8;
     int max_probe_every = 64;
     // A probe whose block is predicted at less than this share of AR's rate does not draft (the
@@ -104,8 +107,9 @@ class CostAwareHook final : public PlanningHook {
   // The candidates the exploration schedule takes in turn.
   static std::vector<int32_t> ExploredBlocks(int32_t cap);
   int32_t Decide(const LoopView& view, int32_t cap);
-  // The probe's block, or 1 where even it is predicted far below AR.
-  int32_t Probe(int32_t cap);
+  // The probe's block, or 1 where even it is predicted far below AR; `wait` is the wait that
+  // ended (the next doubles it).
+  int32_t Probe(int32_t cap, int wait);
   // Takes the request's temperature class from the loop's view.
   void Follow(const LoopView& view);
   // The k <= most with the highest PredictedLookupRate (the longest among equals), and the rate.
@@ -124,10 +128,8 @@ class CostAwareHook final : public PlanningHook {
   // accepted, and that had it accepted.
   std::array<double, kLookupPositions> lookup_reached_{}, lookup_accepted_{};
   int lookups_declined_ = 0;  // lookup drafts declined in a row
-  int lookup_probe_wait_ = 0;  // declines before the next lookup probe (0: probe_every)
   int32_t decided_ = 0;     // the block PlanStep chose for the next speculative step (0: none)
   int since_drafted_ = 0;   // decisions since this request last drafted
-  int probe_wait_ = 0;      // AR decisions before the next probe (0: probe_every)
   bool exploring_ = false;  // the last decision explored
   int acceptance_class_ = 0;  // BlockCostModel::AcceptanceClass of the request's temperature
 };

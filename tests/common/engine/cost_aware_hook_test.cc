@@ -197,6 +197,35 @@ TEST(CostAwareHookTest, ARequestOnArProbesItsBestBlockEveryFewDecisions) {
             (std::vector<int>{8, 24, 56, 120}));
 }
 
+// The wait is the temperature class's: a new request at T = 0 after one whose probes kept
+// losing first probes after that request's last wait doubled, not after probe_every; a request
+// at T = 1 still after probe_every.
+TEST(CostAwareHookTest, ProbesThatKeepLosingMakeTheClassesNextRequestsWaitLonger) {
+  BlockCostModel m;
+  Measure(
+      m, [](int rows) { return 1.0 + 0.5 * rows; }, [](int rows) { return 1.0; }, {0});
+  m.NextDecision();  // past the exploring decision 0
+  const CostAwareHook::Options options = {.probe_every = 8, .warmup = 0, .explore_every = 1000};
+  auto first_probe = [&](double temperature) {
+    CostAwareHook hook(m, options);
+    for (int d = 1; d <= 200; ++d) {
+      StepPlan plan;
+      plan.run_tokens = 100;
+      LoopView view{Method::kDflashAdaptive, 100, 16, false, {}, temperature};
+      hook.PlanStep(view, &plan);
+      if (plan.speculate) return d;
+    }
+    return 0;
+  };
+  CostAwareHook first(m, options);
+  EXPECT_EQ(DraftedDecisions(first, [](int32_t) { return 2.0; }),
+            (std::vector<int>{8, 24, 56, 120}));
+  EXPECT_EQ(first_probe(0.0), 64);
+  EXPECT_EQ(first_probe(1.0), 8);
+  EXPECT_EQ(m.ProbeWait(BlockCostModel::ProbeKind::kBlock, 0, 8), 64);
+  EXPECT_EQ(m.ProbeWait(BlockCostModel::ProbeKind::kLookup, 0, 8), 8);  // no lookup probed
+}
+
 TEST(CostAwareHookTest, AProbeThatPaysEndsTheBackOff) {
   // AR: 1.1 ms a token; a block of 2 that accepts nothing 1 token in 1.4 ms, one that accepts
   // half its drafted tokens (as a single accepted probe makes it for this prior) 1.5 in 1.4.
