@@ -223,7 +223,10 @@ void RouterServer::Impl::WarmUp() {
         absl::StrCat(" completion_tokens=", result->tokens.size(),
                      " tau=", absl::StrFormat("%.2f", result->stats.tau()), " total_ms=", ms));
   } else {
-    Log(LogLevel::kWarning, "warmup",
+    // Nothing to choose (no DFlash drafter) is no failure; anything else leaves the first
+    // requests to explore.
+    const bool skipped = absl::IsFailedPrecondition(result.status());
+    Log(skipped ? LogLevel::kInfo : LogLevel::kWarning, "warmup",
         absl::StrCat(" status=", absl::StatusCodeToString(result.status().code()), " total_ms=", ms,
                      " message=", LogValue(result.status().message())));
   }

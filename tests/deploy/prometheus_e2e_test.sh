@@ -86,6 +86,9 @@ export SPECDEC_RUN_DIR="$(mktemp -d "${TMPDIR:-/tmp}/specdec-prom-e2e.XXXXXX")"
 # step; the checks below count one policy call (or policy fallback) per adaptive request of the
 # routers without it (R3 turns it on with its flag).
 export SPECDEC_LOAD_AWARE=false
+# The routers' warm-up request (services/router/warmup.h; tested in tests/services/router/
+# warmup_test) would add its own replica picks and target passes to the exact counts below.
+export SPECDEC_WARMUP_TOKENS=0
 work=$SPECDEC_RUN_DIR
 export TARGET_MODEL=$PACK/target DRAFT_LM=$PACK/draft DFLASH_MODEL=$PACK/dflash POLICY_MODEL=$PACK/policy
 # The target hosts the DFlash drafter (TARGET_DRAFTING=1: R3's load-aware speculative runs draft
