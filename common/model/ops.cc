@@ -13,6 +13,7 @@
 #include <tuple>
 #include <utility>
 
+#include "common/model/balanced_parallel_for.h"
 #include "common/model/linear_f32_kernel.h"
 #include "common/model/linear_kernel.h"
 #include "common/model/row_kernels.h"
@@ -78,18 +79,27 @@ std::optional<KernelDType> RowKernelType(const at::Tensor& t) {
   return std::nullopt;
 }
 
-// Runs `p` (every output, all rows) over the intra-op pool, in ranges of 64 outputs at least: the
-// smaller products of a small model (256 outputs) still split over two threads. How the outputs
-// are split does not change any of them.
+// Outputs per item of a product's parallel loop: a 1-row product (a decoding step) is a stream
+// of weights bound by memory bandwidth, taken 16 outputs at a time so that the threads finish
+// together; more rows take blocks of 64, which each kernel runs as one block (the bf16 kernel
+// prefetching the next group of 16 within it, the f32 kernel's block of outputs).
+int64_t OutputsPerItem(int64_t rows) { return rows == 1 ? 16 : 64; }
+
+// Runs `p` (every output, all rows) over the intra-op pool in items of OutputsPerItem, at least
+// 64 outputs per thread: the smaller products of a small model (256 outputs) still split over
+// two threads. How the outputs are split does not change any of them.
 void RunLinearParallel(const LinearProblem& p) {
-  at::parallel_for(0, p.out / 16, 4, [&](int64_t begin, int64_t end) {
-    LinearProblem part = p;
-    part.w = p.w + begin * 16 * p.in;
-    part.out = (end - begin) * 16;
-    if (p.y != nullptr) part.y = p.y + begin * 16;
-    if (p.y_f32 != nullptr) part.y_f32 = p.y_f32 + begin * 16;
-    RunLinear(part);
-  });
+  const int64_t per_item = OutputsPerItem(p.rows);
+  BalancedParallelFor((p.out + per_item - 1) / per_item, 64 / per_item,
+                      [&](int64_t begin, int64_t end) {
+                        const int64_t o0 = begin * per_item;
+                        LinearProblem part = p;
+                        part.w = p.w + o0 * p.in;
+                        part.out = std::min(p.out, end * per_item) - o0;
+                        if (p.y != nullptr) part.y = p.y + o0;
+                        if (p.y_f32 != nullptr) part.y_f32 = p.y_f32 + o0;
+                        RunLinear(part);
+                      });
 }
 
 // Whether `weight` holds a matrix in linear_kernel.h's packed layout (PackLinearWeight): such
@@ -162,14 +172,17 @@ at::Tensor F32KernelLinear(const at::Tensor& x, const at::Tensor& weight) {
   p.in = in;
   p.y = y.data_ptr<float>();
   p.y_stride = out;
-  // Ranges of 64 outputs at least over the intra-op pool; how they split changes no output.
-  at::parallel_for(0, (out + 15) / 16, 4, [&](int64_t begin, int64_t end) {
-    LinearF32Problem part = p;
-    part.w = p.w + begin * 16 * in;
-    part.y = p.y + begin * 16;
-    part.out = std::min(out, end * 16) - begin * 16;
-    RunLinearF32(part);
-  });
+  // As RunLinearParallel; how the outputs split changes none of them.
+  const int64_t per_item = OutputsPerItem(rows);
+  BalancedParallelFor((out + per_item - 1) / per_item, 64 / per_item,
+                      [&](int64_t begin, int64_t end) {
+                        const int64_t o0 = begin * per_item;
+                        LinearF32Problem part = p;
+                        part.w = p.w + o0 * in;
+                        part.y = p.y + o0;
+                        part.out = std::min(out, end * per_item) - o0;
+                        RunLinearF32(part);
+                      });
   return y;
 }
 
