@@ -1,10 +1,11 @@
 // Measures the decoder's speed on this machine: AR tokens/s and the cost of a k-token forward
 // (a speculative verify) relative to a 1-token step, for Qwen3-shaped random-weight models.
 // On a CUDA device (--device cuda) it also measures the memory bandwidth, the AR step against the
-// bandwidth floor (weight bytes / bandwidth) and a DFlash drafter's step.
+// bandwidth floor (weight bytes / bandwidth) and a DFlash drafter's step; on the CPU, --floor N
+// sets the step against the floor in N rounds, each with the triad (stream_triad.c) beside it.
 //
 //   specdec-model-bench [--sizes 30M,100M] [--dtypes f32,bf16] [--context 200] [--reps 15]
-//                       [--device cpu|cuda] [--json out.json]
+//                       [--device cpu|cuda] [--floor 5] [--json out.json]
 //   specdec-model-bench --device cuda --sizes qwen3-0.6b,qwen3-4b --dtypes bf16
 #include <ATen/ATen.h>
 
@@ -21,6 +22,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "bench/stream_triad.h"
 #include "common/model/dflash_drafter.h"
 #include "common/model/runtime.h"
 #include "common/model/transformer.h"
@@ -271,11 +273,39 @@ void ComparePacking(const ModelConfig& c, const std::map<std::string, at::Tensor
   }
 }
 
+// The CPU's floor rounds of one model: in each, the triad's bandwidth (the higher of its two page
+// sizes) and then the 1-token step (the median of `reps`), so that each step is set against the
+// bandwidth measured beside it on this noisy machine. The fraction of the floor is the floor's
+// ms over the step's.
+void AddFloorRounds(const Transformer& m, KvCache* cache, int64_t context, int reps, int rounds,
+                    nlohmann::json& row) {
+  const double bytes = StepBytes(m, context);
+  std::vector<double> fractions;
+  for (int r = 0; r < rounds; ++r) {
+    const double gbs = std::max(StreamTriadGbs(0), StreamTriadGbs(1));
+    const double step_ms = TimeForward(m, cache, context, 1, reps);
+    const double floor_ms = bytes / (gbs * 1e9) * 1e3;
+    fractions.push_back(floor_ms / step_ms);
+    row["floor_rounds"].push_back({{"triad_gbs", gbs},
+                                   {"floor_ms", floor_ms},
+                                   {"step_ms", step_ms},
+                                   {"fraction", floor_ms / step_ms}});
+    std::printf(
+        "  round %d: triad %.1f GB/s, floor %.2f ms, 1-token step %.2f ms: %.2f of the floor\n",
+        r + 1, gbs, floor_ms, step_ms, floor_ms / step_ms);
+  }
+  row["step_bytes"] = bytes;
+  row["floor_fraction_median"] = Median(fractions);
+  std::printf("  %.1f MB per step (weights, cached keys and values): median %.2f of the floor\n",
+              bytes / 1e6, Median(fractions));
+}
+
 // What one run measures, the same for every model.
 struct BenchPlan {
   std::vector<int> ks;
   int64_t context = 200;
   int reps = 15, threads = 1;
+  int floor_rounds = 0;  // CPU: rounds of the step against the triad's floor
   at::Device device = at::kCPU;
   std::string device_name = "cpu";
   double bandwidth_gbs = 0;  // CUDA: the measured copy bandwidth
@@ -324,6 +354,9 @@ absl::Status MeasureModel(const BenchPlan& plan, const std::string& size, const 
   for (double r : ratios) std::printf("  %6.2f", r);
   if (gpu) std::printf("  (CUDA graphs %s)", cuda_graphs ? "on" : "off");
   std::printf("\n");
+  if (!gpu && plan.floor_rounds > 0) {
+    AddFloorRounds(*model, cache.get(), plan.context, plan.reps, plan.floor_rounds, row);
+  }
   std::fflush(stdout);
   results.push_back(row);
   return absl::OkStatus();
@@ -351,7 +384,7 @@ int main(int argc, char** argv) {
   CLI::App app{"specdec decoder speed benchmark (random Qwen3-shaped weights)"};
   std::string sizes = "30M,100M", dtypes = "f32,bf16", ks_list = "1,2,4,8,16,32", json_path;
   int64_t context = 200;
-  int reps = 15, threads = 0;
+  int reps = 15, threads = 0, floor_rounds = 0;
   std::string device_name = "cpu";
   app.add_option("--sizes", sizes,
                  "comma-separated model sizes: 7M, 30M, 100M, qwen3-0.6b, qwen3-4b");
@@ -362,6 +395,9 @@ int main(int argc, char** argv) {
   app.add_option("--reps", reps, "timed repetitions per point (median reported)");
   app.add_option("--threads", threads, "compute threads (0 = all cores)");
   app.add_option("--json", json_path, "write results as JSON here");
+  app.add_option("--floor", floor_rounds,
+                 "CPU: rounds of the 1-token step against the triad's bandwidth floor")
+      ->check(CLI::NonNegativeNumber);
   std::string graph_modes = "on";
   app.add_option("--cuda-graphs", graph_modes,
                  "CUDA: on, off or on,off (each model measured with and without graphs)");
@@ -406,6 +442,7 @@ int main(int argc, char** argv) {
   plan.device = *device;
   plan.device_name = device_name;
   plan.bandwidth_gbs = bandwidth_gbs;
+  plan.floor_rounds = floor_rounds;
   nlohmann::json results = nlohmann::json::array();
   std::printf("threads=%d context=%lld reps=%d (median ms per forward)\n", used_threads,
               static_cast<long long>(context), reps);
