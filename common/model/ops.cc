@@ -86,20 +86,29 @@ std::optional<KernelDType> RowKernelType(const at::Tensor& t) {
 // 0.2-2.8%; 256: -1.0-0.3%).
 constexpr int64_t kOutputsPerItem = 64;
 
+// Runs run(o0, n) for the blocks [o0, o0 + n) of kOutputsPerItem of `out` outputs over the
+// intra-op pool.
+template <typename Run>
+void ForOutputBlocks(int64_t out, const Run& run) {
+  BalancedParallelFor((out + kOutputsPerItem - 1) / kOutputsPerItem, 1,
+                      [&](int64_t begin, int64_t end) {
+                        const int64_t o0 = begin * kOutputsPerItem;
+                        run(o0, std::min(out, end * kOutputsPerItem) - o0);
+                      });
+}
+
 // Runs `p` (every output, all rows) over the intra-op pool in items of kOutputsPerItem: the
 // smaller products of a small model (256 outputs) still split over two threads. How the outputs
 // are split does not change any of them.
 void RunLinearParallel(const LinearProblem& p) {
-  BalancedParallelFor((p.out + kOutputsPerItem - 1) / kOutputsPerItem, 1,
-                      [&](int64_t begin, int64_t end) {
-                        const int64_t o0 = begin * kOutputsPerItem;
-                        LinearProblem part = p;
-                        part.w = p.w + o0 * p.in;
-                        part.out = std::min(p.out, end * kOutputsPerItem) - o0;
-                        if (p.y != nullptr) part.y = p.y + o0;
-                        if (p.y_f32 != nullptr) part.y_f32 = p.y_f32 + o0;
-                        RunLinear(part);
-                      });
+  ForOutputBlocks(p.out, [&](int64_t o0, int64_t n) {
+    LinearProblem part = p;
+    part.w = p.w + o0 * p.in;
+    part.out = n;
+    if (p.y != nullptr) part.y = p.y + o0;
+    if (p.y_f32 != nullptr) part.y_f32 = p.y_f32 + o0;
+    RunLinear(part);
+  });
 }
 
 // Whether `weight` holds a matrix in linear_kernel.h's packed layout (PackLinearWeight): such
@@ -173,15 +182,13 @@ at::Tensor F32KernelLinear(const at::Tensor& x, const at::Tensor& weight) {
   p.y = y.data_ptr<float>();
   p.y_stride = out;
   // As RunLinearParallel; how the outputs split changes none of them.
-  BalancedParallelFor((out + kOutputsPerItem - 1) / kOutputsPerItem, 1,
-                      [&](int64_t begin, int64_t end) {
-                        const int64_t o0 = begin * kOutputsPerItem;
-                        LinearF32Problem part = p;
-                        part.w = p.w + o0 * in;
-                        part.y = p.y + o0;
-                        part.out = std::min(out, end * kOutputsPerItem) - o0;
-                        RunLinearF32(part);
-                      });
+  ForOutputBlocks(out, [&](int64_t o0, int64_t n) {
+    LinearF32Problem part = p;
+    part.w = p.w + o0 * in;
+    part.y = p.y + o0;
+    part.out = n;
+    RunLinearF32(part);
+  });
   return y;
 }
 
