@@ -338,6 +338,16 @@ absl::StatusOr<engine::BlockChoice> RemotePolicy::ChooseBlockSize(
   return why;
 }
 
+engine::LoopParts RemoteSides::Parts(const Backends& backends) const {
+  engine::LoopParts parts;
+  parts.target = target.get();
+  parts.drafter = drafter.get();
+  parts.policy = policy.get();
+  parts.max_context = backends.target_info().max_context();
+  parts.drafter_unavailable = drafter_unavailable;
+  return parts;
+}
+
 RemoteSides ConnectSides(Backends& backends, CallScope scope,
                          const engine::DecodeOptions& options) {
   RemoteSides sides;

@@ -104,6 +104,10 @@ struct RemoteSides {
   std::unique_ptr<engine::DrafterSide> drafter;  // a drafter service's
   std::unique_ptr<RemotePolicy> policy;
   absl::Status drafter_unavailable = absl::UnavailableError("no drafter service is configured");
+
+  // The step loop's parts on these sides: target, drafter, policy, why there is no drafter, and
+  // the context of `backends`' target. The caller adds the hook, cancellation and streaming.
+  engine::LoopParts Parts(const Backends& backends) const;
 };
 RemoteSides ConnectSides(Backends& backends, CallScope scope, const engine::DecodeOptions& options);
 

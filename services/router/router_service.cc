@@ -264,15 +264,10 @@ absl::Status RouterServer::Impl::Serve(const v1::GenerateRequest& request, Deadl
                                    {.sessions = static_cast<int>(std::max<int64_t>(1, load))});
   const bool cost_aware_on = !load_aware_on && options.method == engine::Method::kDflashAdaptive &&
                              options.block_size == 0;
-  engine::LoopParts parts;
-  parts.target = sides.target.get();
-  parts.drafter = sides.drafter.get();
-  parts.policy = sides.policy.get();
+  engine::LoopParts parts = sides.Parts(*backends);
   parts.hook = load_aware_on   ? static_cast<engine::PlanningHook*>(&hook)
                : cost_aware_on ? &cost_aware
                                : nullptr;
-  parts.max_context = backends->target_info().max_context();
-  parts.drafter_unavailable = sides.drafter_unavailable;
   parts.cancelled = [&box] { return box.cancel.cancelled(); };
   parts.tokenizer = tokenizer.get();
   parts.decode_text = request.return_text();

@@ -51,13 +51,8 @@ absl::StatusOr<engine::DecodeResult> WarmUp(Backends& backends, engine::BlockCos
   const CallScope scope{std::chrono::system_clock::now() + options.timeout, &cancel};
   RemoteSides sides = ConnectSides(backends, scope, decode);
   engine::CostAwareHook hook(model, {.share_acceptance = false});
-  engine::LoopParts parts;
-  parts.target = sides.target.get();
-  parts.drafter = sides.drafter.get();
-  parts.policy = sides.policy.get();
+  engine::LoopParts parts = sides.Parts(backends);
   parts.hook = &hook;
-  parts.max_context = backends.target_info().max_context();
-  parts.drafter_unavailable = sides.drafter_unavailable;
   parts.cancelled = [&cancel] { return cancel.cancelled(); };
   return engine::RunStepLoop(parts, prompt, decode);
 }
