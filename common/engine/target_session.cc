@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/engine/warped_rows.h"
 #include "common/model/transformer.h"
 #include "common/util/status_macros.h"
 
@@ -26,18 +27,6 @@ TargetSession::TargetSession(const model::Transformer& target,
       rng_(sampling.seed) {}
 
 TargetSession::~TargetSession() { target_.RecycleCache(std::move(cache_)); }
-
-std::vector<float> TargetSession::Rows(const at::Tensor& logits) const {
-  std::vector<float> raw = ToVector(logits);
-  if (sampling_.temperature == 0.f) return raw;  // greedy: only the argmax matters
-  const int64_t v = logits.size(1);
-  std::vector<float> probs(raw.size());
-  for (int64_t r = 0; r < logits.size(0); ++r) {
-    sampling::WarpedProbsInto(std::span<const float>(raw).subspan(r * v, v), sampling_,
-                              std::span<float>(probs).subspan(r * v, v));
-  }
-  return probs;
-}
 
 absl::Status TargetSession::PreparePrefill(std::span<const int32_t> prompt) const {
   if (cache_->length() != 0) return absl::FailedPreconditionError("session already prefilled");
@@ -150,7 +139,7 @@ absl::StatusOr<VerifyOutcome> TargetSession::FinishVerify(const Prepared& prep,
   const bool tree = !req.tree_parents.empty();
   const bool greedy = sampling_.temperature == 0.f;
   const int64_t base = prep.base;
-  std::vector<float> p_rows = Rows(logits);
+  WarpedRows p_rows(ToVector(logits), vocab, sampling_);
   VerifyOutcome o;
   std::vector<int64_t> kept_rows = {0};
   if (tree) {
@@ -158,7 +147,7 @@ absl::StatusOr<VerifyOutcome> TargetSession::FinishVerify(const Prepared& prep,
     std::vector<int32_t> nodes(req.tokens.begin() + 1, req.tokens.end());
     std::vector<int32_t> parents(rows - 1);
     for (int64_t i = 1; i < rows; ++i) parents[i - 1] = req.tree_parents[i] - 1;
-    o.result = VerifyTree(nodes, parents, ProbRows{p_rows, vocab}, ProbRows{req.draft_probs, vocab},
+    o.result = VerifyTree(nodes, parents, p_rows.View(), ProbRows{req.draft_probs, vocab},
                           req.proposal, greedy, rng_);
     for (int32_t& n : o.result.accepted_nodes) {
       n += 1;  // back to rows
@@ -169,8 +158,8 @@ absl::StatusOr<VerifyOutcome> TargetSession::FinishVerify(const Prepared& prep,
     for (int64_t r : kept_rows) keep.push_back(base + r);
     RETURN_IF_ERROR(cache_->KeepRows(base, keep));
   } else {
-    o.result = VerifyChain(req.tokens.subspan(1), ProbRows{p_rows, vocab},
-                           ProbRows{req.draft_probs, vocab}, req.proposal, greedy, rng_);
+    o.result = VerifyChain(req.tokens.subspan(1), p_rows.View(), ProbRows{req.draft_probs, vocab},
+                           req.proposal, greedy, rng_);
     for (int32_t i = 1; i <= o.result.num_accepted; ++i) {
       kept_rows.push_back(i);
       o.committed.push_back(req.tokens[i]);

@@ -98,7 +98,6 @@ class TargetSession {
   const sampling::SamplingParams& sampling() const { return sampling_; }
 
  private:
-  std::vector<float> Rows(const at::Tensor& logits) const;
   struct Prepared;
   absl::StatusOr<Prepared> PrepareVerify(const VerifyRequest& req) const;
   absl::StatusOr<VerifyOutcome> FinishVerify(const Prepared& prep, const VerifyRequest& req,

@@ -8,6 +8,7 @@
 #define SPECDEC_COMMON_ENGINE_VERIFY_H_
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -16,11 +17,18 @@
 namespace specdec::engine {
 
 // A read-only row-major [rows, vocab] matrix of probabilities (or logits for greedy use).
+// `prepare`, when set, makes row i of `data` just before each read of it: a verify's target rows
+// are warped only as far as the verification reads them (a chain rejected at its first token
+// reads two rows of its K + 1).
 struct ProbRows {
   std::span<const float> data;
   int64_t vocab = 0;
+  std::function<void(int64_t)> prepare;
   int64_t rows() const { return vocab == 0 ? 0 : static_cast<int64_t>(data.size()) / vocab; }
-  std::span<const float> row(int64_t i) const { return data.subspan(i * vocab, vocab); }
+  std::span<const float> row(int64_t i) const {
+    if (prepare) prepare(i);
+    return data.subspan(i * vocab, vocab);
+  }
   bool empty() const { return data.empty(); }
 };
 

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -88,6 +89,27 @@ std::vector<int64_t> RunChainJoint(const ChainVerifier& verify, Proposal proposa
     ++counts[committed[0] * kVocab + committed[1]];
   }
   return counts;
+}
+
+// Rows are made on demand: a chain reads the rows up to its first rejection (or all K + 1).
+TEST(VerifyChain, ReadsTargetRowsOnlyAsFarAsItVerifies) {
+  // Point-mass rows: token 1, then 2, then 3, then 4.
+  std::vector<float> rows(4 * 5, 0.f);
+  for (int r = 0; r < 4; ++r) rows[r * 5 + r + 1] = 1.f;
+  for (const bool greedy : {true, false}) {
+    for (const auto& [draft, reached] : std::vector<std::pair<std::vector<int32_t>, int64_t>>{
+             {{1, 2, 3}, 4}, {{1, 0, 3}, 2}, {{0, 2, 3}, 1}}) {
+      std::vector<int64_t> prepared;
+      ProbRows target{rows, 5, [&](int64_t r) { prepared.push_back(r); }};
+      sampling::Rng rng(3);
+      const VerifyResult result =
+          VerifyChain(draft, target, ProbRows{}, Proposal::kOneHot, greedy, rng);
+      EXPECT_EQ(result.num_accepted, reached - 1) << "greedy " << greedy;
+      ASSERT_FALSE(prepared.empty());
+      EXPECT_EQ(*std::max_element(prepared.begin(), prepared.end()), reached - 1)
+          << "greedy " << greedy << ", accepted " << result.num_accepted;
+    }
+  }
 }
 
 TEST(VerifyChain, GreedyAcceptsLongestArgmaxPrefix) {
