@@ -138,10 +138,15 @@ class TargetServiceTest : public ::testing::Test {
     return server_->handles_in_use() == n;
   }
 
+  // What PrefillsBesideARun saw: prompts answered from a pass of several sequences, and the
+  // run's steps whose pass carried more rows than its own.
+  struct Sharing {
+    int joined = 0, wide = 0;
+  };
   // Prompts beside a long server-side run (a verify in every scheduler iteration), one of them
   // bad, three rounds: each answer equals the in-process prefill, the run's tokens equal
-  // stepwise decoding. Returns how many prefills shared a pass.
-  int PrefillsBesideARun();
+  // stepwise decoding.
+  Sharing PrefillsBesideARun();
 
   int batch_prefill_max_rows_ = 256;
   std::unique_ptr<TargetServer> server_;
@@ -305,10 +310,10 @@ TEST_F(TargetServiceTest, ARunDecodesServerSideExactlyLikeSingleSteps) {
   EXPECT_TRUE(WaitForHandles(0));
 }
 
-int TargetServiceTest::PrefillsBesideARun() {
+TargetServiceTest::Sharing TargetServiceTest::PrefillsBesideARun() {
   auto model = model::Transformer::Load(ModelDir());
   EXPECT_TRUE(model.ok());
-  if (!model.ok()) return -1;
+  if (!model.ok()) return {-1, -1};
   const std::vector<int32_t> prompt = {3, 9, 27, 20, 1};
   const std::vector<int32_t> want = StepwiseTokens(stub_.get(), prompt, 0.f, 110);
   // A long server-side run keeps a verify in every scheduler iteration.
@@ -362,20 +367,29 @@ int TargetServiceTest::PrefillsBesideARun() {
   }
   reader.join();
   EXPECT_TRUE(WaitForHandles(0));
-  EXPECT_EQ(wide > 0, joined > 0) << wide << " wide passes, " << joined << " prompts joined";
-  return joined;
+  // A wide pass of the run carried a prompt, which then answered from a shared pass.
+  EXPECT_TRUE(wide == 0 || joined > 0) << wide << " wide passes, " << joined << " prompts joined";
+  return {joined, wide};
 }
 
 TEST_F(TargetServiceTest, PrefillsJoinARunningRequestsPassAndAnswerAsAlone) {
   StartServer();
-  // Prompts arriving while the run decodes share its passes (and each other's).
-  EXPECT_GT(PrefillsBesideARun(), 0);
+  // Prompts arriving while the run decodes share its passes (and each other's). On a loaded
+  // machine the 110-token run can end before a round of prompts arrives: up to 5 tries.
+  Sharing sharing;
+  for (int attempt = 0; attempt < 5 && sharing.wide == 0; ++attempt) {
+    sharing = PrefillsBesideARun();
+  }
+  EXPECT_GT(sharing.wide, 0);
+  EXPECT_GT(sharing.joined, 0);
 }
 
 TEST_F(TargetServiceTest, PrefillsRunInPassesOfTheirOwnWithARowBudgetOfZero) {
   batch_prefill_max_rows_ = 0;
   StartServer();
-  EXPECT_EQ(PrefillsBesideARun(), 0);
+  const Sharing sharing = PrefillsBesideARun();
+  EXPECT_EQ(sharing.joined, 0);
+  EXPECT_EQ(sharing.wide, 0);
 }
 
 TEST_F(TargetServiceTest, ARunEndsAtAStopTokenOrAFullCacheAndValidatesItsShape) {
