@@ -26,10 +26,28 @@ SPECDEC_VECTOR_FN void StoreSums(F16 sums, int nb, const LinearProblem& p, int64
   for (int k = 0; k < kLanes; ++k) y[(k / nb) * p.y_stride + k % nb] = h[k];
 }
 
+// Rows [r0, r0 + MB) of x (rows x_stride apart) against the 32 inputs from x and w of outputs
+// NB apart by n_step elements, added into acc (MB * NB sums of 16 lanes).
+template <int MB, int NB>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"), always_inline)) inline void
+DotChunk(const uint16_t* x, int64_t x_stride, const uint16_t* w, int64_t n_step, __m512* acc) {
+  __m512bh xv[MB];
+  for (int m = 0; m < MB; ++m) {
+    xv[m] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(x + m * x_stride));
+  }
+  for (int n = 0; n < NB; ++n) {
+    const __m512bh wv = reinterpret_cast<__m512bh>(_mm512_loadu_si512(w + n * n_step));
+    for (int m = 0; m < MB; ++m) acc[m * NB + n] = _mm512_dpbf16_ps(acc[m * NB + n], xv[m], wv);
+  }
+}
+
 // Rows [r0, r0 + MB) and outputs [o0, o0 + NB) (MB * NB = 16) on the AVX-512 BF16 path, the
 // matrix row-major or packed in blocks of 16: each weight chunk is loaded once for the block's
-// rows. Meanwhile it prefetches `pf_bytes` from `pf` (weights a later block reads), a few lines
-// per chunk.
+// rows. A block of several rows reads a packed matrix's chunks at fixed offsets from one pointer
+// (a 2-row product of matrices in cache took 12% less time than with a register per output); a
+// 1-row block keeps the loop that streams a packed matrix from memory fastest. Row-major, the
+// block prefetches `pf_bytes` from `pf` meanwhile (weights a later block reads), a few lines per
+// chunk.
 template <int MB, int NB>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"), always_inline)) inline void
 NativeBlock(const LinearProblem& p, int64_t r0, int64_t o0, const char* pf, int64_t pf_bytes) {
@@ -37,26 +55,24 @@ NativeBlock(const LinearProblem& p, int64_t r0, int64_t o0, const char* pf, int6
   __m512 acc[MB * NB];
   for (int k = 0; k < MB * NB; ++k) acc[k] = _mm512_setzero_ps();
   const uint16_t* x = p.x + r0 * p.x_stride;
-  // Output o0 + n's chunk from input c is at w + n * n_step + c * c_scale.
-  const bool packed = p.w_block == kLanes;
-  const uint16_t* w = packed ? p.w + (o0 & ~int64_t{kLanes - 1}) * p.in + (o0 & (kLanes - 1)) * 32
-                             : p.w + o0 * p.in;
-  const int64_t n_step = packed ? 32 : p.in, c_scale = packed ? kLanes : 1;
-  const int64_t lines = pf_bytes / 64, chunks = p.in / 32;
-  const int64_t per_chunk = (lines + chunks - 1) / chunks;
-  int64_t line = 0;
-  for (int64_t c = 0; c < p.in; c += 32) {
-    for (int64_t k = 0; k < per_chunk && line < lines; ++k, ++line) {
-      _mm_prefetch(pf + line * 64, _MM_HINT_T0);
+  if (MB > 1 && p.w_block == kLanes) {
+    const uint16_t* w = p.w + (o0 & ~int64_t{kLanes - 1}) * p.in + (o0 & (kLanes - 1)) * 32;
+    for (int64_t c = 0; c < p.in; c += 32, w += 32 * kLanes) {
+      DotChunk<MB, NB>(x + c, p.x_stride, w, 32, acc);
     }
-    __m512bh xv[MB];
-    for (int m = 0; m < MB; ++m) {
-      xv[m] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(x + m * p.x_stride + c));
-    }
-    const uint16_t* wc = w + c * c_scale;
-    for (int n = 0; n < NB; ++n) {
-      const __m512bh wv = reinterpret_cast<__m512bh>(_mm512_loadu_si512(wc + n * n_step));
-      for (int m = 0; m < MB; ++m) acc[m * NB + n] = _mm512_dpbf16_ps(acc[m * NB + n], xv[m], wv);
+  } else {
+    const bool packed = p.w_block == kLanes;
+    const uint16_t* w = packed ? p.w + (o0 & ~int64_t{kLanes - 1}) * p.in + (o0 & (kLanes - 1)) * 32
+                               : p.w + o0 * p.in;
+    const int64_t n_step = packed ? 32 : p.in, c_scale = packed ? kLanes : 1;
+    const int64_t lines = pf_bytes / 64, chunks = p.in / 32;
+    const int64_t per_chunk = (lines + chunks - 1) / chunks;
+    int64_t line = 0;
+    for (int64_t c = 0; c < p.in; c += 32) {
+      for (int64_t k = 0; k < per_chunk && line < lines; ++k, ++line) {
+        _mm_prefetch(pf + line * 64, _MM_HINT_T0);
+      }
+      DotChunk<MB, NB>(x + c, p.x_stride, w + c * c_scale, n_step, acc);
     }
   }
   F16 v[kLanes];
@@ -78,14 +94,15 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"))) void Na
 
 // 16 outputs at a time (16 weight rows, the same 16 * in elements in either layout), every row of
 // them by blocks of 4, 2 and 1 rows (4, 8 and 16 outputs at a time): the group's weights come
-// from memory once, for its first block of rows; the other blocks find them in L1. Packed, the
+// from memory once, for its first block of rows; the other blocks find them in cache. Packed, the
 // first block is one row, which reads the group as one sequential stream (a block of 4 rows
-// reads a quarter of each chunk); a lone row's stream is prefetched by the hardware alone,
-// otherwise the first block prefetches the next group's weights.
+// reads a quarter of each chunk) that the hardware prefetches alone: software prefetch of the
+// next group in that block made 2- and 4-row products of a memory-bound shape 20-30% slower
+// (docs/results/2026-11-27-verify-rows.md). Row-major, the first block prefetches the next group.
 void RunNative(const LinearProblem& p) {
   const int64_t group_bytes = kLanes * p.in * static_cast<int64_t>(sizeof(uint16_t));
   const bool packed = p.w_block == kLanes;
-  const bool prefetch = !packed || p.rows > 1;
+  const bool prefetch = !packed;
   const int64_t lead = packed && p.rows > 0 ? 1 : 0;  // rows [0, lead) first, one at a time
   const int64_t fours = lead + (p.rows - lead) / 4 * 4;
   for (int64_t o0 = 0; o0 < p.out; o0 += kLanes) {
