@@ -97,7 +97,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"))) void Na
 // from memory once, for its first block of rows; the other blocks find them in cache. Packed, the
 // first block is one row, which reads the group as one sequential stream (a block of 4 rows
 // reads a quarter of each chunk) that the hardware prefetches alone: software prefetch of the
-// next group in that block made 2- and 4-row products of a memory-bound shape 20-30% slower
+// next group in that block made products of 2-17 rows of a memory-bound shape 6-13% slower
 // (docs/results/2026-11-27-verify-rows.md). Row-major, the first block prefetches the next group.
 void RunNative(const LinearProblem& p) {
   const int64_t group_bytes = kLanes * p.in * static_cast<int64_t>(sizeof(uint16_t));

@@ -1,8 +1,11 @@
 // Two builds of common/model/linear_kernel.cc in one process: the products of one 1-token (or
 // k-row) pass of the model bench's 100M shape (or, with SMALL set, its 7M shape), packed bf16
 // weights, taken in items of 64 outputs as the runtime takes them; the two builds alternate pass
-// by pass. Prints the median of the paired time ratios (after / before) and each build's median.
+// by pass. The weights live on transparent huge pages, as the runtime's do (huge_pages.h). Prints
+// the median of the paired time ratios (after / before) and each build's median.
 //   kernel_ab ROWS ROUNDS
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -18,8 +21,18 @@ void RunAfter(const Problem& p);
 
 struct Matrix {
   int64_t in, out;
-  std::vector<uint16_t> w;
+  uint16_t* w;
 };
+
+// `elements` bf16 values on 2 MiB pages (madvise before the first write).
+uint16_t* HugeArray(int64_t elements) {
+  const size_t bytes =
+      (static_cast<size_t>(elements) * 2 + (size_t{2} << 20)) & ~((size_t{2} << 20) - 1);
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) std::abort();
+  madvise(p, bytes, MADV_HUGEPAGE);
+  return static_cast<uint16_t*>(p);
+}
 
 int main(int argc, char** argv) {
   const int rows = argc > 1 ? std::atoi(argv[1]) : 1;
@@ -29,8 +42,10 @@ int main(int argc, char** argv) {
   const int64_t layers = small ? 6 : 12, vocab = 8192, kv = small ? 128 : 256;
   std::vector<Matrix> ms;
   auto add = [&](int64_t in, int64_t out) {
-    Matrix m{in, out, std::vector<uint16_t>(in * out)};
-    for (auto& v : m.w) v = static_cast<uint16_t>(0x3c00 + (std::rand() & 0xff));
+    Matrix m{in, out, HugeArray(in * out)};
+    for (int64_t i = 0; i < in * out; ++i) {
+      m.w[i] = static_cast<uint16_t>(0x3c00 + (std::rand() & 0xff));
+    }
     ms.push_back(std::move(m));
   };
   for (int l = 0; l < layers; ++l) {
@@ -53,7 +68,7 @@ int main(int argc, char** argv) {
           p.x = x.data();
           p.rows = rows;
           p.x_stride = m.in;
-          p.w = m.w.data() + o * m.in;
+          p.w = m.w + o * m.in;
           p.in = m.in;
           p.out = 64;
           p.y_f32 = y.data() + o;
