@@ -26,8 +26,8 @@ SPECDEC_VECTOR_FN void StoreSums(F16 sums, int nb, const LinearProblem& p, int64
   for (int k = 0; k < kLanes; ++k) y[(k / nb) * p.y_stride + k % nb] = h[k];
 }
 
-// Rows [r0, r0 + MB) of x (rows x_stride apart) against the 32 inputs from x and w of outputs
-// NB apart by n_step elements, added into acc (MB * NB sums of 16 lanes).
+// One chunk of 32 inputs: MB rows of x (x_stride elements apart) against NB outputs' weights
+// (n_step elements apart from w), added into acc (MB * NB sums of 16 lanes, row-major).
 template <int MB, int NB>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"), always_inline)) inline void
 DotChunk(const uint16_t* x, int64_t x_stride, const uint16_t* w, int64_t n_step, __m512* acc) {
