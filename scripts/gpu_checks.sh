@@ -5,8 +5,8 @@
 #   2. builds the gRPC-free part of specdec against PyTorch's CUDA libtorch
 #      (-DSPECDEC_DEVICE_CHECKS=ON) with the header/library Debian packages of .devdeps/;
 #   3. runs the tests labelled `gpu` and the reference comparison on the GPU;
-#   4. runs the GPU model benchmark (Qwen3-0.6B and -4B shapes, bf16, random weights; fused
-#      operators on, then off) and `specdec bench` on the embedded pack on the GPU;
+#   4. runs the GPU model benchmark (Qwen3-0.6B and -4B shapes, bf16, random weights; then
+#      without and with specdec's own CUDA kernels) and `specdec bench` on the embedded pack;
 #   5. builds and runs the remaining unit tests of that build (CPU code on the GPU machine's CPU).
 #
 #   scripts/gpu_checks.sh --fetch   (on a Debian 12 machine) downloads the packages into .devdeps/
@@ -73,7 +73,7 @@ if [ "$mode" = build ]; then
   echo "export LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
   exit 0
 fi
-gpu_targets="transformer_cuda_test decoder_cuda_test hf_reference_test specdec-model-bench specdec"
+gpu_targets="transformer_cuda_test cuda_ops_test decoder_cuda_test hf_reference_test specdec-model-bench specdec"
 stamp build $gpu_targets
 cmake --build build-gpu -j "$jobs" --target $gpu_targets >>"$out/build.log" 2>&1 ||
   { grep -E "error|Error" "$out/build.log" | head -30; exit 1; }
@@ -109,11 +109,19 @@ build-gpu/bench/specdec-model-bench --device cuda --sizes qwen3-0.6b,qwen3-4b --
   --cuda-graphs "${SPECDEC_BENCH_GRAPHS:-on,off}" --context 512 --reps 30 \
   --json "$out/gpu_bench.json" 2>&1 | tee "$out/bench.log"
 fi
-# The same graphed passes with the compositions of small operators, for what fusing buys.
+# The same graphed passes without specdec's own CUDA kernels (ATen's operators in their place),
+# then with them again, for what the kernels buy against the spread between runs.
 if [ "${SPECDEC_MODEL_BENCH:-1}" = 1 ] && [ "${SPECDEC_BENCH_UNFUSED:-1}" = 1 ]; then
-  SPECDEC_CUDA_FUSED_OPS=0 build-gpu/bench/specdec-model-bench --device cuda \
-    --sizes qwen3-0.6b,qwen3-4b --dtypes bf16 --cuda-graphs on --context 512 --reps 30 \
-    --json "$out/gpu_bench_unfused.json" 2>&1 | sed 's/^/[unfused] /' | tee -a "$out/bench.log"
+  for kernels in 0 1; do
+    SPECDEC_CUDA_KERNELS=$kernels build-gpu/bench/specdec-model-bench --device cuda \
+      --sizes qwen3-0.6b,qwen3-4b --dtypes bf16 --cuda-graphs on --context 512 --reps 30 \
+      --json "$out/gpu_bench_kernels$kernels.json" 2>&1 | sed "s/^/[kernels $kernels] /" |
+      tee -a "$out/bench.log"
+  done
+  # The row-independent products (opt-in) in place of cuBLAS's (table only, in bench.log).
+  SPECDEC_CUDA_ROWS_LINEAR_MAX_ROWS=64 build-gpu/bench/specdec-model-bench --device cuda \
+    --sizes qwen3-0.6b,qwen3-4b --dtypes bf16 --cuda-graphs on --context 512 --reps 30 2>&1 |
+    sed "s/^/[row-independent products] /" | tee -a "$out/bench.log"
 fi
 # The pack with CUDA graphs (the default) and without, in turn (SPECDEC_PACK_GRAPHS="1": with
 # graphs only).

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "common/model/balanced_parallel_for.h"
+#include "common/model/cuda_ops.h"
 #include "common/model/linear_f32_kernel.h"
 #include "common/model/linear_kernel.h"
 #include "common/model/row_kernels.h"
@@ -261,6 +262,10 @@ at::Tensor EmbeddingRows(const at::Tensor& weight, const at::Tensor& ids) {
 }
 
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight) {
+  if (at::Tensor y; x.dim() == 2 && x.size(0) <= CudaRowsLinearMaxRows() &&
+                    CudaRowsLinear(x, weight, at::Tensor(), &y)) {
+    return y;
+  }
   if (x.scalar_type() == at::kFloat && weight.scalar_type() == at::kBFloat16 && x.dim() == 2 &&
       x.device().is_cpu()) {
     return MixedLinear(x, weight);
@@ -326,6 +331,8 @@ at::Tensor SwiGlu(const at::Tensor& gu, int64_t inter) {
     SwiGluRows(gu.data_ptr(), gu.size(0), gu.stride(0), inter, *dt, out.data_ptr());
     return out;
   }
+  at::Tensor out;
+  if (CudaSwiGlu(gu, inter, &out)) return out;
   return at::silu(gu.narrow(-1, 0, inter)) * gu.narrow(-1, inter, inter);
 }
 
@@ -393,7 +400,31 @@ at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tenso
   return x * c + rotated * s;
 }
 
+void NormRopeQk(const at::Tensor& qkv, const ModelConfig& c, const at::Tensor& q_norm,
+                const at::Tensor& k_norm, const at::Tensor& cos, const at::Tensor& sin,
+                at::Tensor* q, at::Tensor* k) {
+  const int64_t rows = qkv.size(0), heads = c.num_attention_heads, kv_heads = c.num_key_value_heads;
+  const int64_t d = c.head_dim;
+  const at::Tensor none;
+  if (CudaNormRopeQk(qkv, heads, kv_heads, d, c.qk_norm ? q_norm : none, c.qk_norm ? k_norm : none,
+                     c.rms_norm_eps, cos, sin, q, k)) {
+    return;
+  }
+  *q = qkv.narrow(1, 0, heads * d).reshape({rows, heads, d});
+  *k = qkv.narrow(1, heads * d, kv_heads * d).reshape({rows, kv_heads, d});
+  if (c.qk_norm) {
+    *q = RmsNorm(*q, q_norm, c.rms_norm_eps);
+    *k = RmsNorm(*k, k_norm, c.rms_norm_eps);
+  }
+  *q = ApplyRope(*q, cos, sin);
+  *k = ApplyRope(*k, cos, sin);
+}
+
 at::Tensor AddLinear(const at::Tensor& x, const at::Tensor& a, const at::Tensor& weight) {
+  if (at::Tensor y;
+      a.dim() == 2 && a.size(0) <= CudaRowsLinearMaxRows() && CudaRowsLinear(a, weight, x, &y)) {
+    return y;
+  }
   if (FusedOpsOn(x) && x.dim() == 2 && a.dim() == 2 && a.scalar_type() == weight.scalar_type() &&
       x.scalar_type() == weight.scalar_type()) {
     return at::addmm(x, a, weight.t());

@@ -24,7 +24,8 @@ namespace specdec::model {
 // whose result for a row does not depend on the rows beside it. Float x with a bf16 weight on the
 // CPU (float activations, see LoadOptions::activation_dtype) is rounded to bf16 and multiplied on
 // linear_kernel.h at every row count, its sums returned in float, unrounded. `weight` may be 2-D or
-// in the packed layout of PackLinearWeight.
+// in the packed layout of PackLinearWeight. On a CUDA device bf16 products run on cuBLAS, or, up
+// to CudaRowsLinearMaxRows() rows (opt-in), on cuda_ops.h's row-independent CudaRowsLinear.
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight);
 
 // A bf16 CPU matrix [out, in] in linear_kernel.h's packed layout with the block B of this CPU's
@@ -66,7 +67,7 @@ int64_t GemmRows(int64_t rows);
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
 // The SwiGLU gate of gu = [gate | up] ([rows, 2 * inter]): silu(gate) * up, [rows, inter];
-// row_kernels.h for f32 and bf16.
+// row_kernels.h for f32 and bf16 on the CPU, one kernel of cuda_ops.h on a CUDA device.
 at::Tensor SwiGlu(const at::Tensor& gu, int64_t inter);
 
 // RoPE inverse frequencies [head_dim/2] in f32, with the config's scaling applied.
@@ -81,8 +82,18 @@ void RopeCosSin(const at::Tensor& inv_freq, const at::Tensor& positions, at::Ten
 // row_kernels.h for f32 and bf16 x whose last dim is contiguous (the result is contiguous).
 at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
-// x + a weight^T ([rows, in] a, [out, in] weight, [rows, out] x): on a CUDA device with fused
-// operators (see Attention) one addmm, the sum taken before rounding; elsewhere x + Linear(a, w).
+// q [rows, heads, head_dim] and k [rows, kv_heads, head_dim] of a decoder layer's projected rows
+// `qkv` ([rows, (heads + 2 kv_heads) head_dim], q then k then v): each head RMS-normalized by
+// `q_norm`/`k_norm` when the config has per-head norms (Qwen3), then rotated by the RoPE tables.
+// On a CUDA device one kernel of cuda_ops.h (float inside, rounded once); elsewhere RmsNorm, then
+// ApplyRope.
+void NormRopeQk(const at::Tensor& qkv, const ModelConfig& config, const at::Tensor& q_norm,
+                const at::Tensor& k_norm, const at::Tensor& cos, const at::Tensor& sin,
+                at::Tensor* q, at::Tensor* k);
+
+// x + a weight^T ([rows, in] a, [out, in] weight, [rows, out] x): on a CUDA device one kernel, the
+// sum taken before rounding (with fused operators (see Attention) one addmm, or CudaRowsLinear as
+// Linear takes it); elsewhere x + Linear(a, w).
 at::Tensor AddLinear(const at::Tensor& x, const at::Tensor& a, const at::Tensor& weight);
 
 // A recurring pass's mask made once for all of its layers' Attention calls with `group` query heads

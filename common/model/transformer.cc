@@ -249,15 +249,9 @@ void RunDecoderLayer(const DecoderLayerWeights& w, const ModelConfig& c, int64_t
   const int64_t q_width = heads * d, kv_width = kv_heads * d;
   at::Tensor h = RmsNorm(x, w.input_norm, c.rms_norm_eps);
   at::Tensor qkv = Linear(h, w.qkv);
-  at::Tensor q = qkv.narrow(1, 0, q_width).reshape({total, heads, d});
-  at::Tensor k = qkv.narrow(1, q_width, kv_width).reshape({total, kv_heads, d});
+  at::Tensor q, k;
+  NormRopeQk(qkv, c, w.q_norm, w.k_norm, cos, sin, &q, &k);
   at::Tensor v = qkv.narrow(1, q_width + kv_width, kv_width).reshape({total, kv_heads, d});
-  if (c.qk_norm) {
-    q = RmsNorm(q, w.q_norm, c.rms_norm_eps);
-    k = RmsNorm(k, w.k_norm, c.rms_norm_eps);
-  }
-  q = ApplyRope(q, cos, sin);
-  k = ApplyRope(k, cos, sin);
   at::Tensor attn = attend(l, q, k, v);
   x = AddLinear(x, attn, w.o);
   h = RmsNorm(x, w.post_norm, c.rms_norm_eps);

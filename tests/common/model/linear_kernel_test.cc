@@ -333,7 +333,9 @@ TEST(LinearKernelTest, OpsLinearAndEmbeddingRowsTakePackedWeights) {
   const bool packs =
       LinearPackBlock() != 0 && LinearKernelMaxRows() == std::numeric_limits<int64_t>::max();
   ASSERT_EQ(packed.dim(), packs ? 3 : 2);
-  if (packs) EXPECT_EQ(packed.size(2), 32 * LinearPackBlock());
+  if (packs) {
+    EXPECT_EQ(packed.size(2), 32 * LinearPackBlock());
+  }
   EXPECT_TRUE(BitwiseEqual(UnpackLinearWeight(packed), w));
   for (int64_t rows : {1, 5, 40}) {
     const at::Tensor xb = RandomBf16({rows, 256}, 1.0), xf = at::randn({rows, 256});

@@ -1,0 +1,278 @@
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "common/model/cuda_kernels.h"
+
+namespace specdec::model::cuda {
+namespace {
+
+constexpr int kWarp = 32;
+constexpr int kBlockThreads = 256;
+
+template <typename T>
+__device__ __forceinline__ float ToFloat(T v);
+template <>
+__device__ __forceinline__ float ToFloat<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ float ToFloat<__nv_bfloat16>(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+template <>
+__device__ __forceinline__ float ToFloat<__half>(__half v) {
+  return __half2float(v);
+}
+
+template <typename T>
+__device__ __forceinline__ T FromFloat(float v);  // round to nearest even
+template <>
+__device__ __forceinline__ float FromFloat<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+template <>
+__device__ __forceinline__ __half FromFloat<__half>(float v) {
+  return __float2half_rn(v);
+}
+
+template <typename T>
+__device__ __forceinline__ float TableAt(const void* table, bool f32, int64_t i) {
+  return f32 ? static_cast<const float*>(table)[i] : ToFloat(static_cast<const T*>(table)[i]);
+}
+
+__device__ __forceinline__ float WarpSum(float v) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2)
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// One warp per (row, head): the sum of squares over the head, then each lane rotates the pairs
+// (j, j + half) it owns.
+template <typename T>
+__global__ void NormRopeQkKernel(NormRopeQkArgs a) {
+  const int64_t item = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  const int per_row = a.heads + a.kv_heads;
+  if (item >= a.rows * per_row) return;  // uniform across the warp
+  const int64_t row = item / per_row;
+  const int head = static_cast<int>(item % per_row);
+  const bool is_q = head < a.heads;
+  const int d = a.head_dim, half = d / 2;
+  const T* x = static_cast<const T*>(a.qkv) + row * a.row_stride + static_cast<int64_t>(head) * d;
+  const T* w = static_cast<const T*>(is_q ? a.q_norm : a.k_norm);
+  T* out = is_q ? static_cast<T*>(a.q_out) + (row * a.heads + head) * d
+                : static_cast<T*>(a.k_out) + (row * a.kv_heads + (head - a.heads)) * d;
+  float scale = 1.f;
+  if (w != nullptr) {
+    float squares = 0.f;
+    for (int j = lane; j < d; j += kWarp) {
+      const float v = ToFloat(x[j]);
+      squares += v * v;
+    }
+    scale = rsqrtf(WarpSum(squares) / static_cast<float>(d) + a.eps);
+  }
+  const int64_t t = row * d;
+  for (int j = lane; j < half; j += kWarp) {
+    float x1 = ToFloat(x[j]) * scale, x2 = ToFloat(x[j + half]) * scale;
+    if (w != nullptr) {
+      x1 *= ToFloat(w[j]);
+      x2 *= ToFloat(w[j + half]);
+    }
+    const float c1 = TableAt<T>(a.cos, a.tables_f32, t + j);
+    const float c2 = TableAt<T>(a.cos, a.tables_f32, t + j + half);
+    const float s1 = TableAt<T>(a.sin, a.tables_f32, t + j);
+    const float s2 = TableAt<T>(a.sin, a.tables_f32, t + j + half);
+    out[j] = FromFloat<T>(x1 * c1 - x2 * s1);
+    out[j + half] = FromFloat<T>(x2 * c2 + x1 * s2);
+  }
+}
+
+template <typename T>
+__global__ void SwiGluKernel(SwiGluArgs a) {
+  const int64_t total = a.rows * a.inter;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += step) {
+    const int64_t row = i / a.inter, col = i % a.inter;
+    const T* in = static_cast<const T*>(a.gate_up) + row * a.row_stride;
+    const float g = ToFloat(in[col]), u = ToFloat(in[a.inter + col]);
+    static_cast<T*>(a.out)[i] = FromFloat<T>(g / (1.f + expf(-g)) * u);
+  }
+}
+
+template <typename T>
+cudaError_t LaunchNormRopeQkAs(const NormRopeQkArgs& a, cudaStream_t stream) {
+  const int64_t warps = a.rows * (a.heads + a.kv_heads);
+  const int64_t blocks = (warps * kWarp + kBlockThreads - 1) / kBlockThreads;
+  NormRopeQkKernel<T><<<static_cast<unsigned>(blocks), kBlockThreads, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t LaunchSwiGluAs(const SwiGluArgs& a, cudaStream_t stream) {
+  const int64_t total = a.rows * a.inter;
+  const int64_t blocks = std::min<int64_t>((total + kBlockThreads - 1) / kBlockThreads, 4096);
+  SwiGluKernel<T><<<static_cast<unsigned>(blocks), kBlockThreads, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+// ---- RowsLinear: tensor-core products of a few rows.
+//
+// A block computes 16 outputs (one mma.m16n8k16's A rows) for every x row, 8 x rows per tile
+// (the mma's B columns). Its 8 warps split k into 32-wide chunks, warp w taking chunks w, w + 8,
+// ...; a lane (group g = lane / 4, t = lane % 4) loads 16 bytes of weight rows g and g + 8 and of
+// x row g at elements [32 c + 8 t, 32 c + 8 t + 8). A dot product may visit k in any order, so
+// these 8 elements fill the lane's A and B fragment slots of two mmas, the same slots in A and in
+// B: no shuffles, and every load 16 bytes wide. The warps' partial sums meet in shared memory
+// and are added in warp order.
+constexpr int kLinearWarps = 8;
+constexpr int kLinearUnroll = 4;
+constexpr int kLinearThreads = kLinearWarps * kWarp;
+
+__device__ __forceinline__ void MmaBf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                        uint32_t a3, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+template <int kTiles>
+__global__ void __launch_bounds__(kLinearThreads) RowsLinearKernel(RowsLinearArgs a) {
+  __shared__ float partial[kLinearWarps][kTiles][16][8];
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int g = lane / 4, t = lane % 4;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * 16;
+  const int64_t k16 = a.k / 8;  // 16-byte vectors per row
+  const auto* w = static_cast<const uint4*>(a.w);
+  const uint4* w_lo = n0 + g < a.n ? w + (n0 + g) * k16 : nullptr;
+  const uint4* w_hi = n0 + g + 8 < a.n ? w + (n0 + g + 8) * k16 : nullptr;
+  const uint4* x_row[kTiles];
+#pragma unroll
+  for (int tile = 0; tile < kTiles; ++tile) {
+    const int64_t m = g + 8 * tile;
+    x_row[tile] = m < a.m ? reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.x) +
+                                                           m * a.x_stride)
+                          : nullptr;
+  }
+  float acc[kTiles][4];
+#pragma unroll
+  for (int tile = 0; tile < kTiles; ++tile)
+    acc[tile][0] = acc[tile][1] = acc[tile][2] = acc[tile][3] = 0.f;
+  const int64_t chunks = a.k / 32;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  for (int64_t first = warp; first < chunks; first += kLinearWarps * kLinearUnroll) {
+    uint4 lo[kLinearUnroll], hi[kLinearUnroll];
+#pragma unroll
+    for (int u = 0; u < kLinearUnroll; ++u) {  // every weight load in flight before the first mma
+      const int64_t c = first + u * kLinearWarps;
+      const bool in = c < chunks;
+      lo[u] = in && w_lo != nullptr ? __ldcs(w_lo + 4 * c + t) : zero;
+      hi[u] = in && w_hi != nullptr ? __ldcs(w_hi + 4 * c + t) : zero;
+    }
+#pragma unroll
+    for (int u = 0; u < kLinearUnroll; ++u) {
+      const int64_t c = first + u * kLinearWarps;
+      if (c >= chunks) break;
+#pragma unroll
+      for (int tile = 0; tile < kTiles; ++tile) {
+        const uint4 xv = x_row[tile] != nullptr ? __ldg(x_row[tile] + 4 * c + t) : zero;
+        MmaBf16(acc[tile], lo[u].x, hi[u].x, lo[u].y, hi[u].y, xv.x, xv.y);
+        MmaBf16(acc[tile], lo[u].z, hi[u].z, lo[u].w, hi[u].w, xv.z, xv.w);
+      }
+    }
+  }
+  // D fragment: c0, c1 at (output g, x rows 2t, 2t + 1); c2, c3 at output g + 8.
+#pragma unroll
+  for (int tile = 0; tile < kTiles; ++tile) {
+    partial[warp][tile][g][2 * t] = acc[tile][0];
+    partial[warp][tile][g][2 * t + 1] = acc[tile][1];
+    partial[warp][tile][g + 8][2 * t] = acc[tile][2];
+    partial[warp][tile][g + 8][2 * t + 1] = acc[tile][3];
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < kTiles * 128; i += blockDim.x) {
+    const int tile = i / 128, out = (i % 128) / 8, col = i % 8;
+    const int64_t m = 8 * tile + col, n = n0 + out;
+    if (m >= a.m || n >= a.n) continue;
+    float sum = 0.f;
+#pragma unroll
+    for (int v = 0; v < kLinearWarps; ++v) sum += partial[v][tile][out][col];
+    if (a.residual != nullptr) {
+      sum += __bfloat162float(
+          static_cast<const __nv_bfloat16*>(a.residual)[m * a.residual_stride + n]);
+    }
+    static_cast<__nv_bfloat16*>(a.y)[m * a.y_stride + n] = __float2bfloat16_rn(sum);
+  }
+}
+
+template <int kTiles>
+cudaError_t LaunchRowsLinearAs(const RowsLinearArgs& a, cudaStream_t stream) {
+  const int64_t blocks = (a.n + 15) / 16;
+  RowsLinearKernel<kTiles><<<static_cast<unsigned>(blocks), kLinearThreads, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+}  // namespace
+
+int LaunchNormRopeQk(const NormRopeQkArgs& args, void* stream) {
+  if (args.rows <= 0) return cudaSuccess;
+  const auto s = static_cast<cudaStream_t>(stream);
+  switch (args.type) {
+    case ElementType::kF32:
+      return LaunchNormRopeQkAs<float>(args, s);
+    case ElementType::kBF16:
+      return LaunchNormRopeQkAs<__nv_bfloat16>(args, s);
+    case ElementType::kF16:
+      return LaunchNormRopeQkAs<__half>(args, s);
+  }
+  return cudaErrorInvalidValue;
+}
+
+int LaunchSwiGlu(const SwiGluArgs& args, void* stream) {
+  if (args.rows <= 0 || args.inter <= 0) return cudaSuccess;
+  const auto s = static_cast<cudaStream_t>(stream);
+  switch (args.type) {
+    case ElementType::kF32:
+      return LaunchSwiGluAs<float>(args, s);
+    case ElementType::kBF16:
+      return LaunchSwiGluAs<__nv_bfloat16>(args, s);
+    case ElementType::kF16:
+      return LaunchSwiGluAs<__half>(args, s);
+  }
+  return cudaErrorInvalidValue;
+}
+
+int LaunchRowsLinear(const RowsLinearArgs& args, void* stream) {
+  if (args.m <= 0 || args.n <= 0) return cudaSuccess;
+  if (args.m > kRowsLinearMaxRows || args.k <= 0 || args.k % 32 != 0) return cudaErrorInvalidValue;
+  const auto s = static_cast<cudaStream_t>(stream);
+  switch ((args.m + 7) / 8) {
+    case 1:
+      return LaunchRowsLinearAs<1>(args, s);
+    case 2:
+      return LaunchRowsLinearAs<2>(args, s);
+    case 3:
+      return LaunchRowsLinearAs<3>(args, s);
+    case 4:
+      return LaunchRowsLinearAs<4>(args, s);
+    case 5:
+      return LaunchRowsLinearAs<5>(args, s);
+    case 6:
+      return LaunchRowsLinearAs<6>(args, s);
+    case 7:
+      return LaunchRowsLinearAs<7>(args, s);
+    default:
+      return LaunchRowsLinearAs<8>(args, s);
+  }
+}
+
+}  // namespace specdec::model::cuda

@@ -1,0 +1,63 @@
+// specdec's own CUDA kernels for the small per-row operators of a decoder layer, on raw device
+// pointers. Neither torch nor CUDA headers: cuda_ops.cc binds them to ATen tensors and streams.
+// Each launch replaces a chain of ATen kernels; a decoding step on a GPU is bound by launches,
+// not by these operators' bytes (design.md §2.9).
+#ifndef SPECDEC_COMMON_MODEL_CUDA_KERNELS_H_
+#define SPECDEC_COMMON_MODEL_CUDA_KERNELS_H_
+
+#include <cstdint>
+
+namespace specdec::model::cuda {
+
+enum class ElementType { kF32, kBF16, kF16 };
+
+// q and k of a layer's projected rows, each head RMS-normalized (when its norm weight is given)
+// and rotated (RoPE, rotate-half), in float, rounded once to the rows' type.
+struct NormRopeQkArgs {
+  const void* qkv = nullptr;  // [rows, row_stride] of `type`: `heads` q heads, then `kv_heads` k
+  int64_t rows = 0, row_stride = 0;
+  int heads = 0, kv_heads = 0, head_dim = 0;  // head_dim even
+  const void* q_norm = nullptr;               // [head_dim] of `type`, or null for no per-head norm
+  const void* k_norm = nullptr;
+  float eps = 1e-6f;
+  const void* cos = nullptr;  // [rows, head_dim], of `type`, or float when tables_f32
+  const void* sin = nullptr;
+  bool tables_f32 = false;
+  void* q_out = nullptr;  // [rows, heads, head_dim], contiguous
+  void* k_out = nullptr;  // [rows, kv_heads, head_dim], contiguous
+  ElementType type = ElementType::kF32;
+};
+
+// silu(gate) * up of [gate | up] rows, in float, rounded once.
+struct SwiGluArgs {
+  const void* gate_up = nullptr;  // [rows, row_stride] of `type`: inter gate columns, inter up
+  int64_t rows = 0, row_stride = 0, inter = 0;
+  void* out = nullptr;  // [rows, inter], contiguous
+  ElementType type = ElementType::kF32;
+};
+
+// y = x w^T (+ residual) for a few rows: x [m, k] and w [n, k] bf16, m at most kRowsLinearMaxRows,
+// k a multiple of 32, every row 16-byte aligned. Each output is the same sequence of operations
+// whatever m is (tensor-core products over fixed slices of k, summed in a fixed order, the
+// residual added before the one rounding), so a row's result does not depend on the rows beside it.
+constexpr int64_t kRowsLinearMaxRows = 64;
+struct RowsLinearArgs {
+  const void* x = nullptr;  // [m, k] bf16, rows x_stride apart
+  int64_t m = 0, x_stride = 0;
+  const void* w = nullptr;  // [n, k] bf16, contiguous
+  int64_t n = 0, k = 0;
+  const void* residual = nullptr;  // [m, n] bf16, rows residual_stride apart, or null
+  int64_t residual_stride = 0;
+  void* y = nullptr;  // [m, n] bf16, rows y_stride apart
+  int64_t y_stride = 0;
+};
+
+// Each queues its kernel on `stream` (a cudaStream_t) and returns the launch's cudaError_t
+// (0 is success).
+int LaunchNormRopeQk(const NormRopeQkArgs& args, void* stream);
+int LaunchSwiGlu(const SwiGluArgs& args, void* stream);
+int LaunchRowsLinear(const RowsLinearArgs& args, void* stream);
+
+}  // namespace specdec::model::cuda
+
+#endif  // SPECDEC_COMMON_MODEL_CUDA_KERNELS_H_
