@@ -122,6 +122,10 @@ if [ "${SPECDEC_MODEL_BENCH:-1}" = 1 ] && [ "${SPECDEC_BENCH_UNFUSED:-1}" = 1 ];
   SPECDEC_CUDA_ROWS_LINEAR_MAX_ROWS=64 build-gpu/bench/specdec-model-bench --device cuda \
     --sizes qwen3-0.6b,qwen3-4b --dtypes bf16 --cuda-graphs on --context 512 --reps 30 2>&1 |
     sed "s/^/[row-independent products] /" | tee -a "$out/bench.log"
+  # The own attention kernel at every row count of a fixed pass (table only).
+  SPECDEC_CUDA_ATTENTION_MAX_ROWS=64 build-gpu/bench/specdec-model-bench --device cuda \
+    --sizes qwen3-0.6b,qwen3-4b --dtypes bf16 --cuda-graphs on --context 512 --reps 30 2>&1 |
+    sed "s/^/[own attention, all rows] /" | tee -a "$out/bench.log"
 fi
 # The pack with CUDA graphs (the default) and without, in turn (SPECDEC_PACK_GRAPHS="1": with
 # graphs only).

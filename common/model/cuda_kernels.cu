@@ -48,6 +48,18 @@ __device__ __forceinline__ float TableAt(const void* table, bool f32, int64_t i)
   return f32 ? static_cast<const float*>(table)[i] : ToFloat(static_cast<const T*>(table)[i]);
 }
 
+// Two consecutive 2-byte elements read as one word: the first in the low half.
+template <typename T>
+__device__ __forceinline__ float2 PairToFloat2(uint32_t v);
+template <>
+__device__ __forceinline__ float2 PairToFloat2<__nv_bfloat16>(uint32_t v) {
+  return make_float2(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u));
+}
+template <>
+__device__ __forceinline__ float2 PairToFloat2<__half>(uint32_t v) {
+  return __half22float2(*reinterpret_cast<const __half2*>(&v));
+}
+
 __device__ __forceinline__ float WarpSum(float v) {
   for (int offset = kWarp / 2; offset > 0; offset /= 2)
     v += __shfl_xor_sync(0xffffffffu, v, offset);
@@ -221,6 +233,142 @@ cudaError_t LaunchRowsLinearAs(const RowsLinearArgs& a, cudaStream_t stream) {
   RowsLinearKernel<kTiles><<<static_cast<unsigned>(blocks), kLinearThreads, 0, stream>>>(a);
   return cudaGetLastError();
 }
+
+// ---- FixedAttention: split over the keys, then combined.
+//
+// Block (kv head h, split s) stages keys and values [32 s, 32 s + 32) in shared memory (rows
+// padded by one 4-byte word, so that lanes reading different rows at one column hit different
+// banks). Each warp takes query rows in turn: lane j scores key j, the warp takes the split's
+// max and sum, and lane c accumulates output dimensions c, c + 32, ... over the 32 keys. The
+// partial (max, sum, output) goes to scratch; the combine kernel rescales the splits in order.
+constexpr int kAttnKeys = 32;
+constexpr int kAttnWarps = 8;
+
+__host__ __device__ inline int64_t AttnSplits(int64_t capacity) {
+  return (capacity + kAttnKeys - 1) / kAttnKeys;
+}
+
+// Scratch layout: [heads * n rows][splits][head_dim + 2] floats (output, then max and sum).
+template <typename T>
+__global__ void __launch_bounds__(kAttnWarps* kWarp)
+    FixedAttentionSplitKernel(FixedAttentionArgs a) {
+  constexpr int kPad = 4 / static_cast<int>(sizeof(T));  // one 4-byte word per row
+  extern __shared__ float smem[];
+  const int d = a.head_dim, stride = d + kPad;  // in elements of T
+  const int h = blockIdx.x, split = blockIdx.y;
+  const int64_t splits = gridDim.y, first_key = static_cast<int64_t>(split) * kAttnKeys;
+  const int64_t left = a.capacity - first_key;
+  const int keys_here = left < kAttnKeys ? static_cast<int>(left) : kAttnKeys;
+  T* ks = reinterpret_cast<T*>(smem);
+  T* vs = ks + kAttnKeys * stride;
+  float* qs = reinterpret_cast<float*>(vs + kAttnKeys * stride) + threadIdx.x / kWarp * d;
+  // Staged as 4-byte words (d * sizeof(T) is a multiple of 4): a row is `words` words in
+  // global memory and words + 1 in shared memory.
+  const int words = d * static_cast<int>(sizeof(T)) / 4;
+  const auto* kg = reinterpret_cast<const uint32_t*>(static_cast<const T*>(a.keys) +
+                                                     (h * a.capacity + first_key) * d);
+  const auto* vg = reinterpret_cast<const uint32_t*>(static_cast<const T*>(a.values) +
+                                                     (h * a.capacity + first_key) * d);
+  auto* kw = reinterpret_cast<uint32_t*>(ks);
+  auto* vw = reinterpret_cast<uint32_t*>(vs);
+  for (int i = threadIdx.x; i < keys_here * words; i += blockDim.x) {
+    kw[(i / words) * (words + 1) + i % words] = kg[i];
+    vw[(i / words) * (words + 1) + i % words] = vg[i];
+  }
+  __syncthreads();
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int group = a.heads / a.kv_heads;
+  const int64_t rows = static_cast<int64_t>(group) * a.n;
+  for (int64_t ri = warp; ri < rows; ri += kAttnWarps) {
+    const int64_t gi = ri / a.n, r = ri % a.n;
+    const int head = h * group + static_cast<int>(gi);
+    const T* qg = static_cast<const T*>(a.q) + (r * a.heads + head) * d;
+    for (int c = lane; c < d; c += kWarp) qs[c] = ToFloat(qg[c]);
+    __syncwarp();
+    float score = -INFINITY;
+    if (lane < keys_here) {
+      const T* kr = ks + lane * stride;
+      float dot = 0.f;
+      if constexpr (sizeof(T) == 2) {  // pairs: one 4-byte read for two elements
+        const auto* kr2 = reinterpret_cast<const uint32_t*>(kr);
+        for (int w = 0; w < d / 2; ++w) {
+          const float2 k = PairToFloat2<T>(kr2[w]);
+          dot += qs[2 * w] * k.x;
+          dot += qs[2 * w + 1] * k.y;
+        }
+      } else {
+        for (int c = 0; c < d; ++c) dot += qs[c] * ToFloat(kr[c]);
+      }
+      score = dot * a.scale;
+      if (a.bias != nullptr) {
+        score += ToFloat(static_cast<const T*>(a.bias)[ri * a.capacity + first_key + lane]);
+      }
+    }
+    float max = score;
+    for (int o = kWarp / 2; o > 0; o /= 2) max = fmaxf(max, __shfl_xor_sync(0xffffffffu, max, o));
+    const float p = max == -INFINITY ? 0.f : expf(score - max);
+    const float sum = WarpSum(p);
+    float* part = a.scratch + ((h * group + gi) * a.n + r) * splits * (d + 2) + split * (d + 2);
+    for (int c = lane; c < d; c += kWarp) {
+      float acc = 0.f;
+      for (int j = 0; j < keys_here; ++j) {
+        acc += __shfl_sync(0xffffffffu, p, j) * ToFloat(vs[j * stride + c]);
+      }
+      part[c] = acc;
+    }
+    if (lane == 0) {
+      part[d] = max;
+      part[d + 1] = sum;
+    }
+    __syncwarp();
+  }
+}
+
+// One block per (head, row): the splits' partials rescaled to their common max, in split order.
+template <typename T>
+__global__ void FixedAttentionCombineKernel(FixedAttentionArgs a, int64_t splits) {
+  const int64_t item = blockIdx.x;  // (head, row), head-major as in the scratch
+  const int head = static_cast<int>(item / a.n);
+  const int64_t r = item % a.n;
+  const int d = a.head_dim;
+  const float* part = a.scratch + item * splits * (d + 2);
+  float max = -INFINITY;
+  for (int64_t s = 0; s < splits; ++s) max = fmaxf(max, part[s * (d + 2) + d]);
+  float total = 0.f;
+  for (int64_t s = 0; s < splits; ++s) {
+    const float m = part[s * (d + 2) + d];
+    if (m != -INFINITY) total += part[s * (d + 2) + d + 1] * expf(m - max);
+  }
+  T* out = static_cast<T*>(a.out) + (r * a.heads + head) * d;
+  for (int c = threadIdx.x; c < d; c += blockDim.x) {
+    float acc = 0.f;
+    for (int64_t s = 0; s < splits; ++s) {
+      const float m = part[s * (d + 2) + d];
+      if (m != -INFINITY) acc += part[s * (d + 2) + c] * expf(m - max);
+    }
+    out[c] = FromFloat<T>(total > 0.f ? acc / total : 0.f);
+  }
+}
+
+size_t FixedAttentionSharedBytes(int head_dim, size_t element_size) {
+  const size_t pad = 4 / element_size;
+  return 2 * kAttnKeys * (head_dim + pad) * element_size + kAttnWarps * head_dim * sizeof(float);
+}
+
+size_t ElementSize(ElementType type) { return type == ElementType::kF32 ? 4 : 2; }
+
+template <typename T>
+cudaError_t LaunchFixedAttentionAs(const FixedAttentionArgs& a, cudaStream_t stream) {
+  const int64_t splits = AttnSplits(a.capacity);
+  const size_t smem = FixedAttentionSharedBytes(a.head_dim, sizeof(T));
+  const dim3 grid(static_cast<unsigned>(a.kv_heads), static_cast<unsigned>(splits));
+  FixedAttentionSplitKernel<T><<<grid, kAttnWarps * kWarp, smem, stream>>>(a);
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  const int64_t items = static_cast<int64_t>(a.heads) * a.n;
+  FixedAttentionCombineKernel<T>
+      <<<static_cast<unsigned>(items), std::min(a.head_dim, 128), 0, stream>>>(a, splits);
+  return cudaGetLastError();
+}
 }  // namespace
 
 int LaunchNormRopeQk(const NormRopeQkArgs& args, void* stream) {
@@ -273,6 +421,33 @@ int LaunchRowsLinear(const RowsLinearArgs& args, void* stream) {
     default:
       return LaunchRowsLinearAs<8>(args, s);
   }
+}
+
+int64_t FixedAttentionScratchFloats(int64_t n, int64_t capacity, int heads, int head_dim) {
+  return static_cast<int64_t>(heads) * n * AttnSplits(capacity) * (head_dim + 2);
+}
+
+int LaunchFixedAttention(const FixedAttentionArgs& args, void* stream) {
+  if (args.n <= 0 || args.capacity <= 0) return cudaSuccess;
+  if (!FixedAttentionTakes(args.type, args.head_dim) || args.kv_heads <= 0 ||
+      args.heads % args.kv_heads != 0 || args.scratch == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  const auto s = static_cast<cudaStream_t>(stream);
+  switch (args.type) {
+    case ElementType::kF32:
+      return LaunchFixedAttentionAs<float>(args, s);
+    case ElementType::kBF16:
+      return LaunchFixedAttentionAs<__nv_bfloat16>(args, s);
+    case ElementType::kF16:
+      return LaunchFixedAttentionAs<__half>(args, s);
+  }
+  return cudaErrorInvalidValue;
+}
+
+bool FixedAttentionTakes(ElementType type, int head_dim) {
+  return head_dim > 0 && head_dim % kWarp == 0 && head_dim <= kFixedAttentionMaxHeadDim &&
+         FixedAttentionSharedBytes(head_dim, ElementSize(type)) <= 48 * 1024;
 }
 
 }  // namespace specdec::model::cuda

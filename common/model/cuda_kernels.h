@@ -52,11 +52,36 @@ struct RowsLinearArgs {
   int64_t y_stride = 0;
 };
 
+// Attention of a fixed pass's n new rows against a cache's whole capacity, split over the keys:
+// blocks of 32 keys per (KV head, split), then one combine per query row. A query row's result
+// depends only on its own q, mask row and the keys and values (fixed splits, combined in order).
+// q [n, heads, d], keys/values [kv_heads, capacity, d], bias [group * n, capacity] (additive,
+// 0 or -inf; row gi * n + r for query head gi of a group and new row r; or null), out
+// [n, heads * d]; all of `type`, contiguous. Scores and softmax in float, out rounded once.
+struct FixedAttentionArgs {
+  const void* q = nullptr;
+  const void* keys = nullptr;
+  const void* values = nullptr;
+  const void* bias = nullptr;
+  void* out = nullptr;
+  float* scratch = nullptr;  // FixedAttentionScratchFloats(...) floats of device memory
+  int64_t n = 0, capacity = 0;
+  int heads = 0, kv_heads = 0, head_dim = 0;  // see FixedAttentionTakes
+  float scale = 1.f;
+  ElementType type = ElementType::kF32;
+};
+constexpr int kFixedAttentionMaxHeadDim = 256;
+int64_t FixedAttentionScratchFloats(int64_t n, int64_t capacity, int heads, int head_dim);
+// Whether the kernel takes heads of `head_dim` in `type`: a multiple of 32, at most 256, and its
+// staged keys and values within 48 KiB of shared memory (f32 up to 128).
+bool FixedAttentionTakes(ElementType type, int head_dim);
+
 // Each queues its kernel on `stream` (a cudaStream_t) and returns the launch's cudaError_t
 // (0 is success).
 int LaunchNormRopeQk(const NormRopeQkArgs& args, void* stream);
 int LaunchSwiGlu(const SwiGluArgs& args, void* stream);
 int LaunchRowsLinear(const RowsLinearArgs& args, void* stream);
+int LaunchFixedAttention(const FixedAttentionArgs& args, void* stream);
 
 }  // namespace specdec::model::cuda
 

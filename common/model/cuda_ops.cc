@@ -62,6 +62,15 @@ int64_t CudaRowsLinearMaxRows() {
   return CudaKernelsOn() ? value : 0;
 }
 
+int64_t CudaFixedAttentionMaxRows() {
+  static const int64_t value = [] {
+    const char* v = std::getenv("SPECDEC_CUDA_ATTENTION_MAX_ROWS");
+    const int64_t rows = v != nullptr ? std::atoll(v) : 1;
+    return std::clamp<int64_t>(rows, 0, 64);
+  }();
+  return CudaKernelsOn() ? value : 0;
+}
+
 bool CudaKernelsOn() {
   static const bool on = [] {
     const char* v = std::getenv("SPECDEC_CUDA_KERNELS");
@@ -162,6 +171,52 @@ bool CudaRowsLinear(const at::Tensor& x, const at::Tensor& weight, const at::Ten
   args.y = y->data_ptr();
   args.y_stride = n;
   Check(cuda::LaunchRowsLinear(args, CurrentStream(x)), "specdec RowsLinear kernel");
+  return true;
+}
+
+bool CudaFixedAttention(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
+                        const at::Tensor& bias, double scale, at::Tensor* out) {
+  if (!CudaKernelsOn() || !q.is_cuda() || q.dim() != 3 || keys.dim() != 3 || !q.is_contiguous() ||
+      !keys.is_contiguous() || !values.is_contiguous() || keys.sizes() != values.sizes() ||
+      q.requires_grad()) {
+    return false;
+  }
+  const std::optional<cuda::ElementType> type = ElementTypeOf(q.scalar_type());
+  const int64_t n = q.size(0), heads = q.size(1), d = q.size(2);
+  const int64_t kv_heads = keys.size(0), capacity = keys.size(1);
+  if (!type || !cuda::FixedAttentionTakes(*type, static_cast<int>(d)) || keys.size(2) != d ||
+      kv_heads == 0 || heads % kv_heads != 0 || n == 0 || capacity == 0) {
+    return false;
+  }
+  for (const at::Tensor* t : {&keys, &values}) {
+    if (t->device() != q.device() || t->scalar_type() != q.scalar_type()) return false;
+  }
+  if (bias.defined() &&
+      (bias.device() != q.device() || bias.scalar_type() != q.scalar_type() || bias.dim() != 2 ||
+       bias.size(0) != heads / kv_heads * n || bias.size(1) != capacity || !bias.is_contiguous())) {
+    return false;
+  }
+  const c10::cuda::CUDAGuard guard(q.device());
+  *out = at::empty({n, heads * d}, q.options());
+  const at::Tensor scratch =
+      at::empty({cuda::FixedAttentionScratchFloats(n, capacity, static_cast<int>(heads),
+                                                   static_cast<int>(d))},
+                q.options().dtype(at::kFloat));
+  cuda::FixedAttentionArgs args;
+  args.q = q.data_ptr();
+  args.keys = keys.data_ptr();
+  args.values = values.data_ptr();
+  args.bias = bias.defined() ? bias.data_ptr() : nullptr;
+  args.out = out->data_ptr();
+  args.scratch = scratch.data_ptr<float>();
+  args.n = n;
+  args.capacity = capacity;
+  args.heads = static_cast<int>(heads);
+  args.kv_heads = static_cast<int>(kv_heads);
+  args.head_dim = static_cast<int>(d);
+  args.scale = static_cast<float>(scale);
+  args.type = *type;
+  Check(cuda::LaunchFixedAttention(args, CurrentStream(q)), "specdec FixedAttention kernel");
   return true;
 }
 

@@ -32,6 +32,22 @@ bool CudaSwiGlu(const at::Tensor& gu, int64_t inter, at::Tensor* out);
 bool CudaRowsLinear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& residual,
                     at::Tensor* y);
 
+// Attention of a fixed pass's new rows q [n, heads, d] against a cache's whole capacity (keys and
+// values [kv_heads, capacity, d]), with `bias` the pass's additive mask prepared per query head of
+// a group ([group * n, capacity] of q's dtype, PrepareRecurringMask; undefined: every slot
+// visible) into `out` [n, heads * d]: keys split in blocks of 32 across the GPU, then combined,
+// in float. A row's result depends on its own q and mask row only.
+bool CudaFixedAttention(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
+                        const at::Tensor& bias, double scale, at::Tensor* out);
+
+// The most new rows of a fixed pass whose attention Attention (ops.h) gives to
+// CudaFixedAttention: SPECDEC_CUDA_ATTENTION_MAX_ROWS (read once), at most 64, by default 1.
+// Each warp walks its query rows one after another: on an H100 the Qwen3-4B shape's 1-row step
+// took 5.00 ms with it (5.39-5.49 ms with cuDNN's attention in the runs before), its 17-row
+// verify 6.93 ms (5.82-5.96) (docs/results/2026-11-27-cuda-kernels-h100.md): verifies stay with
+// cuDNN's.
+int64_t CudaFixedAttentionMaxRows();
+
 // The most rows of a product that Linear and AddLinear (ops.h) give to CudaRowsLinear:
 // SPECDEC_CUDA_ROWS_LINEAR_MAX_ROWS (read once), at most 64; by default 0, every product on
 // cuBLAS. On an H100 the kernel matches cuBLAS at 1 row and takes 1.18x its time at 17 rows on

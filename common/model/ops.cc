@@ -445,6 +445,11 @@ at::Tensor Attention(const at::Tensor& q, const at::Tensor& keys, const at::Tens
   const int64_t kv_heads = keys.size(0);
   const int64_t m = keys.size(1);
   const int64_t group = heads / kv_heads;
+  if (at::Tensor out;
+      recurring_shape && n <= CudaFixedAttentionMaxRows() &&
+      CudaFixedAttention(q, keys, values, mask, 1.0 / std::sqrt(static_cast<double>(d)), &out)) {
+    return out;
+  }
   // [n, kv, g, d] -> [kv, g*n, d]: all query heads sharing a KV head form one matmul.
   at::Tensor qg =
       q.view({n, kv_heads, group, d}).permute({1, 2, 0, 3}).reshape({kv_heads, group * n, d});

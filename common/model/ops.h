@@ -111,7 +111,8 @@ at::Tensor PrepareRecurringMask(const at::Tensor& mask, at::ScalarType dtype, in
 // milliseconds: a pass whose key count grows by one each step would pay it every step
 // (docs/results/2026-11-26-cuda-graphs-h100.md). Elsewhere: the matmul composition.
 // RmsNorm takes ATen's fused rms_norm on such a device, for any shape. SPECDEC_CUDA_FUSED_OPS=0
-// keeps the compositions for both.
+// keeps the compositions for both. Recurring passes of at most CudaFixedAttentionMaxRows() rows
+// attend through specdec's own kernel instead (cuda_ops.h).
 at::Tensor Attention(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
                      const at::Tensor& mask, bool recurring_shape = false);
 

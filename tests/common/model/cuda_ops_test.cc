@@ -5,8 +5,10 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -204,6 +206,80 @@ TEST(CudaOpsTest, RowsLinearGivesEachRowTheSameBitsWhateverTheRowsBesideIt) {
   }
 }
 
+// A fixed pass's attention: n new rows at slots [past, past + n) of a cache of `capacity` slots,
+// the earlier slots visible, causal among the new rows, the rest masked.
+struct AttentionInputs {
+  at::Tensor q, keys, values, mask;  // mask: float [n, capacity]
+};
+
+AttentionInputs RandomAttention(int64_t n, int64_t heads, int64_t kv_heads, int64_t d,
+                                int64_t capacity, int64_t past) {
+  AttentionInputs in;
+  in.q = at::randn({n, heads, d});
+  in.keys = at::randn({kv_heads, capacity, d});
+  in.values = at::randn({kv_heads, capacity, d});
+  in.mask = at::full({n, capacity}, -std::numeric_limits<float>::infinity());
+  in.mask.narrow(1, 0, past).zero_();
+  for (int64_t r = 0; r < n; ++r) in.mask.narrow(0, r, 1).narrow(1, past, r + 1).zero_();
+  return in;
+}
+
+// The kernel on `device` in `dtype`, the mask prepared as the fixed passes do.
+at::Tensor KernelAttention(const AttentionInputs& in, at::ScalarType dtype, c10::Device device) {
+  const int64_t group = in.q.size(1) / in.keys.size(0);
+  at::Tensor out;
+  EXPECT_TRUE(CudaFixedAttention(in.q.to(device, dtype), in.keys.to(device, dtype),
+                                 in.values.to(device, dtype),
+                                 in.mask.to(device, dtype).repeat({group, 1}),
+                                 1.0 / std::sqrt(static_cast<double>(in.q.size(2))), &out));
+  return out.defined() ? out.to(at::kCPU) : out;
+}
+
+// The CPU's composition in float of the same (rounded) inputs.
+at::Tensor ReferenceAttention(const AttentionInputs& in, at::ScalarType dtype) {
+  auto f = [&](const at::Tensor& t) { return F32(t.to(dtype)); };
+  return Attention(f(in.q), f(in.keys), f(in.values), in.mask);
+}
+
+TEST(CudaOpsTest, FixedAttentionMatchesTheCompositionOverTheMaskedCapacity) {
+  const c10::Device device = TestDevice();
+  at::manual_seed(13);
+  for (int64_t d : {64, 128}) {
+    for (int64_t n : {1, 5, 17}) {
+      // 200 slots: the last block of keys is partial, and the blocks past the new rows are
+      // wholly masked.
+      const AttentionInputs in = RandomAttention(n, 8, 2, d, 200, 90);
+      const at::Tensor f32 = KernelAttention(in, at::kFloat, device);
+      ASSERT_TRUE(f32.defined());
+      EXPECT_LT(MaxAbsDiff(f32, ReferenceAttention(in, at::kFloat)), 2e-5) << d << " " << n;
+      const at::Tensor bf16 = KernelAttention(in, at::kBFloat16, device);
+      ASSERT_TRUE(bf16.defined());
+      EXPECT_EQ(bf16.scalar_type(), at::kBFloat16);
+      const at::Tensor ref = ReferenceAttention(in, at::kBFloat16);
+      EXPECT_TRUE(WithinOneBf16Rounding(bf16, ref))
+          << d << " " << n << ": " << MaxAbsDiff(bf16, ref);
+    }
+  }
+}
+
+// A row's attention is bit-identical alone and among 16 other rows.
+TEST(CudaOpsTest, FixedAttentionGivesEachRowTheSameBitsWhateverTheRowsBesideIt) {
+  const c10::Device device = TestDevice();
+  at::manual_seed(17);
+  AttentionInputs many = RandomAttention(17, 32, 8, 128, 1024, 700);
+  for (int64_t r : {0, 5, 16}) {
+    AttentionInputs one = many;
+    one.q = many.q.narrow(0, r, 1);
+    one.mask = many.mask.narrow(0, r, 1).contiguous();
+    for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+      const at::Tensor all = KernelAttention(many, dtype, device);
+      const at::Tensor alone = KernelAttention(one, dtype, device);
+      ASSERT_TRUE(all.defined() && alone.defined());
+      EXPECT_TRUE(at::equal(all.narrow(0, r, 1), alone)) << "row " << r;
+    }
+  }
+}
+
 TEST(CudaOpsTest, KernelsDeclineWhatTheyCannotRead) {
   const c10::Device device = TestDevice();
   const ModelConfig c = Shape(true);
@@ -229,6 +305,17 @@ TEST(CudaOpsTest, KernelsDeclineWhatTheyCannotRead) {
                               at::Tensor(), &out));
   EXPECT_FALSE(
       CudaRowsLinear(Bf16Randn({2, 48}, device), Bf16Randn({16, 48}, device), at::Tensor(), &out));
+  EXPECT_FALSE(out.defined());
+  // Attention: heads of 48, float heads of 256 (over 48 KiB staged), a mask not per group row.
+  const AttentionInputs a48 = RandomAttention(2, 4, 2, 48, 64, 10);
+  EXPECT_FALSE(CudaFixedAttention(a48.q.to(device), a48.keys.to(device), a48.values.to(device),
+                                  at::Tensor(), 0.1, &out));
+  const AttentionInputs a256 = RandomAttention(2, 4, 2, 256, 64, 10);
+  EXPECT_FALSE(CudaFixedAttention(a256.q.to(device), a256.keys.to(device), a256.values.to(device),
+                                  at::Tensor(), 0.1, &out));
+  const AttentionInputs a = RandomAttention(2, 4, 2, 64, 64, 10);
+  EXPECT_FALSE(CudaFixedAttention(a.q.to(device), a.keys.to(device), a.values.to(device),
+                                  a.mask.to(device), 0.1, &out));  // [n, m], not [group * n, m]
   EXPECT_FALSE(out.defined());
 }
 
