@@ -20,6 +20,7 @@
 #include "common/tokenizer/tokenizer.h"
 #include "common/util/status_matchers.h"
 #include "tests/common/engine/expect_same_as_ar.h"
+#include "tests/common/model/test_device.h"
 #include "tests/common/remove_tree.h"
 
 namespace specdec::engine {
@@ -30,15 +31,7 @@ using model::Transformer;
 
 const std::string kPack = std::string(SPECDEC_SOURCE_DIR) + "/models/specdec-pycode";
 
-c10::Device TestDevice() {
-  const char* env = std::getenv("SPECDEC_TEST_DEVICE");
-  auto device = model::LoadOptions::ParseDevice(env != nullptr ? env : "cuda");
-  if (!device.ok()) {
-    ADD_FAILURE() << "this test needs a CUDA device: " << device.status();
-    return c10::kCPU;
-  }
-  return *device;
-}
+c10::Device TestDevice() { return model::testing::TestDevice("cuda"); }
 
 struct PackModels {
   std::unique_ptr<Transformer> target, draft;

@@ -15,19 +15,12 @@
 #include "common/model/model_config.h"
 #include "common/model/ops.h"
 #include "common/model/transformer.h"
+#include "tests/common/model/test_device.h"
 
 namespace specdec::model {
 namespace {
 
-c10::Device TestDevice() {
-  const char* env = std::getenv("SPECDEC_TEST_DEVICE");
-  auto device = LoadOptions::ParseDevice(env != nullptr ? env : "cuda");
-  if (!device.ok()) {
-    ADD_FAILURE() << "this test needs a CUDA device: " << device.status();
-    return c10::kCPU;
-  }
-  return *device;
-}
+c10::Device TestDevice() { return testing::TestDevice("cuda"); }
 
 at::Tensor F32(const at::Tensor& t) { return t.to(at::kCPU, at::kFloat); }
 

@@ -12,16 +12,12 @@
 #include <vector>
 
 #include "common/model/transformer.h"
+#include "tests/common/model/test_device.h"
 
 namespace specdec::model::testing {
 
 // SPECDEC_TEST_DEVICE (default cpu): where the reference tests run the model.
-inline c10::Device TestDevice() {
-  const char* env = std::getenv("SPECDEC_TEST_DEVICE");
-  auto device = LoadOptions::ParseDevice(env != nullptr ? env : "cpu");
-  EXPECT_TRUE(device.ok()) << device.status();
-  return device.ok() ? *device : c10::kCPU;
-}
+inline c10::Device TestDevice() { return TestDevice("cpu"); }
 
 // Logits (float64, on the CPU) of `tokens` appended to `cache`: every row or the last.
 inline at::Tensor ForwardLogits(const Transformer& m, KvCache* cache,

@@ -12,21 +12,14 @@
 #include "common/model/dflash_drafter.h"
 #include "common/model/transformer.h"
 #include "common/util/status_matchers.h"
+#include "tests/common/model/test_device.h"
 
 namespace specdec::model {
 namespace {
 
 const std::string kPack = std::string(SPECDEC_SOURCE_DIR) + "/models/specdec-pycode";
 
-c10::Device TestDevice() {
-  const char* env = std::getenv("SPECDEC_TEST_DEVICE");
-  auto device = LoadOptions::ParseDevice(env != nullptr ? env : "cuda");
-  if (!device.ok()) {
-    ADD_FAILURE() << "this test needs a CUDA device: " << device.status();
-    return c10::kCPU;
-  }
-  return *device;
-}
+c10::Device TestDevice() { return testing::TestDevice("cuda"); }
 
 std::unique_ptr<Transformer> LoadTarget(c10::Device device, at::ScalarType dtype,
                                         bool cuda_graphs = true,
