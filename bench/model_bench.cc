@@ -213,61 +213,66 @@ void AddDeviceRows(const Transformer& m, KvCache* cache, int64_t context, int re
       draft_ms);
 }
 
-// Times k-token forwards of the same bf16 weights loaded packed and row-major (LoadOptions::
-// pack_weights), one forward of each in turn, so that both meet the same moments of a noisy
-// machine: median ms of each, and the weight bytes per ms of a 1-token step.
-void ComparePacking(const ModelConfig& c, const std::map<std::string, at::Tensor>& weights,
-                    const std::vector<int>& ks, int64_t context, int reps, int threads,
-                    nlohmann::json& results) {
+// One way of loading the weights that CompareLoads sets against another.
+struct LoadVariant {
+  std::string name;  // its column and JSON key (name + "_ms")
+  LoadOptions options;
+};
+
+// Times k-token forwards of the same weights loaded two ways (packed against row-major, row
+// layers against ATen's operators), one forward of each in turn, so that both meet the same
+// moments of a noisy machine: median ms of each, their ratio (the second's over the first's), and
+// the bytes per ms of a 1-token step.
+void CompareLoads(const ModelConfig& c, const std::map<std::string, at::Tensor>& weights,
+                  const LoadVariant (&variants)[2], const std::vector<int>& ks, int64_t context,
+                  int reps, int threads, nlohmann::json& results) {
   std::unique_ptr<Transformer> models[2];
   std::unique_ptr<KvCache> caches[2];
   std::vector<int32_t> prompt(context);
   for (int64_t i = 0; i < context; ++i) prompt[i] = (i * 13 + 5) % c.vocab_size;
-  for (int packed = 0; packed < 2; ++packed) {
-    LoadOptions opts;
-    opts.dtype = at::kBFloat16;
-    opts.pack_weights = packed == 1;
-    auto model = Transformer::FromTensors(c, weights, opts);
+  for (int v = 0; v < 2; ++v) {
+    auto model = Transformer::FromTensors(c, weights, variants[v].options);
     if (!model.ok()) {
       std::cerr << model.status() << "\n";
       std::exit(1);
     }
-    models[packed] = *std::move(model);
-    caches[packed] = models[packed]->NewCache();
-    SequenceInput in{caches[packed].get(), prompt};
-    if (!models[packed]->Forward(std::span<const SequenceInput>(&in, 1)).ok()) std::exit(1);
+    models[v] = *std::move(model);
+    caches[v] = models[v]->NewCache();
+    SequenceInput in{caches[v].get(), prompt};
+    if (!models[v]->Forward(std::span<const SequenceInput>(&in, 1)).ok()) std::exit(1);
   }
-  std::printf("%-6s %4s %14s %14s %8s\n", "k", "", "packed ms", "row-major ms", "ratio");
+  std::printf("%-6s %4s %14s %14s %8s\n", "k", "", (variants[0].name + " ms").c_str(),
+              (variants[1].name + " ms").c_str(), "ratio");
   for (int k : ks) {
     std::vector<int32_t> toks(k);
     for (int i = 0; i < k; ++i) toks[i] = (i * 37 + 11) % c.vocab_size;
     std::vector<double> ms[2];
     for (int r = 0; r < reps + 2; ++r) {
-      for (int packed = 0; packed < 2; ++packed) {
-        SequenceInput in{caches[packed].get(), toks};
+      for (int v = 0; v < 2; ++v) {
+        SequenceInput in{caches[v].get(), toks};
         const auto t0 = std::chrono::steady_clock::now();
-        if (!models[packed]->Forward(std::span<const SequenceInput>(&in, 1)).ok()) std::exit(1);
+        if (!models[v]->Forward(std::span<const SequenceInput>(&in, 1)).ok()) std::exit(1);
         const auto t1 = std::chrono::steady_clock::now();
-        (void)caches[packed]->Truncate(context);
-        if (r >= 2)
-          ms[packed].push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+        (void)caches[v]->Truncate(context);
+        if (r >= 2) ms[v].push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
       }
     }
-    const double packed_ms = Median(ms[1]), plain_ms = Median(ms[0]);
-    std::printf("%-6d %4s %14.2f %14.2f %8.2f\n", k, "", packed_ms, plain_ms, plain_ms / packed_ms);
+    const double first_ms = Median(ms[0]), second_ms = Median(ms[1]);
+    std::printf("%-6d %4s %14.2f %14.2f %8.2f\n", k, "", first_ms, second_ms, second_ms / first_ms);
     nlohmann::json row = {{"k", k},
                           {"context", context},
                           {"threads", threads},
-                          {"packed_ms", packed_ms},
-                          {"row_major_ms", plain_ms},
+                          {variants[0].name + "_ms", first_ms},
+                          {variants[1].name + "_ms", second_ms},
                           {"params", c.NumParameters()}};
     if (k == 1) {
-      const double bytes = StepBytes(*models[1], context);
+      const double bytes = StepBytes(*models[0], context);
       row["step_bytes"] = bytes;
-      row["packed_gbs"] = bytes / (packed_ms * 1e6);
-      row["row_major_gbs"] = bytes / (plain_ms * 1e6);
-      std::printf("       1-token step reads %.1f MB: %.1f GB/s packed, %.1f GB/s row-major\n",
-                  bytes / 1e6, bytes / (packed_ms * 1e6), bytes / (plain_ms * 1e6));
+      row[variants[0].name + "_gbs"] = bytes / (first_ms * 1e6);
+      row[variants[1].name + "_gbs"] = bytes / (second_ms * 1e6);
+      std::printf("       1-token step reads %.1f MB: %.1f GB/s %s, %.1f GB/s %s\n", bytes / 1e6,
+                  bytes / (first_ms * 1e6), variants[0].name.c_str(), bytes / (second_ms * 1e6),
+                  variants[1].name.c_str());
     }
     results.push_back(row);
   }
@@ -401,9 +406,12 @@ int main(int argc, char** argv) {
   std::string graph_modes = "on";
   app.add_option("--cuda-graphs", graph_modes,
                  "CUDA: on, off or on,off (each model measured with and without graphs)");
-  bool compare_packing = false;
+  bool compare_packing = false, compare_row_layers = false;
   app.add_flag("--compare-packing", compare_packing,
                "bf16 on the CPU: packed against row-major weights, forwards alternating");
+  app.add_flag("--compare-row-layers", compare_row_layers,
+               "CPU, each of --dtypes: the row layers against ATen's operators, forwards "
+               "alternating");
   CLI11_PARSE(app, argc, argv);
   const int used_threads = ConfigureComputeThreads(threads);
   auto device = LoadOptions::ParseDevice(device_name);
@@ -418,8 +426,9 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  if (compare_packing && gpu) {
-    std::cerr << "--compare-packing compares the CPU's weight layouts: drop --device\n";
+  const bool compare = compare_packing || compare_row_layers;
+  if (compare && gpu) {
+    std::cerr << "--compare-packing and --compare-row-layers compare CPU loads: drop --device\n";
     return 1;
   }
   double bandwidth_gbs = 0;
@@ -446,7 +455,7 @@ int main(int argc, char** argv) {
   nlohmann::json results = nlohmann::json::array();
   std::printf("threads=%d context=%lld reps=%d (median ms per forward)\n", used_threads,
               static_cast<long long>(context), reps);
-  if (!compare_packing) {
+  if (!compare) {
     std::printf("%-6s %-5s %8s %10s %10s", "model", "dtype", "params", "1-tok ms", "AR tok/s");
     for (int k : plan.ks) std::printf("  k=%-2d x", k);
     std::printf("\n");
@@ -455,9 +464,22 @@ int main(int argc, char** argv) {
     ModelConfig c = ShapeFor(size);
     std::map<std::string, at::Tensor> weights;
     if (!gpu) weights = Transformer::RandomWeights(c, 7, 0.02);
-    if (compare_packing && !gpu) {
+    if (compare_packing) {
+      LoadVariant variants[2] = {{"packed", {}}, {"row_major", {}}};
+      for (LoadVariant& v : variants) v.options.dtype = at::kBFloat16;
+      variants[1].options.pack_weights = false;
       std::printf("%s, bf16:\n", size.c_str());
-      ComparePacking(c, weights, plan.ks, context, reps, used_threads, results);
+      CompareLoads(c, weights, variants, plan.ks, context, reps, used_threads, results);
+      continue;
+    }
+    if (compare_row_layers) {
+      for (const std::string& dt : std::vector<std::string>(absl::StrSplit(dtypes, ','))) {
+        LoadVariant variants[2] = {{"row_layers", {}}, {"aten_layers", {}}};
+        for (LoadVariant& v : variants) v.options.dtype = dt == "bf16" ? at::kBFloat16 : at::kFloat;
+        variants[1].options.row_layers = false;
+        std::printf("%s, %s:\n", size.c_str(), dt.c_str());
+        CompareLoads(c, weights, variants, plan.ks, context, reps, used_threads, results);
+      }
       continue;
     }
     for (const std::string& dt : std::vector<std::string>(absl::StrSplit(dtypes, ','))) {

@@ -13,10 +13,10 @@
 #include <tuple>
 #include <utility>
 
-#include "common/model/balanced_parallel_for.h"
 #include "common/model/cuda_ops.h"
 #include "common/model/linear_f32_kernel.h"
 #include "common/model/linear_kernel.h"
+#include "common/model/parallel_linear.h"
 #include "common/model/row_kernels.h"
 
 namespace specdec::model {
@@ -80,38 +80,6 @@ std::optional<KernelDType> RowKernelType(const at::Tensor& t) {
   return std::nullopt;
 }
 
-// Outputs per item of a product's parallel loop: each thread claims blocks of 64 outputs (the f32
-// kernel's block of outputs; the bf16 kernel prefetches the next 16 within one), so that the
-// threads finish together. On 1-token steps of the model bench's 100M bf16 shape at 2 threads,
-// blocks of 64 spent 2.2-2.4% less time in the products than blocks of 16 (32: 1.0-1.4%; 128:
-// 0.2-2.8%; 256: -1.0-0.3%).
-constexpr int64_t kOutputsPerItem = 64;
-
-// Runs run(o0, n) for the blocks [o0, o0 + n) of kOutputsPerItem of `out` outputs over the
-// intra-op pool.
-template <typename Run>
-void ForOutputBlocks(int64_t out, const Run& run) {
-  BalancedParallelFor((out + kOutputsPerItem - 1) / kOutputsPerItem, 1,
-                      [&](int64_t begin, int64_t end) {
-                        const int64_t o0 = begin * kOutputsPerItem;
-                        run(o0, std::min(out, end * kOutputsPerItem) - o0);
-                      });
-}
-
-// Runs `p` (every output, all rows) over the intra-op pool in items of kOutputsPerItem: the
-// smaller products of a small model (256 outputs) still split over two threads. How the outputs
-// are split does not change any of them.
-void RunLinearParallel(const LinearProblem& p) {
-  ForOutputBlocks(p.out, [&](int64_t o0, int64_t n) {
-    LinearProblem part = p;
-    part.w = p.w + o0 * p.in;
-    part.out = n;
-    if (p.y != nullptr) part.y = p.y + o0;
-    if (p.y_f32 != nullptr) part.y_f32 = p.y_f32 + o0;
-    RunLinear(part);
-  });
-}
-
 // Whether `weight` holds a matrix in linear_kernel.h's packed layout (PackLinearWeight): such
 // tensors are [out / B, in / 32, 32 * B] for a block of B = 4 or 16 outputs.
 bool IsPacked(const at::Tensor& weight) {
@@ -157,16 +125,21 @@ at::Tensor KernelLinear(const at::Tensor& x, const at::Tensor& weight) {
   return y;
 }
 
-// x W^T for float x and float W on linear_f32_kernel.h: every row count sums each output in one
-// order, so a row's result never depends on the rows beside it. Undefined when the kernel does not
-// take the operands, or when SPECDEC_F32_KERNEL=0 is in the environment (the library's product;
-// read once).
-at::Tensor F32KernelLinear(const at::Tensor& x, const at::Tensor& weight) {
+// Whether float products take linear_f32_kernel.h: not when SPECDEC_F32_KERNEL=0 is in the
+// environment (the library's product; read once).
+bool F32KernelOn() {
   static const bool enabled = [] {
     const char* v = std::getenv("SPECDEC_F32_KERNEL");
     return v == nullptr || std::string(v) != "0";
   }();
-  if (!enabled || x.dim() != 2 || x.size(0) == 0 || RowKernelType(x) != KernelDType::kF32 ||
+  return enabled;
+}
+
+// x W^T for float x and float W on linear_f32_kernel.h: every row count sums each output in one
+// order, so a row's result never depends on the rows beside it. Undefined when the kernel does not
+// take the operands or is off.
+at::Tensor F32KernelLinear(const at::Tensor& x, const at::Tensor& weight) {
+  if (!F32KernelOn() || x.dim() != 2 || x.size(0) == 0 || RowKernelType(x) != KernelDType::kF32 ||
       RowKernelType(weight) != KernelDType::kF32 || weight.dim() != 2 || !weight.is_contiguous() ||
       x.stride(1) != 1 || x.size(1) != weight.size(1) ||
       !LinearF32KernelFits(weight.size(1), weight.size(0))) {
@@ -182,14 +155,8 @@ at::Tensor F32KernelLinear(const at::Tensor& x, const at::Tensor& weight) {
   p.in = in;
   p.y = y.data_ptr<float>();
   p.y_stride = out;
-  // As RunLinearParallel; how the outputs split changes none of them.
-  ForOutputBlocks(out, [&](int64_t o0, int64_t n) {
-    LinearF32Problem part = p;
-    part.w = p.w + o0 * in;
-    part.y = p.y + o0;
-    part.out = n;
-    RunLinearF32(part);
-  });
+  p.out = out;
+  RunLinearF32Parallel(p);
   return y;
 }
 
@@ -217,6 +184,20 @@ at::Tensor MixedLinear(const at::Tensor& x, const at::Tensor& weight) {
 }
 
 }  // namespace
+
+std::optional<RowMatrix> RowMatrixOf(const at::Tensor& weight) {
+  const std::optional<KernelDType> dt = RowKernelType(weight);
+  if (!dt || !weight.is_contiguous() || (weight.dim() != 2 && !IsPacked(weight))) {
+    return std::nullopt;
+  }
+  const auto [out, in] = MatrixShape(weight);
+  RowMatrix m{weight.data_ptr(), out, in, *dt == KernelDType::kBF16,
+              IsPacked(weight) ? PackBlock(weight) : 0};
+  if (m.bf16 ? LinearKernelFits(in, out) : F32KernelOn() && LinearF32KernelFits(in, out)) {
+    return m;
+  }
+  return std::nullopt;
+}
 
 at::Tensor PackLinearWeight(const at::Tensor& weight) {
   static const bool enabled = [] {
@@ -481,15 +462,14 @@ at::Tensor Attention(const at::Tensor& q, const at::Tensor& keys, const at::Tens
   return out.view({kv_heads, group, n, d}).permute({2, 0, 1, 3}).reshape({n, heads * d});
 }
 
-void FusedAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t layer,
-                    std::span<const FusedAttentionInput> inputs, at::Tensor& out) {
-  const int64_t heads = q.size(1), kv_heads = k.size(1), d = q.size(2);
-  const at::Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
-  const size_t elem = q.element_size();
-  const auto* qp = static_cast<const char*>(qc.data_ptr());
-  const auto* kp = static_cast<const char*>(kc.data_ptr());
-  const auto* vp = static_cast<const char*>(vc.data_ptr());
-  auto* op = static_cast<char*>(out.data_ptr());
+void FusedAttentionRows(const void* q, const void* k, const void* v, void* out, KernelDType dtype,
+                        int64_t heads, int64_t kv_heads, int64_t d, int64_t layer,
+                        std::span<const FusedAttentionInput> inputs) {
+  const size_t elem = dtype == KernelDType::kBF16 ? 2 : 4;
+  const auto* qp = static_cast<const char*>(q);
+  const auto* kp = static_cast<const char*>(k);
+  const auto* vp = static_cast<const char*>(v);
+  auto* op = static_cast<char*>(out);
   std::vector<AttentionSequence> seqs(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     const FusedAttentionInput& in = inputs[i];
@@ -513,22 +493,27 @@ void FusedAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
     const char* v = std::getenv("SPECDEC_ATTENTION_PAIRS");
     return v == nullptr || std::string(v) != "0";
   }();
-  auto kernel_dtype = [](at::ScalarType t) {
-    return t == at::kBFloat16 ? KernelDType::kBF16 : KernelDType::kF32;
-  };
   // The caches' dtype: the rows' own, or bf16 under float rows (LoadOptions::kv_dtype).
-  const at::ScalarType cache_dtype =
-      inputs.empty() ? q.scalar_type() : inputs[0].cache->shape().dtype;
-  const AttentionProblem problem{seqs,
-                                 heads,
-                                 kv_heads,
-                                 d,
-                                 kernel_dtype(q.scalar_type()),
-                                 static_cast<float>(1.0 / std::sqrt(static_cast<double>(d))),
-                                 pairs,
-                                 kernel_dtype(cache_dtype)};
+  const std::optional<KernelDType> cache_dtype =
+      inputs.empty()
+          ? std::nullopt
+          : std::optional(inputs[0].cache->shape().dtype == at::kBFloat16 ? KernelDType::kBF16
+                                                                          : KernelDType::kF32);
+  const AttentionProblem problem{
+      seqs,  heads,      kv_heads,
+      d,     dtype,      static_cast<float>(1.0 / std::sqrt(static_cast<double>(d))),
+      pairs, cache_dtype};
   at::parallel_for(0, AttentionWorkItems(problem), 1,
                    [&](int64_t b, int64_t e) { RunAttention(problem, b, e); });
+}
+
+void FusedAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t layer,
+                    std::span<const FusedAttentionInput> inputs, at::Tensor& out) {
+  const at::Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
+  const KernelDType dtype =
+      q.scalar_type() == at::kBFloat16 ? KernelDType::kBF16 : KernelDType::kF32;
+  FusedAttentionRows(qc.data_ptr(), kc.data_ptr(), vc.data_ptr(), out.data_ptr(), dtype, q.size(1),
+                     k.size(1), q.size(2), layer, inputs);
 }
 
 }  // namespace specdec::model

@@ -4,12 +4,14 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "common/model/attention_kernel.h"
 #include "common/model/kv_cache.h"
 #include "common/model/model_config.h"
+#include "common/model/row_layer.h"
 
 namespace specdec::model {
 
@@ -27,6 +29,12 @@ namespace specdec::model {
 // in the packed layout of PackLinearWeight. On a CUDA device bf16 products run on cuBLAS, or, up
 // to CudaRowsLinearMaxRows() rows (opt-in), on cuda_ops.h's row-independent CudaRowsLinear.
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight);
+
+// `weight` as the CPU's row layers (row_layer.h) multiply by it: a contiguous bf16 matrix (2-D or
+// packed) that the linear kernel takes, or a float one that the f32 kernel takes. nullopt for
+// anything else, and for every matrix when SPECDEC_ROW_KERNELS=0 (or, for float matrices,
+// SPECDEC_F32_KERNEL=0) is in the environment: Linear would not take those kernels either.
+std::optional<RowMatrix> RowMatrixOf(const at::Tensor& weight);
 
 // A bf16 CPU matrix [out, in] in linear_kernel.h's packed layout with the block B of this CPU's
 // path (LinearPackBlock: 16 with AVX-512 BF16, 4 with AVX2), as a tensor [out / B, in / 32,
@@ -131,6 +139,12 @@ struct FusedAttentionInput {
 // must have room for past + n slots.
 void FusedAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t layer,
                     std::span<const FusedAttentionInput> inputs, at::Tensor& out);
+
+// FusedAttention on raw rows of `dtype`: q [rows, heads, head_dim] and k, v [rows, kv_heads,
+// head_dim] contiguous; `out` receives [rows, heads * head_dim].
+void FusedAttentionRows(const void* q, const void* k, const void* v, void* out, KernelDType dtype,
+                        int64_t heads, int64_t kv_heads, int64_t d, int64_t layer,
+                        std::span<const FusedAttentionInput> inputs);
 
 }  // namespace specdec::model
 

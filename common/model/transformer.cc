@@ -239,6 +239,74 @@ at::Tensor LayerAttention(const ForwardRows& rows, int64_t l, const at::Tensor& 
   return attn;
 }
 
+// Whether SPECDEC_ROW_LAYERS=0 is absent from the environment (read once).
+bool RowLayersOn() {
+  static const bool on = [] {
+    const char* v = std::getenv("SPECDEC_ROW_LAYERS");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return on;
+}
+
+// A float CPU vector's data, or null for anything else (an undefined tensor included).
+const float* FloatData(const at::Tensor& t) {
+  if (!t.defined() || !t.device().is_cpu() || t.scalar_type() != at::kFloat || !t.is_contiguous()) {
+    return nullptr;
+  }
+  return t.data_ptr<float>();
+}
+
+// `layers` as the row layers read them; empty when one of their tensors does not fit.
+std::vector<RowLayerWeights> RowLayersOf(std::span<const DecoderLayerWeights> layers,
+                                         const ModelConfig& c) {
+  std::vector<RowLayerWeights> out;
+  for (const DecoderLayerWeights& layer : layers) {
+    RowLayerWeights r;
+    r.input_norm = FloatData(layer.input_norm);
+    r.post_norm = FloatData(layer.post_norm);
+    r.q_norm = c.qk_norm ? FloatData(layer.q_norm) : nullptr;
+    r.k_norm = c.qk_norm ? FloatData(layer.k_norm) : nullptr;
+    const std::optional<RowMatrix> qkv = RowMatrixOf(layer.qkv), o = RowMatrixOf(layer.o),
+                                   gate_up = RowMatrixOf(layer.gate_up),
+                                   down = RowMatrixOf(layer.down);
+    if (r.input_norm == nullptr || r.post_norm == nullptr ||
+        (c.qk_norm && (r.q_norm == nullptr || r.k_norm == nullptr)) || !qkv || !o || !gate_up ||
+        !down) {
+      return {};
+    }
+    r.qkv = *qkv;
+    r.o = *o;
+    r.gate_up = *gate_up;
+    r.down = *down;
+    out.push_back(r);
+  }
+  return out;
+}
+
+// The decoder layers of a pass whose every row attends through the fused kernel, on the row
+// layers: x (float, contiguous) is the residual stream; captured layers' outputs are copied into
+// layer_out.
+void RunRowLayers(const ForwardRows& rows, const ModelConfig& c,
+                  std::span<const RowLayerWeights> layers,
+                  const std::vector<int64_t>& capture_layers, at::Tensor& x,
+                  std::vector<at::Tensor>& layer_out) {
+  const RowLayerShape shape{c.hidden_size,         c.num_attention_heads,
+                            c.num_key_value_heads, c.head_dim,
+                            c.intermediate_size,   static_cast<float>(c.rms_norm_eps)};
+  RowLayerPass pass(shape, rows.total, rows.cos.data_ptr<float>(), rows.sin.data_ptr<float>());
+  auto attend = [&](int64_t l, const float* q, const float* k, const float* v, float* out) {
+    FusedAttentionRows(q, k, v, out, KernelDType::kF32, shape.heads, shape.kv_heads, shape.head_dim,
+                       l, rows.kernel_inputs);
+  };
+  x = x.contiguous();
+  for (int64_t l = 0; l < static_cast<int64_t>(layers.size()); ++l) {
+    pass.Run(layers[l], l, attend, x.data_ptr<float>());
+    if (std::find(capture_layers.begin(), capture_layers.end(), l) != capture_layers.end()) {
+      layer_out[l] = x.clone();
+    }
+  }
+}
+
 }  // namespace
 
 void RunDecoderLayer(const DecoderLayerWeights& w, const ModelConfig& c, int64_t l,
@@ -434,6 +502,9 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::FromTensors(
                                &layer.qkv, &layer.o, &layer.gate_up, &layer.down});
       }
       MoveIntoHugePages(all);
+      if (opts.row_layers && RowLayersOn() && act == at::kFloat) {
+        w->row_layers = RowLayersOf(w->layers, config);
+      }
     }
     return std::unique_ptr<Transformer>(new Transformer(config, opts, std::move(w)));
   } catch (const std::exception& e) {
@@ -474,6 +545,7 @@ at::ScalarType Transformer::dtype() const { return *options_.dtype; }
 at::ScalarType Transformer::activation_dtype() const { return *options_.activation_dtype; }
 at::ScalarType Transformer::kv_dtype() const { return *options_.kv_dtype; }
 bool Transformer::pack_weights() const { return options_.pack_weights; }
+bool Transformer::row_layers() const { return !weights_->row_layers.empty(); }
 c10::Device Transformer::device() const { return options_.device; }
 int64_t Transformer::max_context() const { return options_.max_context; }
 int64_t Transformer::kv_bytes_per_token() const {
@@ -528,11 +600,15 @@ absl::StatusOr<std::vector<SequenceOutput>> Transformer::Forward(
                                    const at::Tensor& v) {
       return LayerAttention(rows, l, q, k, v, c.num_attention_heads * c.head_dim, x);
     };
-    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-      RunDecoderLayer(weights_->layers[l], c, l, rows.cos, rows.sin, attend, x);
-      if (std::find(options.capture_layers.begin(), options.capture_layers.end(), l) !=
-          options.capture_layers.end()) {
-        layer_out[l] = x;
+    if (!weights_->row_layers.empty() && rows.aten_index.empty()) {
+      RunRowLayers(rows, c, weights_->row_layers, options.capture_layers, x, layer_out);
+    } else {
+      for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+        RunDecoderLayer(weights_->layers[l], c, l, rows.cos, rows.sin, attend, x);
+        if (std::find(options.capture_layers.begin(), options.capture_layers.end(), l) !=
+            options.capture_layers.end()) {
+          layer_out[l] = x;
+        }
       }
     }
     const at::Tensor features = CapturedFeatures(layer_out, options.capture_layers);

@@ -76,6 +76,12 @@ struct LoadOptions {
   // layout faster (PackLinearWeight in ops.h; its DFlash drafter follows the target). The
   // logits are the same either way.
   bool pack_weights = true;
+  // Whether CPU passes with float activations, whose every row attends through the fused kernel
+  // (decoding steps, verifies, prompts up to SPECDEC_ATTENTION_KERNEL_MAX_ROWS), run the decoder
+  // layers on raw buffers (row_layer.h) instead of ATen's operators: the same kernels in the same
+  // order, so the same logits, at less cost per layer. SPECDEC_ROW_LAYERS=0 in the environment
+  // turns it off.
+  bool row_layers = true;
   // Whether single-sequence passes of up to kMaxCapturedRows new rows on a CUDA device (decoding
   // steps, verifies, tree verifies) replay CUDA graphs, captured per KV cache and pass shape on
   // a shape's second use: one launch instead of hundreds, whose host cost bounds a step
@@ -138,6 +144,9 @@ class Transformer {
   at::ScalarType kv_dtype() const;
   // LoadOptions::pack_weights as loaded.
   bool pack_weights() const;
+  // Whether CPU passes can take the row layers (LoadOptions::row_layers, and every tensor of the
+  // layers in a form they read).
+  bool row_layers() const;
   c10::Device device() const;
   int64_t max_context() const;
   // Bytes of one token's K and V over all layers.

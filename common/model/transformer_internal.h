@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/model/model_config.h"
+#include "common/model/row_layer.h"
 #include "common/model/transformer.h"
 
 namespace specdec::model {
@@ -30,6 +31,8 @@ struct Transformer::Weights {
   at::Tensor final_norm;
   at::Tensor inv_freq;  // f32 [head_dim/2]
   std::vector<Layer> layers;
+  // The layers as the row layers read them (row_layer.h); empty where they take ATen's operators.
+  std::vector<RowLayerWeights> row_layers;
 };
 
 // Layer `l`'s attention of the pass's new rows: q [rows, heads, d], k and v [rows, kv_heads, d]

@@ -393,6 +393,62 @@ TEST(TransformerLoad, WeightsOnHugePagesGiveTheSameLogits) {
   }
 }
 
+TEST(TransformerLoad, RowLayersGiveTheSameLogitsAndFeatures) {
+  // CPU passes whose every row attends through the fused kernel run the decoder layers on raw
+  // buffers (row_layer.h): the same kernels in the same order as ATen's composition, so the same
+  // values, bit for bit, for prompts, steps, chains, trees, batches and captured features.
+  for (Architecture arch : {Architecture::kQwen3, Architecture::kLlama}) {
+    for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
+      SCOPED_TRACE(testing::Message() << ArchitectureName(arch) << ", " << c10::toString(dt));
+      ModelConfig c = SmallConfig(arch);
+      const auto weights = Transformer::RandomWeights(c, 8, 0.1);
+      LoadOptions opts;
+      opts.dtype = dt;
+      auto rows = Transformer::FromTensors(c, weights, opts);
+      opts.row_layers = false;
+      auto aten = Transformer::FromTensors(c, weights, opts);
+      ASSERT_TRUE(rows.ok() && aten.ok());
+      ASSERT_TRUE((*rows)->row_layers());
+      ASSERT_FALSE((*aten)->row_layers());
+      auto passes = [&](const Transformer& m) {
+        auto a = m.NewCache(), b = m.NewCache();
+        const std::vector<int32_t> prompt = Tokens(23, 3), step = {9}, chain = Tokens(6, 5);
+        const std::vector<int32_t> tree = Tokens(5, 7), parents = {-1, 0, 0, 1, -1};
+        std::vector<at::Tensor> out = {RunAll(m, a.get(), prompt), RunAll(m, a.get(), step),
+                                       RunAll(m, a.get(), tree, parents),
+                                       RunAll(m, b.get(), Tokens(11, 6))};
+        SequenceInput batch[2];
+        batch[0].cache = a.get();
+        batch[0].tokens = chain;
+        batch[1].cache = b.get();
+        batch[1].tokens = step;
+        for (SequenceInput& in : batch) in.logits = LogitsMode::kAll;
+        ForwardOptions capture;
+        capture.capture_layers = {2, 0};
+        auto both = m.Forward(batch, capture);
+        EXPECT_TRUE(both.ok()) << both.status();
+        for (const SequenceOutput& o : *both) {
+          out.push_back(o.logits);
+          out.push_back(o.features);
+        }
+        for (at::Tensor& t : out) t = t.flatten();
+        return at::cat(out);
+      };
+      EXPECT_TRUE(at::equal(passes(**rows), passes(**aten)));
+    }
+  }
+}
+
+TEST(TransformerLoad, RowLayersTakeOnlyFloatActivations) {
+  ModelConfig c = SmallConfig(Architecture::kQwen3);
+  LoadOptions opts;
+  opts.dtype = at::kBFloat16;
+  opts.activation_dtype = at::kBFloat16;
+  auto m = Transformer::FromTensors(c, Transformer::RandomWeights(c, 8, 0.1), opts);
+  ASSERT_TRUE(m.ok());
+  EXPECT_FALSE((*m)->row_layers());
+}
+
 TEST(TransformerLoad, DevicesAreCheckedBeforeAnythingLoads) {
   SPECDEC_ASSERT_OK_AND_ASSIGN(c10::Device cpu, LoadOptions::ParseDevice("cpu"));
   EXPECT_TRUE(cpu.is_cpu());
