@@ -43,11 +43,11 @@ DotChunk(const uint16_t* x, int64_t x_stride, const uint16_t* w, int64_t n_step,
 
 // Rows [r0, r0 + MB) and outputs [o0, o0 + NB) (MB * NB = 16) on the AVX-512 BF16 path, the
 // matrix row-major or packed in blocks of 16: each weight chunk is loaded once for the block's
-// rows. A block of several rows reads a packed matrix's chunks at fixed offsets from one pointer
-// (a 2-row product of matrices in cache took 12% less time than with a register per output); a
-// 1-row block keeps the loop that streams a packed matrix from memory fastest. Row-major, the
-// block prefetches `pf_bytes` from `pf` meanwhile (weights a later block reads), a few lines per
-// chunk.
+// rows. Packed, the block reads each chunk at fixed offsets from one pointer, at every row count:
+// with a register per output (as the row-major loop needs) the compiler ran out of registers, and
+// a 1-row product of the 100M shape's matrices read 17-20% fewer GB/s from memory, as far below a
+// plain sum of the same bytes (docs/results/2026-11-27-fixed-offsets.md). Row-major, the block
+// prefetches `pf_bytes` from `pf` meanwhile (weights a later block reads), a few lines per chunk.
 template <int MB, int NB>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"), always_inline)) inline void
 NativeBlock(const LinearProblem& p, int64_t r0, int64_t o0, const char* pf, int64_t pf_bytes) {
@@ -55,16 +55,13 @@ NativeBlock(const LinearProblem& p, int64_t r0, int64_t o0, const char* pf, int6
   __m512 acc[MB * NB];
   for (int k = 0; k < MB * NB; ++k) acc[k] = _mm512_setzero_ps();
   const uint16_t* x = p.x + r0 * p.x_stride;
-  if (MB > 1 && p.w_block == kLanes) {
+  if (p.w_block == kLanes) {
     const uint16_t* w = p.w + (o0 & ~int64_t{kLanes - 1}) * p.in + (o0 & (kLanes - 1)) * 32;
     for (int64_t c = 0; c < p.in; c += 32, w += 32 * kLanes) {
       DotChunk<MB, NB>(x + c, p.x_stride, w, 32, acc);
     }
   } else {
-    const bool packed = p.w_block == kLanes;
-    const uint16_t* w = packed ? p.w + (o0 & ~int64_t{kLanes - 1}) * p.in + (o0 & (kLanes - 1)) * 32
-                               : p.w + o0 * p.in;
-    const int64_t n_step = packed ? 32 : p.in, c_scale = packed ? kLanes : 1;
+    const uint16_t* w = p.w + o0 * p.in;
     const int64_t lines = pf_bytes / 64, chunks = p.in / 32;
     const int64_t per_chunk = (lines + chunks - 1) / chunks;
     int64_t line = 0;
@@ -72,7 +69,7 @@ NativeBlock(const LinearProblem& p, int64_t r0, int64_t o0, const char* pf, int6
       for (int64_t k = 0; k < per_chunk && line < lines; ++k, ++line) {
         _mm_prefetch(pf + line * 64, _MM_HINT_T0);
       }
-      DotChunk<MB, NB>(x + c, p.x_stride, w + c * c_scale, n_step, acc);
+      DotChunk<MB, NB>(x + c, p.x_stride, w + c, p.in, acc);
     }
   }
   F16 v[kLanes];

@@ -15,10 +15,9 @@ namespace {
 // 0.2-2.8%; 256: -1.0-0.3%).
 constexpr int64_t kOutputsPerItem = 64;
 
-// Runs run(o0, n) for the blocks [o0, o0 + n) of kOutputsPerItem of `out` outputs over the
-// intra-op pool.
-template <typename Run>
-void ForOutputBlocks(int64_t out, const Run& run) {
+}  // namespace
+
+void ForEachOutputBlock(int64_t out, absl::FunctionRef<void(int64_t o0, int64_t n)> run) {
   BalancedParallelFor((out + kOutputsPerItem - 1) / kOutputsPerItem, 1,
                       [&](int64_t begin, int64_t end) {
                         const int64_t o0 = begin * kOutputsPerItem;
@@ -26,10 +25,8 @@ void ForOutputBlocks(int64_t out, const Run& run) {
                       });
 }
 
-}  // namespace
-
 void RunLinearParallel(const LinearProblem& p) {
-  ForOutputBlocks(p.out, [&](int64_t o0, int64_t n) {
+  ForEachOutputBlock(p.out, [&](int64_t o0, int64_t n) {
     LinearProblem part = p;
     part.w = p.w + o0 * p.in;
     part.out = n;
@@ -40,7 +37,7 @@ void RunLinearParallel(const LinearProblem& p) {
 }
 
 void RunLinearF32Parallel(const LinearF32Problem& p) {
-  ForOutputBlocks(p.out, [&](int64_t o0, int64_t n) {
+  ForEachOutputBlock(p.out, [&](int64_t o0, int64_t n) {
     LinearF32Problem part = p;
     part.w = p.w + o0 * p.in;
     part.y = p.y + o0;

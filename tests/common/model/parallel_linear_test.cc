@@ -1,0 +1,79 @@
+#include "common/model/parallel_linear.h"
+
+#include <ATen/Parallel.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "common/model/vec16.h"
+
+namespace specdec::model {
+namespace {
+
+class ParallelLinearTest : public testing::Test {
+ protected:
+  void SetUp() override { threads_before_ = at::get_num_threads(); }
+  void TearDown() override { at::set_num_threads(threads_before_); }
+
+ private:
+  int threads_before_ = 1;
+};
+
+TEST_F(ParallelLinearTest, OutputBlocksCoverEveryOutputOnceFromMultiplesOf16) {
+  for (int threads : {1, 2, 3}) {
+    at::set_num_threads(threads);
+    for (int64_t out : {16, 64, 80, 768, 1000}) {
+      std::vector<std::atomic<int>> covered(static_cast<size_t>(out));
+      ForEachOutputBlock(out, [&](int64_t o0, int64_t n) {
+        ASSERT_EQ(o0 % 16, 0) << "a block starts inside a packed group of 16 outputs";
+        ASSERT_GT(n, 0);
+        ASSERT_LE(o0 + n, out);
+        for (int64_t o = o0; o < o0 + n; ++o) covered[static_cast<size_t>(o)].fetch_add(1);
+      });
+      for (int64_t o = 0; o < out; ++o) {
+        EXPECT_EQ(covered[static_cast<size_t>(o)].load(), 1)
+            << "output " << o << " of " << out << ", " << threads << " threads";
+      }
+    }
+  }
+}
+
+// Over the threads, a packed bf16 product gives every row the bits one thread's RunLinear gives.
+TEST_F(ParallelLinearTest, ThreadsChangeNoBitOfAPackedProduct) {
+  const int64_t in = 96, out = 208;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<uint16_t> w(in * out), packed(in * out);
+  for (uint16_t& v : w) v = FloatToBf16(u(rng));
+  const int32_t block = LinearPackBlock() > 0 ? LinearPackBlock() : 16;
+  PackLinearWeights(w.data(), in, out, block, packed.data());
+  for (int64_t rows : {1, 3, 17}) {
+    std::vector<uint16_t> x(rows * in);
+    for (uint16_t& v : x) v = FloatToBf16(u(rng));
+    LinearProblem p;
+    p.x = x.data();
+    p.rows = rows;
+    p.x_stride = in;
+    p.w = packed.data();
+    p.w_block = block;
+    p.in = in;
+    p.out = out;
+    p.y_stride = out;
+    std::vector<float> alone(rows * out), split(rows * out);
+    at::set_num_threads(1);
+    p.y_f32 = alone.data();
+    RunLinear(p);
+    at::set_num_threads(3);
+    p.y_f32 = split.data();
+    RunLinearParallel(p);
+    EXPECT_EQ(std::memcmp(alone.data(), split.data(), alone.size() * sizeof(float)), 0)
+        << rows << " rows";
+  }
+}
+
+}  // namespace
+}  // namespace specdec::model
