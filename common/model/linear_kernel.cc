@@ -45,8 +45,8 @@ DotChunk(const uint16_t* x, int64_t x_stride, const uint16_t* w, int64_t n_step,
 // matrix row-major or packed in blocks of 16: each weight chunk is loaded once for the block's
 // rows. Packed, the block reads each chunk at fixed offsets from one pointer, at every row count:
 // with a register per output (as the row-major loop needs) the compiler ran out of registers, and
-// a 1-row product of the 100M shape's matrices read 17-20% fewer GB/s from memory, as far below a
-// plain sum of the same bytes (docs/results/2026-11-27-fixed-offsets.md). Row-major, the block
+// 1-row products of the 100M shape's matrices read 0.83-0.90 of a plain read of the same bytes,
+// against 0.93-1.0 this way (docs/results/2026-11-27-fixed-offsets.md). Row-major, the block
 // prefetches `pf_bytes` from `pf` meanwhile (weights a later block reads), a few lines per chunk.
 template <int MB, int NB>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"), always_inline)) inline void
