@@ -6,6 +6,8 @@
 #include <atomic>
 #include <vector>
 
+#include "common/model/compute_pool.h"
+
 namespace specdec::model {
 namespace {
 
@@ -39,7 +41,7 @@ void BalancedParallelFor(int64_t items, int64_t min_items_per_thread,
   if (items <= 0) return;
   const int64_t per_thread = std::max<int64_t>(1, min_items_per_thread);
   const int64_t threads = std::min<int64_t>(at::get_num_threads(), items / per_thread);
-  if (threads <= 1 || at::in_parallel_region() || items > UINT32_MAX) {
+  if (threads <= 1 || InComputeRun() || at::in_parallel_region() || items > UINT32_MAX) {
     run(0, items);
     return;
   }
@@ -48,13 +50,11 @@ void BalancedParallelFor(int64_t items, int64_t min_items_per_thread,
     ranges[t].front_back.store(Pack(items * t / threads, items * (t + 1) / threads),
                                std::memory_order_relaxed);
   }
-  at::parallel_for(0, threads, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      int64_t item;
-      while (Claim(ranges[t], /*from_front=*/true, &item)) run(item, item + 1);
-      for (int64_t k = 1; k < threads; ++k) {
-        while (Claim(ranges[(t + k) % threads], /*from_front=*/false, &item)) run(item, item + 1);
-      }
+  RunOnComputeThreads(static_cast<int>(threads), [&](int t) {
+    int64_t item;
+    while (Claim(ranges[t], /*from_front=*/true, &item)) run(item, item + 1);
+    for (int64_t k = 1; k < threads; ++k) {
+      while (Claim(ranges[(t + k) % threads], /*from_front=*/false, &item)) run(item, item + 1);
     }
   });
 }

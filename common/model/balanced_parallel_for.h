@@ -9,12 +9,13 @@
 
 namespace specdec::model {
 
-// Runs `run(begin, end)` over the items [0, items) on the intra-op threads (ATen's pool), every
-// item exactly once. Each thread owns an equal range of at least `min_items_per_thread` items and
-// takes it one item at a time from the front, so its reads stay one ascending stream; a thread
-// that finishes its own range takes the items left in the others' ranges from their backs, so no
-// thread waits while work remains. Runs everything on the calling thread when one range is all
-// there is, or inside a parallel region. `run` must not depend on which thread calls it.
+// Runs `run(begin, end)` over the items [0, items) on at::get_num_threads() threads of the
+// compute pool (compute_pool.h), every item exactly once. Each thread owns an equal range of at
+// least `min_items_per_thread` items and takes it one item at a time from the front, so its reads
+// stay one ascending stream; a thread that finishes its own range takes the items left in the
+// others' ranges from their backs, so no thread waits while work remains. Runs everything on the
+// calling thread when one range is all there is, or inside a parallel loop. `run` must not throw
+// or depend on which thread calls it.
 void BalancedParallelFor(int64_t items, int64_t min_items_per_thread,
                          absl::FunctionRef<void(int64_t begin, int64_t end)> run);
 

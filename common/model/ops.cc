@@ -1,7 +1,6 @@
 #include "common/model/ops.h"
 
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 #include <torch/version.h>
 
 #include <algorithm>
@@ -13,6 +12,7 @@
 #include <tuple>
 #include <utility>
 
+#include "common/model/balanced_parallel_for.h"
 #include "common/model/cuda_ops.h"
 #include "common/model/linear_f32_kernel.h"
 #include "common/model/linear_kernel.h"
@@ -503,8 +503,8 @@ void FusedAttentionRows(const void* q, const void* k, const void* v, void* out, 
       seqs,  heads,      kv_heads,
       d,     dtype,      static_cast<float>(1.0 / std::sqrt(static_cast<double>(d))),
       pairs, cache_dtype};
-  at::parallel_for(0, AttentionWorkItems(problem), 1,
-                   [&](int64_t b, int64_t e) { RunAttention(problem, b, e); });
+  BalancedParallelFor(AttentionWorkItems(problem), 1,
+                      [&](int64_t b, int64_t e) { RunAttention(problem, b, e); });
 }
 
 void FusedAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t layer,

@@ -11,7 +11,7 @@
 # (default 50050: router +0, target +1, drafter +2, policy +3), SPECDEC_METRICS_BASE (/metrics
 # ports, same offsets; default 9090 shifted by SPECDEC_PORT_BASE - 50050), SPECDEC_DTYPE (compute dtype of target and drafter: auto, f32, bf16;
 # default auto = the checkpoint's), SPECDEC_THREADS (compute threads of target and drafter; default
-# half the cores: co-located services that each spin all cores stall each other's OpenMP regions).
+# half the cores: co-located services that each spin all cores stall each other's parallel loops).
 # SPECDEC_HTTP_PORT: the router's OpenAI-compatible HTTP API (default 8000 with the default port
 # base, else the port base + 4). CHAT_TEMPLATE: a Jinja chat template file for
 # /v1/chat/completions (default: the target's tokenizer_config.json chat_template, if any).

@@ -1,0 +1,30 @@
+// The threads that run the model's parallel loops (the products and the attention work items).
+// Torch-free.
+//
+// A parallel region of OpenMP's runtime (ATen's at::parallel_for on Debian's libtorch) costs
+// about 3 us on this project's 2-core machine even when its body is empty: the thread that ends a
+// barrier always makes a futex system call to wake the others, sleeping or not, and a region
+// ends one barrier and starts another. A 1-token step runs about 60 regions. This pool's workers
+// wait spinning on one word for a while and only then sleep; the caller wakes them with a store
+// (and a system call only when one sleeps), so an empty region costs about 0.7 us
+// (docs/results/2026-11-27-compute-pool.md).
+#ifndef SPECDEC_COMMON_MODEL_COMPUTE_POOL_H_
+#define SPECDEC_COMMON_MODEL_COMPUTE_POOL_H_
+
+#include "absl/functional/function_ref.h"
+
+namespace specdec::model {
+
+// Runs run(t) for every t in [0, threads) and returns when all have returned: t = 0 on the
+// calling thread, the others on the pool's workers (started on first use, kept for the process).
+// Runs them one after another on the calling thread when `threads` <= 1, when called from inside
+// a run (nested loops), or while another thread's run holds the pool. `run` must not throw, and
+// what it computes must not depend on which thread runs it.
+void RunOnComputeThreads(int threads, absl::FunctionRef<void(int thread)> run);
+
+// Whether the calling thread is inside a RunOnComputeThreads run (where a nested one runs alone).
+bool InComputeRun();
+
+}  // namespace specdec::model
+
+#endif  // SPECDEC_COMMON_MODEL_COMPUTE_POOL_H_
