@@ -213,9 +213,22 @@ model::DraftInput DFlashDraftSession::Input(int32_t last, int32_t block_size) co
   return di;
 }
 
+// Row by row on the calling thread: ATen's argmax over a block's logits (16 x 8,192 on the pack)
+// is a parallel region of its OpenMP pool, whose idle threads then spin on the cores the compute
+// pool's workers need (docs/results/2026-11-27-compute-pool.md).
 std::vector<int32_t> DFlashDraftSession::Argmax(const at::Tensor& logits) {
-  at::Tensor ids = logits.argmax(1).to(at::kInt).contiguous();
-  return std::vector<int32_t>(ids.data_ptr<int32_t>(), ids.data_ptr<int32_t>() + ids.numel());
+  const at::Tensor f =
+      logits.scalar_type() == at::kFloat && logits.is_contiguous() && logits.is_cpu()
+          ? logits
+          : logits.to(at::kCPU, at::kFloat).contiguous();
+  const int64_t rows = f.size(0), vocab = f.size(1);
+  std::vector<int32_t> ids(static_cast<size_t>(rows));
+  const float* data = f.data_ptr<float>();
+  for (int64_t r = 0; r < rows; ++r) {
+    ids[static_cast<size_t>(r)] =
+        sampling::Argmax(std::span<const float>(data + r * vocab, static_cast<size_t>(vocab)));
+  }
+  return ids;
 }
 
 absl::StatusOr<std::vector<int32_t>> DFlashDraftSession::DraftBlock(int32_t last,
