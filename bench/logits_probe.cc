@@ -18,6 +18,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "common/model/runtime.h"
 #include "common/model/transformer.h"
 
 namespace {
@@ -93,6 +94,6 @@ int main(int argc, char** argv) {
   app.add_option("--activations", activations, "activations: auto, f32 or bf16");
   app.add_option("--threads", threads, "compute threads");
   CLI11_PARSE(app, argc, argv);
-  at::set_num_threads(threads);
+  specdec::model::ConfigureComputeThreads(threads);
   return Run(model_dir, ids, dtype, activations, out);
 }

@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "bench/stream_triad.h"
+#include "common/model/compute_pool.h"
 #include "common/model/dflash_drafter.h"
 #include "common/model/runtime.h"
 #include "common/model/transformer.h"
@@ -287,7 +288,8 @@ void AddFloorRounds(const Transformer& m, KvCache* cache, int64_t context, int r
   const double bytes = StepBytes(m, context);
   std::vector<double> fractions;
   for (int r = 0; r < rounds; ++r) {
-    const double gbs = std::max(StreamTriadGbs(0), StreamTriadGbs(1));
+    const double gbs =
+        std::max(StreamTriadGbs(0, ComputeThreads()), StreamTriadGbs(1, ComputeThreads()));
     const double step_ms = TimeForward(m, cache, context, 1, reps);
     const double floor_ms = bytes / (gbs * 1e9) * 1e3;
     fractions.push_back(floor_ms / step_ms);

@@ -45,7 +45,8 @@ static char* MapArrays(long n, int huge, void** map, size_t* bytes) {
   return base;
 }
 
-double StreamTriadGbs(int huge) {
+double StreamTriadGbs(int huge, int threads) {
+  (void)threads;  /* without OpenMP: the calling thread */
   const long n = 1L << 25;
   void* map = NULL;
   size_t bytes = 0;
@@ -54,7 +55,7 @@ double StreamTriadGbs(int huge) {
   double* a = (double*)base;
   double* b = (double*)(base + Stride(n));
   double* c = (double*)(base + 2 * Stride(n));
-#pragma omp parallel for
+#pragma omp parallel for num_threads(threads)
   for (long i = 0; i < n; i++) {
     a[i] = 0;
     b[i] = 1;
@@ -63,7 +64,7 @@ double StreamTriadGbs(int huge) {
   double best = 1e30;
   for (int r = 0; r < 5; r++) {
     const double t = Seconds();
-#pragma omp parallel for
+#pragma omp parallel for num_threads(threads)
     for (long i = 0; i < n; i++) a[i] = b[i] + 3.0 * c[i];
     const double dt = Seconds() - t;
     if (dt < best) best = dt;
@@ -75,11 +76,11 @@ double StreamTriadGbs(int huge) {
 
 #ifndef STREAM_TRIAD_NO_MAIN
 int main(void) {
-  const double small = StreamTriadGbs(0), huge = StreamTriadGbs(1);
   int threads = 1;
 #ifdef _OPENMP
   threads = omp_get_max_threads();
 #endif
+  const double small = StreamTriadGbs(0, threads), huge = StreamTriadGbs(1, threads);
   printf("threads %d: triad %.1f GB/s (4 KiB pages %.1f, 2 MiB pages %.1f)\n", threads,
          small > huge ? small : huge, small, huge);
   return 0;

@@ -7,9 +7,10 @@
 extern "C" {
 #endif
 
-// The triad's GB/s (best of 5) on the OpenMP threads, its arrays on 4 KiB pages (huge_pages 0)
-// or on 2 MiB transparent huge pages (1); 0 when the arrays cannot be allocated.
-double StreamTriadGbs(int huge_pages);
+// The triad's GB/s (best of 5) on `threads` OpenMP threads (the calling thread alone where it is
+// built without OpenMP), its arrays on 4 KiB pages (huge_pages 0) or on 2 MiB transparent huge
+// pages (1); 0 when the arrays cannot be allocated.
+double StreamTriadGbs(int huge_pages, int threads);
 
 #ifdef __cplusplus
 }

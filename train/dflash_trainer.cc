@@ -319,7 +319,7 @@ absl::StatusOr<DFlashRun> PrepareRun(const DFlashTrainOptions& o, at::ScalarType
   DFlashRun r;
   ASSIGN_OR_RETURN(r.device, ParseDevice(o.device));
   ASSIGN_OR_RETURN(r.dt, ParseDType(o.dtype));
-  if (r.device.is_cpu()) model::ConfigureComputeThreads(o.threads);
+  if (r.device.is_cpu()) model::ConfigureTrainingThreads(o.threads);
   ASSIGN_OR_RETURN(r.tc, model::LoadModelConfig(o.target_dir));
   ASSIGN_OR_RETURN(r.tp, LoadLmParams(o.target_dir, r.tc, r.device));
   ASSIGN_OR_RETURN(r.dc, DrafterConfig(o, r.tc, export_dt));

@@ -133,7 +133,7 @@ absl::Status TrainLm(const LmTrainOptions& o) {
   ASSIGN_OR_RETURN(at::Device device, ParseDevice(o.device));
   ASSIGN_OR_RETURN(at::ScalarType dt, ParseDType(o.dtype));
   ASSIGN_OR_RETURN(at::ScalarType export_dt, ParseDType(o.export_dtype));
-  if (device.is_cpu()) model::ConfigureComputeThreads(o.threads);
+  if (device.is_cpu()) model::ConfigureTrainingThreads(o.threads);
   ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::FromFile(o.tokenizer_dir + "/tokenizer.json"));
   ASSIGN_OR_RETURN(std::vector<int32_t> train_ids, ReadTokenFile(o.train_tokens));
   std::vector<int32_t> heldout_ids;

@@ -40,7 +40,7 @@ void BalancedParallelFor(int64_t items, int64_t min_items_per_thread,
                          absl::FunctionRef<void(int64_t begin, int64_t end)> run) {
   if (items <= 0) return;
   const int64_t per_thread = std::max<int64_t>(1, min_items_per_thread);
-  const int64_t threads = std::min<int64_t>(at::get_num_threads(), items / per_thread);
+  const int64_t threads = std::min<int64_t>(ComputeThreads(), items / per_thread);
   if (threads <= 1 || InComputeRun() || at::in_parallel_region() || items > UINT32_MAX) {
     run(0, items);
     return;

@@ -9,7 +9,7 @@
 
 namespace specdec::model {
 
-// Runs `run(begin, end)` over the items [0, items) on at::get_num_threads() threads of the
+// Runs `run(begin, end)` over the items [0, items) on ComputeThreads() threads of the
 // compute pool (compute_pool.h), every item exactly once. Each thread owns an equal range of at
 // least `min_items_per_thread` items and takes it one item at a time from the front, so its reads
 // stay one ascending stream; a thread that finishes its own range takes the items left in the

@@ -30,6 +30,8 @@ constexpr int kMaxWorkers = 255;
 
 thread_local bool t_in_run = false;
 
+std::atomic<int> g_compute_threads{1};
+
 inline void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
   _mm_pause();
@@ -170,6 +172,12 @@ Pool& ThePool() {
 void RunOnComputeThreads(int threads, absl::FunctionRef<void(int thread)> run) {
   ThePool().Run(threads, run);
 }
+
+void SetComputeThreads(int threads) {
+  g_compute_threads.store(std::max(threads, 1), std::memory_order_relaxed);
+}
+
+int ComputeThreads() { return g_compute_threads.load(std::memory_order_relaxed); }
 
 bool InComputeRun() { return t_in_run; }
 

@@ -22,6 +22,11 @@ namespace specdec::model {
 // what it computes must not depend on which thread runs it.
 void RunOnComputeThreads(int threads, absl::FunctionRef<void(int thread)> run);
 
+// The thread count of the model's parallel loops (1 until set). ConfigureComputeThreads
+// (runtime.h) sets it at start-up; tests set it directly.
+void SetComputeThreads(int threads);
+int ComputeThreads();
+
 // Whether the calling thread is inside a RunOnComputeThreads run (where a nested one runs alone).
 bool InComputeRun();
 

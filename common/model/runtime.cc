@@ -7,16 +7,34 @@
 #include <string>
 #include <thread>
 
+#include "common/model/compute_pool.h"
+
 namespace specdec::model {
 
-int ConfigureComputeThreads(int threads) {
+namespace {
+
+// `threads` (<= 0: the online cores) under SPECDEC_MAX_COMPUTE_THREADS.
+int CappedThreads(int threads) {
   if (threads <= 0) threads = static_cast<int>(std::thread::hardware_concurrency());
   if (threads <= 0) threads = 1;
   if (const char* cap = std::getenv("SPECDEC_MAX_COMPUTE_THREADS"); cap != nullptr) {
     if (const int n = std::atoi(cap); n > 0) threads = std::min(threads, n);
   }
-  at::set_num_threads(threads);
-  return at::get_num_threads();
+  return threads;
+}
+
+}  // namespace
+
+int ConfigureComputeThreads(int threads) {
+  SetComputeThreads(CappedThreads(threads));
+  at::set_num_threads(1);
+  return ComputeThreads();
+}
+
+int ConfigureTrainingThreads(int threads) {
+  SetComputeThreads(CappedThreads(threads));
+  at::set_num_threads(ComputeThreads());
+  return ComputeThreads();
 }
 
 int ConfigureKernelCache(int capacity) {

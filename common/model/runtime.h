@@ -4,11 +4,17 @@
 
 namespace specdec::model {
 
-// Sets the intra-op thread count (libtorch starts with 1 here). `threads <= 0` means the number of
-// online cores. SPECDEC_MAX_COMPUTE_THREADS in the environment caps it (a container's CPU quota;
-// the TSan runs, which cannot see the OpenMP pool's synchronization, set it to 1). Returns the
-// count now in force. Call once at startup, before any forward pass.
+// Sets the compute threads of the model's kernels (compute_pool.h) for serving and benchmarks, and
+// leaves ATen's own operators one thread: libgomp's idle workers spin for a long while after
+// each of ATen's parallel regions, on the cores the compute pool's workers need
+// (docs/results/2026-11-27-compute-pool.md). `threads <= 0` means the number of online cores.
+// SPECDEC_MAX_COMPUTE_THREADS in the environment caps it (a container's CPU quota; the TSan runs
+// set it to 1). Returns the count now in force. Call once at startup, before any forward pass.
 int ConfigureComputeThreads(int threads);
+
+// The same count for training on the CPU, where ATen's operators (autograd, its matrix
+// products) do the work: ATen's threads and the compute pool's both.
+int ConfigureTrainingThreads(int threads);
 
 // Bounds the kernel caches of oneDNN (which ATen's bf16 matrix products go through): oneDNN's
 // primitive cache and ideep's computation cache keep one compiled kernel (with its buffers) per

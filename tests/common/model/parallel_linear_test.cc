@@ -1,6 +1,5 @@
 #include "common/model/parallel_linear.h"
 
-#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -9,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "common/model/compute_pool.h"
 #include "common/model/vec16.h"
 
 namespace specdec::model {
@@ -16,8 +16,8 @@ namespace {
 
 class ParallelLinearTest : public testing::Test {
  protected:
-  void SetUp() override { threads_before_ = at::get_num_threads(); }
-  void TearDown() override { at::set_num_threads(threads_before_); }
+  void SetUp() override { threads_before_ = ComputeThreads(); }
+  void TearDown() override { SetComputeThreads(threads_before_); }
 
  private:
   int threads_before_ = 1;
@@ -25,7 +25,7 @@ class ParallelLinearTest : public testing::Test {
 
 TEST_F(ParallelLinearTest, OutputBlocksCoverEveryOutputOnceFromMultiplesOf16) {
   for (int threads : {1, 2, 3}) {
-    at::set_num_threads(threads);
+    SetComputeThreads(threads);
     for (int64_t out : {16, 64, 80, 768, 1000}) {
       std::vector<std::atomic<int>> covered(static_cast<size_t>(out));
       ForEachOutputBlock(out, [&](int64_t o0, int64_t n) {
@@ -64,10 +64,10 @@ TEST_F(ParallelLinearTest, ThreadsChangeNoBitOfAPackedProduct) {
     p.out = out;
     p.y_stride = out;
     std::vector<float> alone(rows * out), split(rows * out);
-    at::set_num_threads(1);
+    SetComputeThreads(1);
     p.y_f32 = alone.data();
     RunLinear(p);
-    at::set_num_threads(3);
+    SetComputeThreads(3);
     p.y_f32 = split.data();
     RunLinearParallel(p);
     EXPECT_EQ(std::memcmp(alone.data(), split.data(), alone.size() * sizeof(float)), 0)

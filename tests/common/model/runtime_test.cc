@@ -3,10 +3,13 @@
 // caps the count asked for.
 #include "common/model/runtime.h"
 
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <string>
+
+#include "common/model/compute_pool.h"
 
 namespace specdec::model {
 namespace {
@@ -35,6 +38,18 @@ TEST(ConfigureComputeThreadsTest, TheEnvironmentCapsTheCount) {
   setenv("SPECDEC_MAX_COMPUTE_THREADS", "junk", 1);
   EXPECT_EQ(ConfigureComputeThreads(3), 3) << "an unreadable cap is ignored";
   unsetenv("SPECDEC_MAX_COMPUTE_THREADS");
+}
+
+// Serving: the kernels' pool takes the count, ATen's own operators one thread. Training: both.
+TEST(ConfigureComputeThreadsTest, AtenKeepsOneThreadUnlessTraining) {
+  unsetenv("SPECDEC_MAX_COMPUTE_THREADS");
+  EXPECT_EQ(ConfigureComputeThreads(3), 3);
+  EXPECT_EQ(ComputeThreads(), 3);
+  EXPECT_EQ(at::get_num_threads(), 1);
+  EXPECT_EQ(ConfigureTrainingThreads(2), 2);
+  EXPECT_EQ(ComputeThreads(), 2);
+  EXPECT_EQ(at::get_num_threads(), 2);
+  ConfigureComputeThreads(1);
 }
 
 }  // namespace
