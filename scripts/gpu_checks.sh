@@ -5,8 +5,10 @@
 #   2. builds the gRPC-free part of specdec against PyTorch's CUDA libtorch
 #      (-DSPECDEC_DEVICE_CHECKS=ON) with the header/library Debian packages of .devdeps/;
 #   3. runs the tests labelled `gpu` and the reference comparison on the GPU;
-#   4. runs the GPU model benchmark (Qwen3-0.6B and -4B shapes, bf16, random weights; then
-#      without and with specdec's own CUDA kernels) and `specdec bench` on the embedded pack;
+#   4. runs the one-row product benchmark (cuBLAS against specdec's kernels), the GPU model
+#      benchmark (Qwen3-0.6B and -4B shapes, bf16, random weights; then without and with the
+#      vector products, and without and with specdec's other CUDA kernels) and `specdec bench` on
+#      the embedded pack;
 #   5. builds and runs the remaining unit tests of that build (CPU code on the GPU machine's CPU).
 #
 #   scripts/gpu_checks.sh --fetch   (on a Debian 12 machine) downloads the packages into .devdeps/
@@ -73,7 +75,8 @@ if [ "$mode" = build ]; then
   echo "export LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
   exit 0
 fi
-gpu_targets="transformer_cuda_test cuda_ops_test decoder_cuda_test hf_reference_test specdec-model-bench specdec"
+gpu_targets="transformer_cuda_test cuda_ops_test decoder_cuda_test hf_reference_test specdec-model-bench
+  specdec-cuda-linear-bench specdec"
 stamp build $gpu_targets
 cmake --build build-gpu -j "$jobs" --target $gpu_targets >>"$out/build.log" 2>&1 ||
   { grep -E "error|Error" "$out/build.log" | head -30; exit 1; }
@@ -103,11 +106,26 @@ fi
 # 4. Speed (SPECDEC_SKIP_BENCH=1 leaves it out).
 if [ "${SPECDEC_SKIP_BENCH:-0}" != 1 ]; then
 stamp bench
+# The decoding step's one-row products, per matrix: cuBLAS and specdec's kernels (every shape).
+build-gpu/bench/specdec-cuda-linear-bench --json "$out/linear_bench.json" 2>&1 | tee -a "$out/bench.log"
 # SPECDEC_MODEL_BENCH=0 leaves the model benchmark out, SPECDEC_BENCH_UNFUSED=0 its second run.
 if [ "${SPECDEC_MODEL_BENCH:-1}" = 1 ]; then
 build-gpu/bench/specdec-model-bench --device cuda --sizes qwen3-0.6b,qwen3-4b --dtypes bf16 \
   --cuda-graphs "${SPECDEC_BENCH_GRAPHS:-on,off}" --context 512 --reps 30 \
   --json "$out/gpu_bench.json" 2>&1 | tee "$out/bench.log"
+fi
+# The one-row products on cuBLAS ("off") and on the vector products ("on": the default shape; a
+# number: that shape, cuda_kernels.h), in turn: SPECDEC_BENCH_VECTOR_SHAPES (empty: none).
+if [ "${SPECDEC_MODEL_BENCH:-1}" = 1 ]; then
+  for v in ${SPECDEC_BENCH_VECTOR_SHAPES-off on off on}; do
+    rows=1 shape=-1
+    [ "$v" = off ] && rows=0
+    [[ $v =~ ^[0-9]+$ ]] && shape=$v
+    SPECDEC_CUDA_VECTOR_LINEAR_MAX_ROWS=$rows SPECDEC_CUDA_VECTOR_LINEAR_SHAPE=$shape \
+      build-gpu/bench/specdec-model-bench --device cuda --sizes qwen3-0.6b,qwen3-4b --dtypes bf16 \
+      --cuda-graphs on --context 512 --reps 30 2>&1 | sed "s/^/[vector products $v] /" |
+      tee -a "$out/bench.log"
+  done
 fi
 # The same graphed passes without specdec's own CUDA kernels (ATen's operators in their place),
 # then with them again, for what the kernels buy against the spread between runs.

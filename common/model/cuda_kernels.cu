@@ -234,6 +234,127 @@ cudaError_t LaunchRowsLinearAs(const RowsLinearArgs& a, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+// ---- VectorLinear: products of one to four rows at the memory's pace.
+//
+// A block's 8 warps form groups of kSplit warps; a group takes kOutputs consecutive outputs, and
+// each of its warps a contiguous slice of k. Lane l reads 16-byte vectors l, l + 32, ... of its
+// slice of every output's weight row, kUnroll of each before its first product, so every load
+// instruction covers 512 contiguous bytes of a row. x's vectors come through L1 (every warp of
+// the grid reads the same x). A warp's lane sums are added by one butterfly, the group's warps'
+// sums in warp order; all in float.
+constexpr int kVecWarps = 8;
+
+__device__ __forceinline__ float Dot8(uint4 w, uint4 x, float acc) {
+  const uint32_t wv[4] = {w.x, w.y, w.z, w.w}, xv[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 a = PairToFloat2<__nv_bfloat16>(wv[i]), b = PairToFloat2<__nv_bfloat16>(xv[i]);
+    acc = fmaf(a.x, b.x, acc);
+    acc = fmaf(a.y, b.y, acc);
+  }
+  return acc;
+}
+
+__device__ __forceinline__ void StoreVectorOutput(const VectorLinearArgs& a, int r, int64_t n,
+                                                  float sum) {
+  if (a.residual != nullptr) {
+    sum +=
+        __bfloat162float(static_cast<const __nv_bfloat16*>(a.residual)[r * a.residual_stride + n]);
+  }
+  static_cast<__nv_bfloat16*>(a.y)[r * a.y_stride + n] = __float2bfloat16_rn(sum);
+}
+
+template <int kRows, int kOutputs, int kUnroll, int kSplit>
+__global__ void __launch_bounds__(kVecWarps* kWarp) VectorLinearKernel(VectorLinearArgs a) {
+  constexpr int kGroups = kVecWarps / kSplit;
+  __shared__ float partial[kVecWarps][kRows][kOutputs];
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int group = warp / kSplit, part = warp % kSplit;
+  const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * kGroups + group) * kOutputs;
+  const int64_t k8 = a.k / 8;  // 16-byte vectors per row
+  const int64_t slice = (k8 + kSplit - 1) / kSplit;
+  const int64_t begin = part * slice, end = min(k8, begin + slice);
+  const auto* w = static_cast<const uint4*>(a.w);
+  const uint4* w_row[kOutputs];
+#pragma unroll
+  for (int o = 0; o < kOutputs; ++o) w_row[o] = n0 + o < a.n ? w + (n0 + o) * k8 : nullptr;
+  const uint4* x_row[kRows];  // kRows is m
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    x_row[r] =
+        reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.x) + r * a.x_stride);
+  }
+  float acc[kRows][kOutputs] = {};
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  for (int64_t first = begin + lane; n0 < a.n && first < end; first += kWarp * kUnroll) {
+    uint4 wv[kUnroll][kOutputs];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t i = first + u * kWarp;
+#pragma unroll
+      for (int o = 0; o < kOutputs; ++o)
+        wv[u][o] = i < end && w_row[o] != nullptr ? __ldcs(w_row[o] + i) : zero;
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t i = first + u * kWarp;
+      if (i >= end) break;
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const uint4 xv = __ldg(x_row[r] + i);
+#pragma unroll
+        for (int o = 0; o < kOutputs; ++o) acc[r][o] = Dot8(wv[u][o], xv, acc[r][o]);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+    for (int o = 0; o < kOutputs; ++o) {
+      const float sum = WarpSum(acc[r][o]);  // the same butterfly, so the same bits, in every lane
+      if (kSplit == 1) {
+        if (lane == r * kOutputs + o && n0 + o < a.n) StoreVectorOutput(a, r, n0 + o, sum);
+      } else if (lane == 0) {
+        partial[warp][r][o] = sum;
+      }
+    }
+  }
+  if constexpr (kSplit > 1) {
+    __syncthreads();
+    const int item = threadIdx.x;
+    if (item >= kGroups * kRows * kOutputs) return;
+    const int g = item / (kRows * kOutputs), r = item / kOutputs % kRows, o = item % kOutputs;
+    const int64_t n = (static_cast<int64_t>(blockIdx.x) * kGroups + g) * kOutputs + o;
+    if (n >= a.n) return;
+    float sum = 0.f;
+#pragma unroll
+    for (int p = 0; p < kSplit; ++p) sum += partial[g * kSplit + p][r][o];
+    StoreVectorOutput(a, r, n, sum);
+  }
+}
+
+template <int kOutputs, int kUnroll, int kSplit>
+cudaError_t LaunchVectorLinearAs(const VectorLinearArgs& a, cudaStream_t stream) {
+  const int64_t per_block = kVecWarps / kSplit * kOutputs;
+  const auto blocks = static_cast<unsigned>((a.n + per_block - 1) / per_block);
+  constexpr int kThreads = kVecWarps * kWarp;
+  switch (a.m) {
+    case 1:
+      VectorLinearKernel<1, kOutputs, kUnroll, kSplit><<<blocks, kThreads, 0, stream>>>(a);
+      break;
+    case 2:
+      VectorLinearKernel<2, kOutputs, kUnroll, kSplit><<<blocks, kThreads, 0, stream>>>(a);
+      break;
+    case 3:
+      VectorLinearKernel<3, kOutputs, kUnroll, kSplit><<<blocks, kThreads, 0, stream>>>(a);
+      break;
+    default:
+      VectorLinearKernel<4, kOutputs, kUnroll, kSplit><<<blocks, kThreads, 0, stream>>>(a);
+      break;
+  }
+  return cudaGetLastError();
+}
+
 // ---- FixedAttention: split over the keys, then combined.
 //
 // Block (kv head h, split s) stages keys and values [32 s, 32 s + 32) in shared memory (rows
@@ -421,6 +542,35 @@ int LaunchRowsLinear(const RowsLinearArgs& args, void* stream) {
     default:
       return LaunchRowsLinearAs<8>(args, s);
   }
+}
+
+int LaunchVectorLinear(const VectorLinearArgs& args, void* stream, int shape) {
+  if (args.m <= 0 || args.n <= 0) return cudaSuccess;
+  if (args.m > kVectorLinearMaxRows || args.k <= 0 || args.k % 8 != 0) {
+    return cudaErrorInvalidValue;
+  }
+  const auto s = static_cast<cudaStream_t>(stream);
+  // Outputs per group, 16-byte loads in flight per lane and output, warps per group. Shape 2 was
+  // the fastest on an H100 (docs/results/2026-11-27-vector-linear-h100.md).
+  switch (shape) {
+    case 0:
+      return LaunchVectorLinearAs<2, 8, 1>(args, s);
+    case 1:
+      return LaunchVectorLinearAs<2, 4, 2>(args, s);
+    case 2:
+      return LaunchVectorLinearAs<2, 4, 4>(args, s);
+    case 3:
+      return LaunchVectorLinearAs<1, 4, 4>(args, s);
+    case 4:
+      return LaunchVectorLinearAs<2, 4, 8>(args, s);
+    case 5:
+      return LaunchVectorLinearAs<4, 4, 4>(args, s);
+    case 6:
+      return LaunchVectorLinearAs<2, 8, 4>(args, s);
+    case 7:
+      return LaunchVectorLinearAs<1, 8, 8>(args, s);
+  }
+  return cudaErrorInvalidValue;
 }
 
 int64_t FixedAttentionScratchFloats(int64_t n, int64_t capacity, int heads, int head_dim) {

@@ -52,6 +52,19 @@ struct RowsLinearArgs {
   int64_t y_stride = 0;
 };
 
+// y = x w^T (+ residual) for one to four rows, read at the memory's pace: x [m, k] and w [n, k]
+// bf16, k a multiple of 8, every row 16-byte aligned. Warps stream whole slices of weight rows,
+// 512 contiguous bytes per load, every lane's loads of a step in flight before its first product;
+// lanes sum in float, a warp adds its lanes' sums by one butterfly and a row's warps in order, and
+// the residual is added before the one rounding. A row's result does not depend on the other rows.
+// `shape` (0 to kVectorLinearShapes - 1) picks how the work is cut (outputs per group of warps,
+// loads in flight, warps per output; cuda_kernels.cu); each computes every output the same way
+// whatever m is, but shapes differ from one another in the order of the sums.
+constexpr int64_t kVectorLinearMaxRows = 4;
+constexpr int kVectorLinearShapes = 8;
+constexpr int kVectorLinearDefaultShape = 2;
+using VectorLinearArgs = RowsLinearArgs;
+
 // Attention of a fixed pass's n new rows against a cache's whole capacity, split over the keys:
 // blocks of 32 keys per (KV head, split), then one combine per query row. A query row's result
 // depends only on its own q, mask row and the keys and values (fixed splits, combined in order).
@@ -81,6 +94,8 @@ bool FixedAttentionTakes(ElementType type, int head_dim);
 int LaunchNormRopeQk(const NormRopeQkArgs& args, void* stream);
 int LaunchSwiGlu(const SwiGluArgs& args, void* stream);
 int LaunchRowsLinear(const RowsLinearArgs& args, void* stream);
+int LaunchVectorLinear(const VectorLinearArgs& args, void* stream,
+                       int shape = kVectorLinearDefaultShape);
 int LaunchFixedAttention(const FixedAttentionArgs& args, void* stream);
 
 }  // namespace specdec::model::cuda

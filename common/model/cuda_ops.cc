@@ -62,6 +62,15 @@ int64_t CudaRowsLinearMaxRows() {
   return CudaKernelsOn() ? value : 0;
 }
 
+int64_t CudaVectorLinearMaxRows() {
+  static const int64_t value = [] {
+    const char* v = std::getenv("SPECDEC_CUDA_VECTOR_LINEAR_MAX_ROWS");
+    const int64_t rows = v != nullptr ? std::atoll(v) : 1;
+    return std::clamp<int64_t>(rows, 0, cuda::kVectorLinearMaxRows);
+  }();
+  return CudaKernelsOn() ? value : 0;
+}
+
 int64_t CudaFixedAttentionMaxRows() {
   static const int64_t value = [] {
     const char* v = std::getenv("SPECDEC_CUDA_ATTENTION_MAX_ROWS");
@@ -137,16 +146,22 @@ bool CudaSwiGlu(const at::Tensor& gu, int64_t inter, at::Tensor* out) {
   return true;
 }
 
-bool CudaRowsLinear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& residual,
-                    at::Tensor* y) {
+namespace {
+
+// The arguments of a product of x's few bf16 rows by a contiguous bf16 weight [n, k] (k a
+// multiple of `k_multiple`, rows 16-byte aligned), `residual` [m, n] added when defined; y is
+// allocated. False where the kernels cannot read the operands.
+bool RowsProductArgs(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& residual,
+                     int64_t max_rows, int64_t k_multiple, cuda::RowsLinearArgs* args,
+                     at::Tensor* y) {
   if (!CudaKernelsOn() || !x.is_cuda() || x.scalar_type() != at::kBFloat16 || x.dim() != 2 ||
-      x.size(0) == 0 || x.size(0) > cuda::kRowsLinearMaxRows || x.stride(1) != 1 ||
+      x.size(0) == 0 || x.size(0) > max_rows || x.stride(1) != 1 ||
       (x.size(0) > 1 && x.stride(0) % 8 != 0) || !Aligned16(x.data_ptr()) || x.requires_grad()) {
     return false;
   }
   const int64_t m = x.size(0), k = x.size(1);
   if (weight.device() != x.device() || weight.scalar_type() != at::kBFloat16 || weight.dim() != 2 ||
-      weight.size(1) != k || k % 32 != 0 || !weight.is_contiguous() ||
+      weight.size(1) != k || k % k_multiple != 0 || !weight.is_contiguous() ||
       !Aligned16(weight.data_ptr()) || weight.requires_grad()) {
     return false;
   }
@@ -157,20 +172,47 @@ bool CudaRowsLinear(const at::Tensor& x, const at::Tensor& weight, const at::Ten
        residual.stride(1) != 1)) {
     return false;
   }
-  const c10::cuda::CUDAGuard guard(x.device());
   *y = at::empty({m, n}, x.options());
+  args->x = x.data_ptr();
+  args->m = m;
+  args->x_stride = x.stride(0);
+  args->w = weight.data_ptr();
+  args->n = n;
+  args->k = k;
+  args->residual = residual.defined() ? residual.data_ptr() : nullptr;
+  args->residual_stride = residual.defined() ? residual.stride(0) : 0;
+  args->y = y->data_ptr();
+  args->y_stride = n;
+  return true;
+}
+
+}  // namespace
+
+bool CudaRowsLinear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& residual,
+                    at::Tensor* y) {
   cuda::RowsLinearArgs args;
-  args.x = x.data_ptr();
-  args.m = m;
-  args.x_stride = x.stride(0);
-  args.w = weight.data_ptr();
-  args.n = n;
-  args.k = k;
-  args.residual = residual.defined() ? residual.data_ptr() : nullptr;
-  args.residual_stride = residual.defined() ? residual.stride(0) : 0;
-  args.y = y->data_ptr();
-  args.y_stride = n;
+  if (!RowsProductArgs(x, weight, residual, cuda::kRowsLinearMaxRows, 32, &args, y)) return false;
+  const c10::cuda::CUDAGuard guard(x.device());
   Check(cuda::LaunchRowsLinear(args, CurrentStream(x)), "specdec RowsLinear kernel");
+  return true;
+}
+
+bool CudaVectorLinear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& residual,
+                      at::Tensor* y, int shape) {
+  static const int configured = [] {
+    const char* v = std::getenv("SPECDEC_CUDA_VECTOR_LINEAR_SHAPE");
+    const int value = v != nullptr ? std::atoi(v) : cuda::kVectorLinearDefaultShape;
+    return value >= 0 && value < cuda::kVectorLinearShapes ? value
+                                                           : cuda::kVectorLinearDefaultShape;
+  }();
+  if (shape >= cuda::kVectorLinearShapes) return false;
+  cuda::VectorLinearArgs args;
+  if (!RowsProductArgs(x, weight, residual, cuda::kVectorLinearMaxRows, 8, &args, y)) {
+    return false;
+  }
+  const c10::cuda::CUDAGuard guard(x.device());
+  Check(cuda::LaunchVectorLinear(args, CurrentStream(x), shape >= 0 ? shape : configured),
+        "specdec VectorLinear kernel");
   return true;
 }
 

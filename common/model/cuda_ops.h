@@ -32,6 +32,16 @@ bool CudaSwiGlu(const at::Tensor& gu, int64_t inter, at::Tensor* out);
 bool CudaRowsLinear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& residual,
                     at::Tensor* y);
 
+// The same product for bf16 x of at most 4 rows (k a multiple of 8), at the memory's pace: warps
+// stream whole slices of weight rows, their sums added in a fixed order (cuda_kernels.h,
+// VectorLinear), so a row's result does not depend on the other rows either. `shape` picks how
+// the work is cut (0 to 7, for benchmarks and tests); -1 takes SPECDEC_CUDA_VECTOR_LINEAR_SHAPE
+// (read once), by default the shape measured fastest: on an H100 the Qwen3-4B shape's one-row
+// products read 2,400-3,180 GB/s (cuBLAS 1,740-2,860) and its graphed step took 4.37-4.47 ms
+// (5.04-5.20 on cuBLAS) (docs/results/2026-11-27-vector-linear-h100.md).
+bool CudaVectorLinear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& residual,
+                      at::Tensor* y, int shape = -1);
+
 // Attention of a fixed pass's new rows q [n, heads, d] against a cache's whole capacity (keys and
 // values [kv_heads, capacity, d]), with `bias` the pass's additive mask prepared per query head of
 // a group ([group * n, capacity] of q's dtype, PrepareRecurringMask; undefined: every slot
@@ -54,6 +64,11 @@ int64_t CudaFixedAttentionMaxRows();
 // the Qwen3-4B shape (docs/results/2026-11-27-cuda-kernels-h100.md): rows that do not depend on
 // their neighbours are opt-in until the GPU's attention has that property too.
 int64_t CudaRowsLinearMaxRows();
+
+// The most rows of a product that Linear and AddLinear give to CudaVectorLinear when
+// CudaRowsLinear does not take it: SPECDEC_CUDA_VECTOR_LINEAR_MAX_ROWS (read once), at most 4;
+// by default 1, the decoding step's products.
+int64_t CudaVectorLinearMaxRows();
 
 }  // namespace specdec::model
 

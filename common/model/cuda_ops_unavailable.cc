@@ -7,6 +7,8 @@ bool CudaKernelsOn() { return false; }
 
 int64_t CudaRowsLinearMaxRows() { return 0; }
 
+int64_t CudaVectorLinearMaxRows() { return 0; }
+
 int64_t CudaFixedAttentionMaxRows() { return 0; }
 
 bool CudaNormRopeQk(const at::Tensor&, int64_t, int64_t, int64_t, const at::Tensor&,
@@ -18,6 +20,10 @@ bool CudaNormRopeQk(const at::Tensor&, int64_t, int64_t, int64_t, const at::Tens
 bool CudaSwiGlu(const at::Tensor&, int64_t, at::Tensor*) { return false; }
 
 bool CudaRowsLinear(const at::Tensor&, const at::Tensor&, const at::Tensor&, at::Tensor*) {
+  return false;
+}
+
+bool CudaVectorLinear(const at::Tensor&, const at::Tensor&, const at::Tensor&, at::Tensor*, int) {
   return false;
 }
 

@@ -242,11 +242,24 @@ at::Tensor EmbeddingRows(const at::Tensor& weight, const at::Tensor& ids) {
   return rows;
 }
 
+namespace {
+
+// x weight^T (+ residual) on specdec's own CUDA kernels where they take the product: the
+// row-independent products when opted in for this many rows, else the decoding step's vector
+// products; undefined otherwise (cuBLAS's then).
+at::Tensor OwnCudaLinear(const at::Tensor& x, const at::Tensor& weight,
+                         const at::Tensor& residual) {
+  if (x.dim() != 2) return at::Tensor();
+  at::Tensor y;
+  if (x.size(0) <= CudaRowsLinearMaxRows() && CudaRowsLinear(x, weight, residual, &y)) return y;
+  if (x.size(0) <= CudaVectorLinearMaxRows() && CudaVectorLinear(x, weight, residual, &y)) return y;
+  return at::Tensor();
+}
+
+}  // namespace
+
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight) {
-  if (at::Tensor y; x.dim() == 2 && x.size(0) <= CudaRowsLinearMaxRows() &&
-                    CudaRowsLinear(x, weight, at::Tensor(), &y)) {
-    return y;
-  }
+  if (at::Tensor y = OwnCudaLinear(x, weight, at::Tensor()); y.defined()) return y;
   if (x.scalar_type() == at::kFloat && weight.scalar_type() == at::kBFloat16 && x.dim() == 2 &&
       x.device().is_cpu()) {
     return MixedLinear(x, weight);
@@ -402,10 +415,7 @@ void NormRopeQk(const at::Tensor& qkv, const ModelConfig& c, const at::Tensor& q
 }
 
 at::Tensor AddLinear(const at::Tensor& x, const at::Tensor& a, const at::Tensor& weight) {
-  if (at::Tensor y;
-      a.dim() == 2 && a.size(0) <= CudaRowsLinearMaxRows() && CudaRowsLinear(a, weight, x, &y)) {
-    return y;
-  }
+  if (at::Tensor y = OwnCudaLinear(a, weight, x); y.defined()) return y;
   if (FusedOpsOn(x) && x.dim() == 2 && a.dim() == 2 && a.scalar_type() == weight.scalar_type() &&
       x.scalar_type() == weight.scalar_type()) {
     return at::addmm(x, a, weight.t());

@@ -27,7 +27,8 @@ namespace specdec::model {
 // CPU (float activations, see LoadOptions::activation_dtype) is rounded to bf16 and multiplied on
 // linear_kernel.h at every row count, its sums returned in float, unrounded. `weight` may be 2-D or
 // in the packed layout of PackLinearWeight. On a CUDA device bf16 products run on cuBLAS, or, up
-// to CudaRowsLinearMaxRows() rows (opt-in), on cuda_ops.h's row-independent CudaRowsLinear.
+// to CudaRowsLinearMaxRows() rows (opt-in), on cuda_ops.h's row-independent CudaRowsLinear, or,
+// up to CudaVectorLinearMaxRows() rows (the decoding step's), on its CudaVectorLinear.
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight);
 
 // `weight` as the CPU's row layers (row_layer.h) multiply by it: a contiguous bf16 matrix (2-D or
@@ -100,8 +101,8 @@ void NormRopeQk(const at::Tensor& qkv, const ModelConfig& config, const at::Tens
                 at::Tensor* q, at::Tensor* k);
 
 // x + a weight^T ([rows, in] a, [out, in] weight, [rows, out] x): on a CUDA device one kernel, the
-// sum taken before rounding (with fused operators (see Attention) one addmm, or CudaRowsLinear as
-// Linear takes it); elsewhere x + Linear(a, w).
+// sum taken before rounding (with fused operators (see Attention) one addmm, or specdec's own
+// kernel as Linear takes it); elsewhere x + Linear(a, w).
 at::Tensor AddLinear(const at::Tensor& x, const at::Tensor& a, const at::Tensor& weight);
 
 // A recurring pass's mask made once for all of its layers' Attention calls with `group` query heads

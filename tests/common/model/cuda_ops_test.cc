@@ -199,6 +199,49 @@ TEST(CudaOpsTest, RowsLinearGivesEachRowTheSameBitsWhateverTheRowsBesideIt) {
   }
 }
 
+// The decoding step's products, in each way of cutting the work: one rounding of the float sum
+// for 1 to 4 rows, k not a multiple of the elements a warp reads per step and n not of the
+// outputs per block; a row's bits do not depend on the rows beside it.
+TEST(CudaOpsTest, VectorLinearRoundsTheFloatSumOnceAndKeepsEachRowsBits) {
+  const c10::Device device = TestDevice();
+  at::manual_seed(11);
+  const int64_t n = 301, k = 1000;
+  const at::Tensor w = Bf16Randn({n, k}, device, 0.05);
+  const at::Tensor x = Bf16Randn({4, k}, device);
+  const at::Tensor residual = Bf16Randn({4, n}, device);
+  for (int shape = 0; shape < 8; ++shape) {
+    at::Tensor first, first_res;
+    for (int64_t m = 1; m <= 4; ++m) {
+      const at::Tensor xm = x.narrow(0, 0, m), rm = residual.narrow(0, 0, m);
+      const at::Tensor ref = at::matmul(xm.to(at::kDouble), w.to(at::kDouble).t());
+      at::Tensor y, y_res;
+      ASSERT_TRUE(CudaVectorLinear(xm, w, at::Tensor(), &y, shape));
+      ASSERT_TRUE(CudaVectorLinear(xm, w, rm, &y_res, shape));
+      ASSERT_EQ(y.sizes(), (std::vector<int64_t>{m, n}));
+      EXPECT_TRUE(WithinOneBf16Rounding(y, ref))
+          << shape << " m " << m << ": " << MaxAbsDiff(y, ref);
+      const at::Tensor ref_res = ref + rm.to(at::kDouble);
+      EXPECT_TRUE(WithinOneBf16Rounding(y_res, ref_res)) << "shape " << shape << " m " << m;
+      if (m == 1) {
+        first = y;
+        first_res = y_res;
+      }
+      EXPECT_TRUE(at::equal(y.narrow(0, 0, 1), first)) << "shape " << shape << " m " << m;
+      EXPECT_TRUE(at::equal(y_res.narrow(0, 0, 1), first_res)) << "shape " << shape << " m " << m;
+      std::printf(
+          "VectorLinear shape %d m=%ld: max |error| %.4g (cuBLAS %.4g), with residual %.4g\n",
+          shape, static_cast<long>(m), MaxAbsDiff(y, ref), MaxAbsDiff(at::linear(xm, w), ref),
+          MaxAbsDiff(y_res, ref_res));
+    }
+  }
+  // A strided x (rows 8-element aligned) reads the same as its contiguous copy.
+  const at::Tensor wide = Bf16Randn({2, k + 24}, device).narrow(1, 0, k);
+  at::Tensor strided, packed;
+  ASSERT_TRUE(CudaVectorLinear(wide, w, at::Tensor(), &strided));
+  ASSERT_TRUE(CudaVectorLinear(wide.contiguous(), w, at::Tensor(), &packed));
+  EXPECT_TRUE(at::equal(strided, packed));
+}
+
 // A fixed pass's attention: n new rows at slots [past, past + n) of a cache of `capacity` slots,
 // the earlier slots visible, causal among the new rows, the rest masked.
 struct AttentionInputs {
@@ -298,6 +341,13 @@ TEST(CudaOpsTest, KernelsDeclineWhatTheyCannotRead) {
                               at::Tensor(), &out));
   EXPECT_FALSE(
       CudaRowsLinear(Bf16Randn({2, 48}, device), Bf16Randn({16, 48}, device), at::Tensor(), &out));
+  // Vector products of more than 4 rows, of float, or of k not a multiple of 8 are cuBLAS's.
+  EXPECT_FALSE(CudaVectorLinear(Bf16Randn({5, 64}, device), w, at::Tensor(), &out));
+  EXPECT_FALSE(CudaVectorLinear(Bf16Randn({1, 64}, device).to(at::kFloat), w.to(at::kFloat),
+                                at::Tensor(), &out));
+  EXPECT_FALSE(CudaVectorLinear(Bf16Randn({1, 44}, device), Bf16Randn({16, 44}, device),
+                                at::Tensor(), &out));
+  EXPECT_FALSE(CudaVectorLinear(Bf16Randn({1, 64}, device), w, at::Tensor(), &out, 8));
   EXPECT_FALSE(out.defined());
   // Attention: heads of 48, float heads of 256 (over 48 KiB staged), a mask not per group row.
   const AttentionInputs a48 = RandomAttention(2, 4, 2, 48, 64, 10);
