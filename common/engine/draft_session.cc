@@ -189,11 +189,13 @@ void DFlashDraftSession::Extend(const at::Tensor& features) {
     }
     pending_ = grown;
   }
-  at::Tensor dst = pending_.narrow(0, pending_rows_, n);
   if (features.device().is_cpu() && features.is_contiguous()) {
-    std::memcpy(dst.data_ptr(), features.data_ptr(), features.nbytes());
+    // Row-major rows of one width: the destination by address, no view (a step's one row).
+    const int64_t row_bytes = features.nbytes() / n;
+    std::memcpy(static_cast<char*>(pending_.data_ptr()) + pending_rows_ * row_bytes,
+                features.data_ptr(), features.nbytes());
   } else {
-    dst.copy_(features);
+    pending_.narrow(0, pending_rows_, n).copy_(features);
   }
   pending_rows_ += n;
 }

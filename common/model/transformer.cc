@@ -284,12 +284,12 @@ std::vector<RowLayerWeights> RowLayersOf(std::span<const DecoderLayerWeights> la
 }
 
 // The decoder layers of a pass whose every row attends through the fused kernel, on the row
-// layers: x (float, contiguous) is the residual stream; captured layers' outputs are copied into
-// layer_out.
-void RunRowLayers(const ForwardRows& rows, const ModelConfig& c,
-                  std::span<const RowLayerWeights> layers,
-                  const std::vector<int64_t>& capture_layers, at::Tensor& x,
-                  std::vector<at::Tensor>& layer_out) {
+// layers: x (float, contiguous) is the residual stream. Returns the captured layers' outputs side
+// by side in capture_layers' order (undefined when none is captured), each copied row by row
+// into its columns as its layer ends: a decoding step's features without a tensor operation.
+at::Tensor RunRowLayers(const ForwardRows& rows, const ModelConfig& c,
+                        std::span<const RowLayerWeights> layers,
+                        const std::vector<int64_t>& capture_layers, at::Tensor& x) {
   const RowLayerShape shape{c.hidden_size,         c.num_attention_heads,
                             c.num_key_value_heads, c.head_dim,
                             c.intermediate_size,   static_cast<float>(c.rms_norm_eps)};
@@ -299,12 +299,22 @@ void RunRowLayers(const ForwardRows& rows, const ModelConfig& c,
                        l, rows.kernel_inputs);
   };
   x = x.contiguous();
+  const int64_t hidden = c.hidden_size;
+  const int64_t width = static_cast<int64_t>(capture_layers.size()) * hidden;
+  at::Tensor features;
+  if (width > 0) features = at::empty({rows.total, width}, x.options());
   for (int64_t l = 0; l < static_cast<int64_t>(layers.size()); ++l) {
     pass.Run(layers[l], l, attend, x.data_ptr<float>());
-    if (std::find(capture_layers.begin(), capture_layers.end(), l) != capture_layers.end()) {
-      layer_out[l] = x.clone();
+    for (size_t j = 0; j < capture_layers.size(); ++j) {
+      if (capture_layers[j] != l) continue;
+      const float* src = x.data_ptr<float>();
+      float* dst = features.data_ptr<float>() + static_cast<int64_t>(j) * hidden;
+      for (int64_t r = 0; r < rows.total; ++r) {
+        std::memcpy(dst + r * width, src + r * hidden, hidden * sizeof(float));
+      }
     }
   }
+  return features;
 }
 
 }  // namespace
@@ -595,14 +605,15 @@ absl::StatusOr<std::vector<SequenceOutput>> Transformer::Forward(
 
     // ---- decoder layers.
     at::Tensor x = EmbeddingRows(weights_->embed, rows.tokens).to(*options_.activation_dtype);
-    std::vector<at::Tensor> layer_out(c.num_hidden_layers);
     const LayerAttend attend = [&](int64_t l, const at::Tensor& q, const at::Tensor& k,
                                    const at::Tensor& v) {
       return LayerAttention(rows, l, q, k, v, c.num_attention_heads * c.head_dim, x);
     };
+    at::Tensor features;
     if (!weights_->row_layers.empty() && rows.aten_index.empty()) {
-      RunRowLayers(rows, c, weights_->row_layers, options.capture_layers, x, layer_out);
+      features = RunRowLayers(rows, c, weights_->row_layers, options.capture_layers, x);
     } else {
+      std::vector<at::Tensor> layer_out(c.num_hidden_layers);
       for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
         RunDecoderLayer(weights_->layers[l], c, l, rows.cos, rows.sin, attend, x);
         if (std::find(options.capture_layers.begin(), options.capture_layers.end(), l) !=
@@ -610,8 +621,8 @@ absl::StatusOr<std::vector<SequenceOutput>> Transformer::Forward(
           layer_out[l] = x;
         }
       }
+      features = CapturedFeatures(layer_out, options.capture_layers);
     }
-    const at::Tensor features = CapturedFeatures(layer_out, options.capture_layers);
 
     // ---- logits for the rows that want them, in one head GEMM.
     const std::vector<int64_t> logit_rows = LogitRows(rows);
