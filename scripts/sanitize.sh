@@ -18,15 +18,16 @@ export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache} CCACHE_BASEDIR=$PWD CCACHE_
 supp=$PWD/tests/sanitizers
 # The concurrency tests of the project's own primitives: the handle table, batching (the
 # coalescer), cancellation (the signal, the step loop), admission, API-key limits, the tokenizer
-# and chat templates on many threads. With SPECDEC_TSAN_GRPC=1 also the suites that serve over
+# and chat templates on many threads, the kernels' compute pool. With SPECDEC_TSAN_GRPC=1 also the suites that serve over
 # gRPC (session loop, services, in-process clusters, HTTP front), built in build-tsan-grpc against
 # abseil and gRPC built with TSan (scripts/build_tsan_deps.sh, run first when its prefix is
 # missing): with Debian's uninstrumented gRPC, TSan sees one side of gRPC's synchronization and
 # reports races through it (docs/results/2026-11-25-sanitizers.md).
 TSAN_TARGETS=(tokenizer_test step_loop_test chat_template_test handle_table_test
-              batch_coalescer_test admission_test cancel_signal_test api_keys_test)
+              batch_coalescer_test admission_test cancel_signal_test api_keys_test
+              compute_pool_test)
 TSAN_SUITES='ByteLevelBpeTest.EncodeIsThreadSafe|StepLoopTest|ChatTemplateTest|HandleTableTest|'\
-'BatchCoalescerTest|AdmissionQueue|CancelSignalTest|ApiKeysTest'
+'BatchCoalescerTest|AdmissionQueue|CancelSignalTest|ApiKeysTest|ComputePoolTest'
 if [ "${SPECDEC_TSAN_GRPC:-0}" = 1 ]; then
   TSAN_TARGETS+=(session_loop_test server_test policy_service_test target_service_test
                  server_run_test drafter_service_test cluster_test request_contract_test
@@ -63,8 +64,10 @@ case "$kind" in
     cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DSPECDEC_SANITIZE=thread "${deps[@]}" >/dev/null
     ninja -C "$dir" -j "${JOBS:-$(nproc)}" "${TSAN_TARGETS[@]}"
-    # The OpenMP pool of libtorch is not instrumented: TSan cannot see its barriers, so the
-    # forward passes run on the calling thread (every service thread still runs concurrently).
+    # Forward passes run on the calling thread, so that what TSan reports is the services'
+    # threads (each still runs concurrently); the compute pool's workers are under TSan in
+    # ComputePoolTest. libtorch's OpenMP runtime (ATen's own operators in CPU training) is not
+    # instrumented: TSan cannot see its barriers.
     export SPECDEC_MAX_COMPUTE_THREADS=1
     export TSAN_OPTIONS=suppressions=$tsan_supp:halt_on_error=1:second_deadlock_stack=1
     labels='unit|integration'
