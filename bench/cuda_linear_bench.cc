@@ -1,10 +1,11 @@
-// The decoding step's bf16 products on a CUDA GPU, one row each: cuBLAS (at::linear), specdec's
-// CudaRowsLinear, and its CudaVectorLinear in each of its 8 shapes, for the matrices of the
-// Qwen3-0.6B and -4B shapes (random weights). Each method's products are
+// bf16 products of a few rows on a CUDA GPU (a decoding step's 1, a verify's 17): cuBLAS
+// (at::linear), specdec's CudaRowsLinear in each of its 6 shapes and, up to 4 rows, its
+// CudaVectorLinear in each of its 8, for the matrices of the Qwen3-0.6B and -4B shapes (random
+// weights). Each method's products are
 // captured in one CUDA graph that cycles through enough copies of the matrix that none is read
 // from L2; methods alternate round by round, and each cell is the median over the rounds.
 //
-//   specdec-cuda-linear-bench [--rounds 5] [--replays 5] [--json FILE]
+//   specdec-cuda-linear-bench [--rows 1,17] [--rounds 5] [--replays 5] [--json FILE]
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -82,11 +83,15 @@ double Median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"bf16 one-row products on a CUDA GPU: cuBLAS and specdec's kernels"};
+  CLI::App app{"bf16 products of a few rows on a CUDA GPU: cuBLAS and specdec's kernels"};
   int rounds = 5, replays = 5;
+  std::vector<int64_t> row_counts = {1};
   std::string json_path;
   app.add_option("--rounds", rounds, "rounds, each every method once")->check(CLI::Range(1, 100));
   app.add_option("--replays", replays, "graph replays per timing")->check(CLI::Range(1, 1000));
+  app.add_option("--rows", row_counts, "rows per product, one table each")
+      ->check(CLI::Range(1, 64))
+      ->delimiter(',');
   app.add_option("--json", json_path, "write the results here");
   CLI11_PARSE(app, argc, argv);
   if (!at::hasCUDA() || !specdec::model::CudaKernelsOn()) {
@@ -94,50 +99,65 @@ int main(int argc, char** argv) {
     return 1;
   }
   const auto options = at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16);
-  std::vector<std::pair<std::string, Product>> methods = {
-      {"cuBLAS", [](const at::Tensor& x, const at::Tensor& w) { (void)at::linear(x, w); }},
-      {"RowsLinear",
-       [](const at::Tensor& x, const at::Tensor& w) {
-         at::Tensor y;
-         TORCH_CHECK(specdec::model::CudaRowsLinear(x, w, at::Tensor(), &y));
-       }},
+  struct Method {
+    std::string name;
+    int64_t max_rows;
+    Product product;
   };
+  std::vector<Method> methods = {
+      {"cuBLAS", 64, [](const at::Tensor& x, const at::Tensor& w) { (void)at::linear(x, w); }}};
+  for (int shape = 0; shape < 6; ++shape) {
+    methods.push_back(
+        {"Rows" + std::to_string(shape), 64, [shape](const at::Tensor& x, const at::Tensor& w) {
+           at::Tensor y;
+           TORCH_CHECK(specdec::model::CudaRowsLinear(x, w, at::Tensor(), &y, shape));
+         }});
+  }
   for (int shape = 0; shape < 8; ++shape) {
     methods.push_back(
-        {"Vector" + std::to_string(shape), [shape](const at::Tensor& x, const at::Tensor& w) {
+        {"Vector" + std::to_string(shape), 4, [shape](const at::Tensor& x, const at::Tensor& w) {
            at::Tensor y;
            TORCH_CHECK(specdec::model::CudaVectorLinear(x, w, at::Tensor(), &y, shape));
          }});
   }
   nlohmann::json results = nlohmann::json::array();
-  std::printf("%-11s %-8s %7s %6s %6s", "model", "matrix", "n", "k", "MB");  // then us, GB/s
-  for (const auto& [name, product] : methods) std::printf(" | %10s GB/s", name.c_str());
-  std::printf("\n");
-  for (const MatrixShape& shape : Shapes()) {
-    const double bytes = 2.0 * shape.n * shape.k;
-    // At least 1 GB of copies (20x the H100's L2), so every product reads its weights from memory.
-    const int64_t count = std::clamp<int64_t>(static_cast<int64_t>(1e9 / bytes) + 1, 2, 256);
-    std::vector<at::Tensor> copies;
-    for (int64_t c = 0; c < count; ++c)
-      copies.push_back(at::randn({shape.n, shape.k}, options) * 0.02);
-    const at::Tensor x = at::randn({1, shape.k}, options);
-    std::vector<std::vector<double>> ms(methods.size());
-    for (int r = 0; r < rounds; ++r) {
-      for (size_t m = 0; m < methods.size(); ++m) {
-        ms[m].push_back(TimeGraph(methods[m].second, x, copies, replays));
-      }
-    }
-    std::printf("%-11s %-8s %7ld %6ld %6.1f", shape.model.c_str(), shape.name.c_str(),
-                static_cast<long>(shape.n), static_cast<long>(shape.k), bytes / 1e6);
-    nlohmann::json row = {{"model", shape.model}, {"matrix", shape.name}, {"n", shape.n},
-                          {"k", shape.k},         {"bytes", bytes},       {"copies", count}};
-    for (size_t m = 0; m < methods.size(); ++m) {
-      const double median = Median(ms[m]);
-      std::printf(" | %10.2f %4.0f", median * 1e3, bytes / (median * 1e-3) / 1e9);
-      row[methods[m].first] = {{"ms", median}, {"gb_per_s", bytes / (median * 1e-3) / 1e9}};
+  for (const int64_t rows : row_counts) {
+    std::printf("%ld rows\n%-11s %-8s %7s %6s %6s", static_cast<long>(rows), "model", "matrix", "n",
+                "k", "MB");  // then us, GB/s of weights
+    for (const Method& method : methods) {
+      if (rows <= method.max_rows) std::printf(" | %10s GB/s", method.name.c_str());
     }
     std::printf("\n");
-    results.push_back(row);
+    for (const MatrixShape& shape : Shapes()) {
+      const double bytes = 2.0 * shape.n * shape.k;
+      // At least 1 GB of copies (20x the H100's L2): every product reads its weights from memory.
+      const int64_t count = std::clamp<int64_t>(static_cast<int64_t>(1e9 / bytes) + 1, 2, 256);
+      std::vector<at::Tensor> copies;
+      for (int64_t c = 0; c < count; ++c) {
+        copies.push_back(at::randn({shape.n, shape.k}, options) * 0.02);
+      }
+      const at::Tensor x = at::randn({rows, shape.k}, options);
+      std::vector<std::vector<double>> ms(methods.size());
+      for (int r = 0; r < rounds; ++r) {
+        for (size_t m = 0; m < methods.size(); ++m) {
+          if (rows > methods[m].max_rows) continue;
+          ms[m].push_back(TimeGraph(methods[m].product, x, copies, replays));
+        }
+      }
+      std::printf("%-11s %-8s %7ld %6ld %6.1f", shape.model.c_str(), shape.name.c_str(),
+                  static_cast<long>(shape.n), static_cast<long>(shape.k), bytes / 1e6);
+      nlohmann::json row = {{"model", shape.model}, {"matrix", shape.name}, {"rows", rows},
+                            {"n", shape.n},         {"k", shape.k},         {"bytes", bytes},
+                            {"copies", count}};
+      for (size_t m = 0; m < methods.size(); ++m) {
+        if (ms[m].empty()) continue;
+        const double median = Median(ms[m]);
+        std::printf(" | %10.2f %4.0f", median * 1e3, bytes / (median * 1e-3) / 1e9);
+        row[methods[m].name] = {{"ms", median}, {"gb_per_s", bytes / (median * 1e-3) / 1e9}};
+      }
+      std::printf("\n");
+      results.push_back(row);
+    }
   }
   if (!json_path.empty()) std::ofstream(json_path) << results.dump(2) << "\n";
   return 0;

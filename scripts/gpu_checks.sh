@@ -106,8 +106,10 @@ fi
 # 4. Speed (SPECDEC_SKIP_BENCH=1 leaves it out).
 if [ "${SPECDEC_SKIP_BENCH:-0}" != 1 ]; then
 stamp bench
-# The decoding step's one-row products, per matrix: cuBLAS and specdec's kernels (every shape).
-build-gpu/bench/specdec-cuda-linear-bench --json "$out/linear_bench.json" 2>&1 | tee -a "$out/bench.log"
+# The products of a step (1 row) and of a verify (17 rows), per matrix: cuBLAS and specdec's
+# kernels in every shape.
+build-gpu/bench/specdec-cuda-linear-bench --rows 1,17 --json "$out/linear_bench.json" 2>&1 |
+  tee -a "$out/bench.log"
 # SPECDEC_MODEL_BENCH=0 leaves the model benchmark out, SPECDEC_BENCH_UNFUSED=0 its second run.
 if [ "${SPECDEC_MODEL_BENCH:-1}" = 1 ]; then
 build-gpu/bench/specdec-model-bench --device cuda --sizes qwen3-0.6b,qwen3-4b --dtypes bf16 \
@@ -124,6 +126,18 @@ if [ "${SPECDEC_MODEL_BENCH:-1}" = 1 ]; then
     SPECDEC_CUDA_VECTOR_LINEAR_MAX_ROWS=$rows SPECDEC_CUDA_VECTOR_LINEAR_SHAPE=$shape \
       build-gpu/bench/specdec-model-bench --device cuda --sizes qwen3-0.6b,qwen3-4b --dtypes bf16 \
       --cuda-graphs on --context 512 --reps 30 2>&1 | sed "s/^/[vector products $v] /" |
+      tee -a "$out/bench.log"
+  done
+fi
+# The row-independent products in every pass of up to 64 rows, in each shape named in
+# SPECDEC_BENCH_ROWS_SHAPES (cuda_kernels.h; default: none), then cuBLAS's again.
+if [ "${SPECDEC_MODEL_BENCH:-1}" = 1 ] && [ -n "${SPECDEC_BENCH_ROWS_SHAPES:-}" ]; then
+  for v in $SPECDEC_BENCH_ROWS_SHAPES off; do
+    rows=64 shape=$v
+    [ "$v" = off ] && rows=0 shape=-1
+    SPECDEC_CUDA_ROWS_LINEAR_MAX_ROWS=$rows SPECDEC_CUDA_ROWS_LINEAR_SHAPE=$shape \
+      build-gpu/bench/specdec-model-bench --device cuda --sizes qwen3-0.6b,qwen3-4b --dtypes bf16 \
+      --cuda-graphs on --context 512 --reps 30 2>&1 | sed "s/^/[row-independent products $v] /" |
       tee -a "$out/bench.log"
   done
 fi

@@ -139,15 +139,15 @@ cudaError_t LaunchSwiGluAs(const SwiGluArgs& a, cudaStream_t stream) {
 // ---- RowsLinear: tensor-core products of a few rows.
 //
 // A block computes 16 outputs (one mma.m16n8k16's A rows) for every x row, 8 x rows per tile
-// (the mma's B columns). Its 8 warps split k into 32-wide chunks, warp w taking chunks w, w + 8,
-// ...; a lane (group g = lane / 4, t = lane % 4) loads 16 bytes of weight rows g and g + 8 and of
-// x row g at elements [32 c + 8 t, 32 c + 8 t + 8). A dot product may visit k in any order, so
-// these 8 elements fill the lane's A and B fragment slots of two mmas, the same slots in A and in
-// B: no shuffles, and every load 16 bytes wide. The warps' partial sums meet in shared memory
-// and are added in warp order.
-constexpr int kLinearWarps = 8;
-constexpr int kLinearUnroll = 4;
-constexpr int kLinearThreads = kLinearWarps * kWarp;
+// (the mma's B columns). Its kWarps warps split k into 32-wide chunks: warp w takes chunks w,
+// w + kWarps, ... (interleaved) or a contiguous run of them (kContiguous). A lane (group
+// g = lane / 4, t = lane % 4) loads 16 bytes of weight rows g and g + 8 and of x row g at
+// elements [32 c + 8 t, 32 c + 8 t + 8). A dot product may visit k in any order, so these 8
+// elements fill the lane's A and B fragment slots of two mmas, the same slots in A and in B: no
+// shuffles, and every load 16 bytes wide. The warps' partial sums meet in shared memory: the
+// upper 8 warps' are added to the lower 8's, then those in warp order. Nothing of this depends
+// on the row count, so neither does an output's value.
+constexpr int kLinearFoldWarps = 8;
 
 __device__ __forceinline__ void MmaBf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
                                         uint32_t a3, uint32_t b0, uint32_t b1) {
@@ -158,9 +158,10 @@ __device__ __forceinline__ void MmaBf16(float (&c)[4], uint32_t a0, uint32_t a1,
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-template <int kTiles>
-__global__ void __launch_bounds__(kLinearThreads) RowsLinearKernel(RowsLinearArgs a) {
-  __shared__ float partial[kLinearWarps][kTiles][16][8];
+template <int kTiles, int kWarps, int kUnroll, bool kContiguous>
+__global__ void __launch_bounds__(kWarps* kWarp) RowsLinearKernel(RowsLinearArgs a) {
+  static_assert(kWarps == kLinearFoldWarps || kWarps == 2 * kLinearFoldWarps);
+  __shared__ float partial[kLinearFoldWarps][kTiles][16][8];
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int g = lane / 4, t = lane % 4;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * 16;
@@ -181,20 +182,25 @@ __global__ void __launch_bounds__(kLinearThreads) RowsLinearKernel(RowsLinearArg
   for (int tile = 0; tile < kTiles; ++tile)
     acc[tile][0] = acc[tile][1] = acc[tile][2] = acc[tile][3] = 0.f;
   const int64_t chunks = a.k / 32;
+  // Chunk u of a step: first + u * stride, below end.
+  const int64_t per_warp = (chunks + kWarps - 1) / kWarps;
+  const int64_t begin = kContiguous ? warp * per_warp : warp;
+  const int64_t end = kContiguous ? min(chunks, begin + per_warp) : chunks;
+  const int64_t stride = kContiguous ? 1 : kWarps;
   const uint4 zero = make_uint4(0, 0, 0, 0);
-  for (int64_t first = warp; first < chunks; first += kLinearWarps * kLinearUnroll) {
-    uint4 lo[kLinearUnroll], hi[kLinearUnroll];
+  for (int64_t first = begin; first < end; first += stride * kUnroll) {
+    uint4 lo[kUnroll], hi[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kLinearUnroll; ++u) {  // every weight load in flight before the first mma
-      const int64_t c = first + u * kLinearWarps;
-      const bool in = c < chunks;
+    for (int u = 0; u < kUnroll; ++u) {  // every weight load in flight before the first mma
+      const int64_t c = first + u * stride;
+      const bool in = c < end;
       lo[u] = in && w_lo != nullptr ? __ldcs(w_lo + 4 * c + t) : zero;
       hi[u] = in && w_hi != nullptr ? __ldcs(w_hi + 4 * c + t) : zero;
     }
 #pragma unroll
-    for (int u = 0; u < kLinearUnroll; ++u) {
-      const int64_t c = first + u * kLinearWarps;
-      if (c >= chunks) break;
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t c = first + u * stride;
+      if (c >= end) break;
 #pragma unroll
       for (int tile = 0; tile < kTiles; ++tile) {
         const uint4 xv = x_row[tile] != nullptr ? __ldg(x_row[tile] + 4 * c + t) : zero;
@@ -204,13 +210,30 @@ __global__ void __launch_bounds__(kLinearThreads) RowsLinearKernel(RowsLinearArg
     }
   }
   // D fragment: c0, c1 at (output g, x rows 2t, 2t + 1); c2, c3 at output g + 8.
+  auto store = [&](int slot) {
 #pragma unroll
-  for (int tile = 0; tile < kTiles; ++tile) {
-    partial[warp][tile][g][2 * t] = acc[tile][0];
-    partial[warp][tile][g][2 * t + 1] = acc[tile][1];
-    partial[warp][tile][g + 8][2 * t] = acc[tile][2];
-    partial[warp][tile][g + 8][2 * t + 1] = acc[tile][3];
+    for (int tile = 0; tile < kTiles; ++tile) {
+      partial[slot][tile][g][2 * t] = acc[tile][0];
+      partial[slot][tile][g][2 * t + 1] = acc[tile][1];
+      partial[slot][tile][g + 8][2 * t] = acc[tile][2];
+      partial[slot][tile][g + 8][2 * t + 1] = acc[tile][3];
+    }
+  };
+  if constexpr (kWarps > kLinearFoldWarps) {
+    if (warp >= kLinearFoldWarps) store(warp - kLinearFoldWarps);
+    __syncthreads();
+    if (warp < kLinearFoldWarps) {
+#pragma unroll
+      for (int tile = 0; tile < kTiles; ++tile) {
+        acc[tile][0] += partial[warp][tile][g][2 * t];
+        acc[tile][1] += partial[warp][tile][g][2 * t + 1];
+        acc[tile][2] += partial[warp][tile][g + 8][2 * t];
+        acc[tile][3] += partial[warp][tile][g + 8][2 * t + 1];
+      }
+    }
+    __syncthreads();
   }
+  if (warp < kLinearFoldWarps) store(warp);
   __syncthreads();
   for (int i = threadIdx.x; i < kTiles * 128; i += blockDim.x) {
     const int tile = i / 128, out = (i % 128) / 8, col = i % 8;
@@ -218,7 +241,7 @@ __global__ void __launch_bounds__(kLinearThreads) RowsLinearKernel(RowsLinearArg
     if (m >= a.m || n >= a.n) continue;
     float sum = 0.f;
 #pragma unroll
-    for (int v = 0; v < kLinearWarps; ++v) sum += partial[v][tile][out][col];
+    for (int v = 0; v < kLinearFoldWarps; ++v) sum += partial[v][tile][out][col];
     if (a.residual != nullptr) {
       sum += __bfloat162float(
           static_cast<const __nv_bfloat16*>(a.residual)[m * a.residual_stride + n]);
@@ -227,10 +250,36 @@ __global__ void __launch_bounds__(kLinearThreads) RowsLinearKernel(RowsLinearArg
   }
 }
 
-template <int kTiles>
+template <int kWarps, int kUnroll, bool kContiguous>
 cudaError_t LaunchRowsLinearAs(const RowsLinearArgs& a, cudaStream_t stream) {
-  const int64_t blocks = (a.n + 15) / 16;
-  RowsLinearKernel<kTiles><<<static_cast<unsigned>(blocks), kLinearThreads, 0, stream>>>(a);
+  const auto blocks = static_cast<unsigned>((a.n + 15) / 16);
+  constexpr int kThreads = kWarps * kWarp;
+  switch ((a.m + 7) / 8) {
+    case 1:
+      RowsLinearKernel<1, kWarps, kUnroll, kContiguous><<<blocks, kThreads, 0, stream>>>(a);
+      break;
+    case 2:
+      RowsLinearKernel<2, kWarps, kUnroll, kContiguous><<<blocks, kThreads, 0, stream>>>(a);
+      break;
+    case 3:
+      RowsLinearKernel<3, kWarps, kUnroll, kContiguous><<<blocks, kThreads, 0, stream>>>(a);
+      break;
+    case 4:
+      RowsLinearKernel<4, kWarps, kUnroll, kContiguous><<<blocks, kThreads, 0, stream>>>(a);
+      break;
+    case 5:
+      RowsLinearKernel<5, kWarps, kUnroll, kContiguous><<<blocks, kThreads, 0, stream>>>(a);
+      break;
+    case 6:
+      RowsLinearKernel<6, kWarps, kUnroll, kContiguous><<<blocks, kThreads, 0, stream>>>(a);
+      break;
+    case 7:
+      RowsLinearKernel<7, kWarps, kUnroll, kContiguous><<<blocks, kThreads, 0, stream>>>(a);
+      break;
+    default:
+      RowsLinearKernel<8, kWarps, kUnroll, kContiguous><<<blocks, kThreads, 0, stream>>>(a);
+      break;
+  }
   return cudaGetLastError();
 }
 
@@ -520,28 +569,25 @@ int LaunchSwiGlu(const SwiGluArgs& args, void* stream) {
   return cudaErrorInvalidValue;
 }
 
-int LaunchRowsLinear(const RowsLinearArgs& args, void* stream) {
+int LaunchRowsLinear(const RowsLinearArgs& args, void* stream, int shape) {
   if (args.m <= 0 || args.n <= 0) return cudaSuccess;
   if (args.m > kRowsLinearMaxRows || args.k <= 0 || args.k % 32 != 0) return cudaErrorInvalidValue;
   const auto s = static_cast<cudaStream_t>(stream);
-  switch ((args.m + 7) / 8) {
+  switch (shape) {  // warps per block, chunks in flight per lane, contiguous or interleaved
+    case 0:
+      return LaunchRowsLinearAs<8, 4, false>(args, s);
     case 1:
-      return LaunchRowsLinearAs<1>(args, s);
+      return LaunchRowsLinearAs<16, 2, false>(args, s);
     case 2:
-      return LaunchRowsLinearAs<2>(args, s);
+      return LaunchRowsLinearAs<16, 4, false>(args, s);
     case 3:
-      return LaunchRowsLinearAs<3>(args, s);
+      return LaunchRowsLinearAs<8, 4, true>(args, s);
     case 4:
-      return LaunchRowsLinearAs<4>(args, s);
+      return LaunchRowsLinearAs<16, 2, true>(args, s);
     case 5:
-      return LaunchRowsLinearAs<5>(args, s);
-    case 6:
-      return LaunchRowsLinearAs<6>(args, s);
-    case 7:
-      return LaunchRowsLinearAs<7>(args, s);
-    default:
-      return LaunchRowsLinearAs<8>(args, s);
+      return LaunchRowsLinearAs<16, 4, true>(args, s);
   }
+  return cudaErrorInvalidValue;
 }
 
 int LaunchVectorLinear(const VectorLinearArgs& args, void* stream, int shape) {

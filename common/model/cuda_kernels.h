@@ -40,7 +40,11 @@ struct SwiGluArgs {
 // k a multiple of 32, every row 16-byte aligned. Each output is the same sequence of operations
 // whatever m is (tensor-core products over fixed slices of k, summed in a fixed order, the
 // residual added before the one rounding), so a row's result does not depend on the rows beside it.
+// `shape` (0 to kRowsLinearShapes - 1) picks how a block's warps cut k (cuda_kernels.cu); the
+// same shape gives a row the same bits at every m, different shapes need not.
 constexpr int64_t kRowsLinearMaxRows = 64;
+constexpr int kRowsLinearShapes = 6;
+constexpr int kRowsLinearDefaultShape = 0;
 struct RowsLinearArgs {
   const void* x = nullptr;  // [m, k] bf16, rows x_stride apart
   int64_t m = 0, x_stride = 0;
@@ -93,7 +97,7 @@ bool FixedAttentionTakes(ElementType type, int head_dim);
 // (0 is success).
 int LaunchNormRopeQk(const NormRopeQkArgs& args, void* stream);
 int LaunchSwiGlu(const SwiGluArgs& args, void* stream);
-int LaunchRowsLinear(const RowsLinearArgs& args, void* stream);
+int LaunchRowsLinear(const RowsLinearArgs& args, void* stream, int shape = kRowsLinearDefaultShape);
 int LaunchVectorLinear(const VectorLinearArgs& args, void* stream,
                        int shape = kVectorLinearDefaultShape);
 int LaunchFixedAttention(const FixedAttentionArgs& args, void* stream);

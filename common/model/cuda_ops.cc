@@ -189,11 +189,18 @@ bool RowsProductArgs(const at::Tensor& x, const at::Tensor& weight, const at::Te
 }  // namespace
 
 bool CudaRowsLinear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& residual,
-                    at::Tensor* y) {
+                    at::Tensor* y, int shape) {
+  static const int configured = [] {
+    const char* v = std::getenv("SPECDEC_CUDA_ROWS_LINEAR_SHAPE");
+    const int value = v != nullptr ? std::atoi(v) : cuda::kRowsLinearDefaultShape;
+    return value >= 0 && value < cuda::kRowsLinearShapes ? value : cuda::kRowsLinearDefaultShape;
+  }();
+  if (shape >= cuda::kRowsLinearShapes) return false;
   cuda::RowsLinearArgs args;
   if (!RowsProductArgs(x, weight, residual, cuda::kRowsLinearMaxRows, 32, &args, y)) return false;
   const c10::cuda::CUDAGuard guard(x.device());
-  Check(cuda::LaunchRowsLinear(args, CurrentStream(x)), "specdec RowsLinear kernel");
+  Check(cuda::LaunchRowsLinear(args, CurrentStream(x), shape >= 0 ? shape : configured),
+        "specdec RowsLinear kernel");
   return true;
 }
 

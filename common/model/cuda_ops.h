@@ -29,8 +29,11 @@ bool CudaSwiGlu(const at::Tensor& gu, int64_t inter, at::Tensor* out);
 // [n, k] (k a multiple of 32, rows 16-byte aligned): tensor-core products whose every output
 // is computed the same way whatever m is, so a row's result is bit-identical alone and among
 // others. `residual` (undefined: none) is [m, n] bf16, added before the one rounding, as addmm.
+// `shape` picks how a block's warps cut k (0 to 5, for benchmarks and tests; the same shape
+// gives a row the same bits at every row count); -1 takes SPECDEC_CUDA_ROWS_LINEAR_SHAPE (read
+// once), by default 0.
 bool CudaRowsLinear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& residual,
-                    at::Tensor* y);
+                    at::Tensor* y, int shape = -1);
 
 // The same product for bf16 x of at most 4 rows (k a multiple of 8), at the memory's pace: warps
 // stream whole slices of weight rows, their sums added in a fixed order (cuda_kernels.h,

@@ -19,7 +19,7 @@ bool CudaNormRopeQk(const at::Tensor&, int64_t, int64_t, int64_t, const at::Tens
 
 bool CudaSwiGlu(const at::Tensor&, int64_t, at::Tensor*) { return false; }
 
-bool CudaRowsLinear(const at::Tensor&, const at::Tensor&, const at::Tensor&, at::Tensor*) {
+bool CudaRowsLinear(const at::Tensor&, const at::Tensor&, const at::Tensor&, at::Tensor*, int) {
   return false;
 }
 

@@ -149,52 +149,61 @@ at::Tensor Bf16Randn(std::vector<int64_t> sizes, c10::Device device, double scal
 }
 
 // Against float64 products of the same bf16 inputs: one rounding of a float sum (cuBLAS's error
-// printed beside it).
+// printed beside it), in each way of cutting k.
 TEST(CudaOpsTest, RowsLinearRoundsTheFloatSumOnceWithAndWithoutResidual) {
   const c10::Device device = TestDevice();
   at::manual_seed(3);
   const int64_t n = 200, k = 640;  // n not a multiple of the block's 16 outputs
   const at::Tensor w = Bf16Randn({n, k}, device, 0.05);
-  for (int64_t m : {1, 5, 17, 64}) {
-    const at::Tensor x = Bf16Randn({m, k}, device);
-    const at::Tensor residual = Bf16Randn({m, n}, device);
-    const at::Tensor ref = at::matmul(x.to(at::kDouble), w.to(at::kDouble).t());
-    at::Tensor y, y_res;
-    ASSERT_TRUE(CudaRowsLinear(x, w, at::Tensor(), &y));
-    ASSERT_TRUE(CudaRowsLinear(x, w, residual, &y_res));
-    ASSERT_EQ(y.sizes(), (std::vector<int64_t>{m, n}));
-    EXPECT_TRUE(WithinOneBf16Rounding(y, ref)) << "m " << m << ": " << MaxAbsDiff(y, ref);
-    const at::Tensor ref_res = ref + residual.to(at::kDouble);
-    EXPECT_TRUE(WithinOneBf16Rounding(y_res, ref_res)) << "m " << m;
-    std::printf(
-        "RowsLinear m=%ld: max |error| %.4g (cuBLAS %.4g), with residual %.4g (addmm %.4g)\n",
-        static_cast<long>(m), MaxAbsDiff(y, ref), MaxAbsDiff(at::linear(x, w), ref),
-        MaxAbsDiff(y_res, ref_res), MaxAbsDiff(at::addmm(residual, x, w.t()), ref_res));
+  for (int shape = 0; shape < 6; ++shape) {
+    for (int64_t m : {1, 5, 17, 64}) {
+      const at::Tensor x = Bf16Randn({m, k}, device);
+      const at::Tensor residual = Bf16Randn({m, n}, device);
+      const at::Tensor ref = at::matmul(x.to(at::kDouble), w.to(at::kDouble).t());
+      at::Tensor y, y_res;
+      ASSERT_TRUE(CudaRowsLinear(x, w, at::Tensor(), &y, shape));
+      ASSERT_TRUE(CudaRowsLinear(x, w, residual, &y_res, shape));
+      ASSERT_EQ(y.sizes(), (std::vector<int64_t>{m, n}));
+      EXPECT_TRUE(WithinOneBf16Rounding(y, ref))
+          << "shape " << shape << " m " << m << ": " << MaxAbsDiff(y, ref);
+      const at::Tensor ref_res = ref + residual.to(at::kDouble);
+      EXPECT_TRUE(WithinOneBf16Rounding(y_res, ref_res)) << "shape " << shape << " m " << m;
+      std::printf(
+          "RowsLinear shape %d m=%ld: max |error| %.4g (cuBLAS %.4g), with residual %.4g (addmm "
+          "%.4g)\n",
+          shape, static_cast<long>(m), MaxAbsDiff(y, ref), MaxAbsDiff(at::linear(x, w), ref),
+          MaxAbsDiff(y_res, ref_res), MaxAbsDiff(at::addmm(residual, x, w.t()), ref_res));
+    }
   }
 }
 
-// A row's products are bit-identical alone and at any place among up to 63 other rows.
+// A row's products are bit-identical alone and at any place among up to 63 other rows, in each
+// way of cutting k.
 TEST(CudaOpsTest, RowsLinearGivesEachRowTheSameBitsWhateverTheRowsBesideIt) {
   const c10::Device device = TestDevice();
   at::manual_seed(5);
-  const int64_t n = 333, k = 256;
+  const int64_t n = 333, k = 256 + 32 * 7;  // chunks not a multiple of any shape's warps
   const at::Tensor w = Bf16Randn({n, k}, device, 0.1);
   const at::Tensor row = Bf16Randn({1, k}, device);
   const at::Tensor res_row = Bf16Randn({1, n}, device);
-  at::Tensor alone, alone_res;
-  ASSERT_TRUE(CudaRowsLinear(row, w, at::Tensor(), &alone));
-  ASSERT_TRUE(CudaRowsLinear(row, w, res_row, &alone_res));
-  for (int64_t m : {2, 7, 8, 9, 16, 17, 33, 64}) {
-    for (int64_t at_row : {int64_t{0}, m / 2, m - 1}) {
-      at::Tensor x = Bf16Randn({m, k}, device);
-      at::Tensor residual = Bf16Randn({m, n}, device);
-      x.narrow(0, at_row, 1).copy_(row);
-      residual.narrow(0, at_row, 1).copy_(res_row);
-      at::Tensor y, y_res;
-      ASSERT_TRUE(CudaRowsLinear(x, w, at::Tensor(), &y));
-      ASSERT_TRUE(CudaRowsLinear(x, w, residual, &y_res));
-      EXPECT_TRUE(at::equal(y.narrow(0, at_row, 1), alone)) << "m " << m << " row " << at_row;
-      EXPECT_TRUE(at::equal(y_res.narrow(0, at_row, 1), alone_res)) << "m " << m;
+  for (int shape = 0; shape < 6; ++shape) {
+    at::Tensor alone, alone_res;
+    ASSERT_TRUE(CudaRowsLinear(row, w, at::Tensor(), &alone, shape));
+    ASSERT_TRUE(CudaRowsLinear(row, w, res_row, &alone_res, shape));
+    for (int64_t m : {2, 7, 8, 9, 16, 17, 33, 64}) {
+      for (int64_t at_row : {int64_t{0}, m / 2, m - 1}) {
+        at::Tensor x = Bf16Randn({m, k}, device);
+        at::Tensor residual = Bf16Randn({m, n}, device);
+        x.narrow(0, at_row, 1).copy_(row);
+        residual.narrow(0, at_row, 1).copy_(res_row);
+        at::Tensor y, y_res;
+        ASSERT_TRUE(CudaRowsLinear(x, w, at::Tensor(), &y, shape));
+        ASSERT_TRUE(CudaRowsLinear(x, w, residual, &y_res, shape));
+        EXPECT_TRUE(at::equal(y.narrow(0, at_row, 1), alone))
+            << "shape " << shape << " m " << m << " row " << at_row;
+        EXPECT_TRUE(at::equal(y_res.narrow(0, at_row, 1), alone_res))
+            << "shape " << shape << " m " << m;
+      }
     }
   }
 }
@@ -348,6 +357,7 @@ TEST(CudaOpsTest, KernelsDeclineWhatTheyCannotRead) {
   EXPECT_FALSE(CudaVectorLinear(Bf16Randn({1, 44}, device), Bf16Randn({16, 44}, device),
                                 at::Tensor(), &out));
   EXPECT_FALSE(CudaVectorLinear(Bf16Randn({1, 64}, device), w, at::Tensor(), &out, 8));
+  EXPECT_FALSE(CudaRowsLinear(Bf16Randn({1, 64}, device), w, at::Tensor(), &out, 6));
   EXPECT_FALSE(out.defined());
   // Attention: heads of 48, float heads of 256 (over 48 KiB staged), a mask not per group row.
   const AttentionInputs a48 = RandomAttention(2, 4, 2, 48, 64, 10);
