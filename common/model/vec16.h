@@ -37,6 +37,33 @@ typedef float F16 __attribute__((vector_size(kLanes * sizeof(float))));
 typedef uint16_t H16 __attribute__((vector_size(kLanes * sizeof(uint16_t))));
 typedef uint32_t U16 __attribute__((vector_size(kLanes * sizeof(uint32_t))));
 
+typedef int32_t I16 __attribute__((vector_size(kLanes * sizeof(int32_t))));
+
+SPECDEC_VECTOR_FN F16 Splat(float x) { return F16{} + x; }
+
+// exp(x), lane by lane: Cephes' single-precision polynomial after a range reduction by powers of
+// two, about 1 ulp. Exactly 0 below -87 (an attention's masked scores are -inf); x above 88 is
+// taken as 88 (about 1.7e38, finite). NaN stays NaN.
+SPECDEC_VECTOR_FN F16 Exp(F16 x) {
+  const I16 under = x < Splat(-87.f);
+  x = under ? Splat(-87.f) : x;
+  x = x > Splat(88.f) ? Splat(88.f) : x;
+  const F16 fx = x * 1.44269504088896341f + 0.5f;
+  I16 n = __builtin_convertvector(fx, I16);   // truncates towards zero
+  n += __builtin_convertvector(n, F16) > fx;  // floor: -1 where it rounded up
+  const F16 nf = __builtin_convertvector(n, F16);
+  const F16 r = x - nf * 0.693359375f - nf * -2.12194440e-4f;
+  F16 y = Splat(1.9875691500E-4f);
+  y = y * r + 1.3981999507E-3f;
+  y = y * r + 8.3334519073E-3f;
+  y = y * r + 4.1665795894E-2f;
+  y = y * r + 1.6666665459E-1f;
+  y = y * r + 5.0000001201E-1f;
+  y = y * r * r + r + 1.f;
+  const F16 scale = std::bit_cast<F16>((n + 127) << 23);
+  return under ? Splat(0.f) : y * scale;
+}
+
 inline float Bf16ToFloat(uint16_t b) {
   return std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
 }
