@@ -51,32 +51,35 @@ bool UsableTable(const at::Tensor& t, const at::Tensor& x, int64_t rows, int64_t
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// An environment variable's row count, clamped to [0, most]; `fallback` when unset.
+int64_t EnvRows(const char* name, int64_t fallback, int64_t most) {
+  const char* v = std::getenv(name);
+  return std::clamp<int64_t>(v != nullptr ? std::atoll(v) : fallback, 0, most);
+}
+
+// An environment variable's kernel shape in [0, count); `fallback` when unset or out of range.
+int EnvShape(const char* name, int fallback, int count) {
+  const char* v = std::getenv(name);
+  const int value = v != nullptr ? std::atoi(v) : fallback;
+  return value >= 0 && value < count ? value : fallback;
+}
+
 }  // namespace
 
 int64_t CudaRowsLinearMaxRows() {
-  static const int64_t value = [] {
-    const char* v = std::getenv("SPECDEC_CUDA_ROWS_LINEAR_MAX_ROWS");
-    const int64_t rows = v != nullptr ? std::atoll(v) : 0;
-    return std::clamp<int64_t>(rows, 0, cuda::kRowsLinearMaxRows);
-  }();
+  static const int64_t value =
+      EnvRows("SPECDEC_CUDA_ROWS_LINEAR_MAX_ROWS", 0, cuda::kRowsLinearMaxRows);
   return CudaKernelsOn() ? value : 0;
 }
 
 int64_t CudaVectorLinearMaxRows() {
-  static const int64_t value = [] {
-    const char* v = std::getenv("SPECDEC_CUDA_VECTOR_LINEAR_MAX_ROWS");
-    const int64_t rows = v != nullptr ? std::atoll(v) : 1;
-    return std::clamp<int64_t>(rows, 0, cuda::kVectorLinearMaxRows);
-  }();
+  static const int64_t value =
+      EnvRows("SPECDEC_CUDA_VECTOR_LINEAR_MAX_ROWS", 1, cuda::kVectorLinearMaxRows);
   return CudaKernelsOn() ? value : 0;
 }
 
 int64_t CudaFixedAttentionMaxRows() {
-  static const int64_t value = [] {
-    const char* v = std::getenv("SPECDEC_CUDA_ATTENTION_MAX_ROWS");
-    const int64_t rows = v != nullptr ? std::atoll(v) : 1;
-    return std::clamp<int64_t>(rows, 0, 64);
-  }();
+  static const int64_t value = EnvRows("SPECDEC_CUDA_ATTENTION_MAX_ROWS", 1, 64);
   return CudaKernelsOn() ? value : 0;
 }
 
@@ -190,11 +193,8 @@ bool RowsProductArgs(const at::Tensor& x, const at::Tensor& weight, const at::Te
 
 bool CudaRowsLinear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& residual,
                     at::Tensor* y, int shape) {
-  static const int configured = [] {
-    const char* v = std::getenv("SPECDEC_CUDA_ROWS_LINEAR_SHAPE");
-    const int value = v != nullptr ? std::atoi(v) : cuda::kRowsLinearDefaultShape;
-    return value >= 0 && value < cuda::kRowsLinearShapes ? value : cuda::kRowsLinearDefaultShape;
-  }();
+  static const int configured = EnvShape("SPECDEC_CUDA_ROWS_LINEAR_SHAPE",
+                                         cuda::kRowsLinearDefaultShape, cuda::kRowsLinearShapes);
   if (shape >= cuda::kRowsLinearShapes) return false;
   cuda::RowsLinearArgs args;
   if (!RowsProductArgs(x, weight, residual, cuda::kRowsLinearMaxRows, 32, &args, y)) return false;
@@ -206,12 +206,9 @@ bool CudaRowsLinear(const at::Tensor& x, const at::Tensor& weight, const at::Ten
 
 bool CudaVectorLinear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& residual,
                       at::Tensor* y, int shape) {
-  static const int configured = [] {
-    const char* v = std::getenv("SPECDEC_CUDA_VECTOR_LINEAR_SHAPE");
-    const int value = v != nullptr ? std::atoi(v) : cuda::kVectorLinearDefaultShape;
-    return value >= 0 && value < cuda::kVectorLinearShapes ? value
-                                                           : cuda::kVectorLinearDefaultShape;
-  }();
+  static const int configured =
+      EnvShape("SPECDEC_CUDA_VECTOR_LINEAR_SHAPE", cuda::kVectorLinearDefaultShape,
+               cuda::kVectorLinearShapes);
   if (shape >= cuda::kVectorLinearShapes) return false;
   cuda::VectorLinearArgs args;
   if (!RowsProductArgs(x, weight, residual, cuda::kVectorLinearMaxRows, 8, &args, y)) {
