@@ -1,7 +1,8 @@
 // Times the fused attention kernel (common/model/attention_kernel.h) on synthetic sequences shaped
 // like a model's passes: for every configuration (sessions x cached tokens x new rows), the float
-// path, the pair path's portable loops and (where the CPU has AVX-512 BF16) its native functions,
-// alternated round by round in one process so that the machine's drift hits all three alike.
+// path (on the CPU's widest registers, and on AVX2 registers alone, which give the same bits), the
+// pair path's portable loops and (where the CPU has AVX-512 BF16) its native functions, alternated
+// round by round in one process so that the machine's drift hits all of them alike.
 // Each layer has its own caches, as in a model, so a pass reads as much KV memory as a real one.
 //
 //   specdec-attention-bench [--configs 1:256:1,8:256:1,1:256:17,8:256:17,1:0:150] [--layers 8]
@@ -109,7 +110,10 @@ std::vector<Layer> MakeLayers(const Config& cfg, const Shape& sh, std::mt19937& 
   return ls;
 }
 
-// One pass: every layer's attention on one path (0 float, 1 portable pairs, 2 native pairs).
+// The paths, in the order they alternate.
+enum Path { kFloat, kFloatAvx2, kPortablePairs, kNativePairs };
+
+// One pass: every layer's attention on one path.
 void Pass(std::vector<Layer>& ls, const Shape& sh, int path) {
   for (Layer& l : ls) {
     AttentionProblem p{l.seqs,
@@ -118,10 +122,12 @@ void Pass(std::vector<Layer>& ls, const Shape& sh, int path) {
                        sh.head_dim,
                        specdec::model::KernelDType::kBF16,
                        static_cast<float>(1.0 / std::sqrt(static_cast<double>(sh.head_dim))),
-                       path != 0};
+                       path >= kPortablePairs};
     const int64_t items = specdec::model::AttentionWorkItems(p);
-    if (path == 1) {
+    if (path == kPortablePairs) {
       specdec::model::RunAttentionPortable(p, 0, items);
+    } else if (path == kFloatAvx2) {
+      specdec::model::RunAttentionAvx2(p, 0, items);
     } else {
       specdec::model::RunAttention(p, 0, items);
     }
@@ -178,27 +184,30 @@ int main(int argc, char** argv) {
   }
   const bool native = specdec::model::AttentionKernelNative();
   std::mt19937 rng(1);
-  std::printf("%8s %6s %5s %10s %12s %12s %14s\n", "sessions", "cached", "rows", "float ms",
-              "portable ms", "native ms", "native/float");
+  std::printf("%8s %6s %5s %10s %10s %12s %12s %11s %13s\n", "sessions", "cached", "rows",
+              "float ms", "avx2 ms", "portable ms", "native ms", "avx2/float", "native/float");
   nlohmann::json out = nlohmann::json::array();
   for (const Config& cfg : configs) {
     std::vector<Layer> ls = MakeLayers(cfg, sh, rng);
     const std::vector<std::vector<double>> medians =
-        TimePaths(ls, sh, native ? 3 : 2, rounds, repeats);
-    const double f = Median(medians[0]), po = Median(medians[1]);
-    const double na = native ? Median(medians[2]) : 0;
-    std::printf("%8d %6d %5d %10.4f %12.4f %12.4f %14.3f\n", cfg.sessions, cfg.past, cfg.rows, f,
-                po, na, native ? na / f : 0.0);
+        TimePaths(ls, sh, native ? 4 : 3, rounds, repeats);
+    const double f = Median(medians[kFloat]), f2 = Median(medians[kFloatAvx2]);
+    const double po = Median(medians[kPortablePairs]);
+    const double na = native ? Median(medians[kNativePairs]) : 0;
+    std::printf("%8d %6d %5d %10.4f %10.4f %12.4f %12.4f %11.3f %13.3f\n", cfg.sessions, cfg.past,
+                cfg.rows, f, f2, po, na, f2 / f, native ? na / f : 0.0);
     out.push_back({{"sessions", cfg.sessions},
                    {"cached", cfg.past},
                    {"rows", cfg.rows},
                    {"float_ms", f},
+                   {"float_avx2_ms", f2},
                    {"pairs_portable_ms", po},
                    {"pairs_native_ms", native ? nlohmann::json(na) : nlohmann::json(nullptr)},
-                   {"float_rounds_ms", medians[0]},
-                   {"pairs_portable_rounds_ms", medians[1]},
+                   {"float_rounds_ms", medians[kFloat]},
+                   {"float_avx2_rounds_ms", medians[kFloatAvx2]},
+                   {"pairs_portable_rounds_ms", medians[kPortablePairs]},
                    {"pairs_native_rounds_ms",
-                    native ? nlohmann::json(medians[2]) : nlohmann::json(nullptr)}});
+                    native ? nlohmann::json(medians[kNativePairs]) : nlohmann::json(nullptr)}});
   }
   if (!json_path.empty()) {
     std::ofstream f(json_path);

@@ -117,16 +117,70 @@ __attribute__((target("avx2,fma"))) void WeightedValuesAvx2(const float* p, int6
   }
 }
 
-// Rows [r0, r0 + NR) over every column: at most four 16-element accumulators (eight AVX2
-// registers), two columns of 16 at a time for one or two rows. On CPUs with AVX2 and FMA every
-// block takes WeightedValuesAvx2, so all rows of a pass sum alike.
+// RunAttentionAvx2 on this thread: the float path leaves AVX-512 aside.
+thread_local bool t_avx2_only = false;
+
+bool UseAvx512() { return CpuHasAvx512F() && !t_avx2_only; }
+
+// Sixteen elements from `x` as floats (bf16 widens exactly).
+__attribute__((target("avx512f"), always_inline)) inline __m512 Load16(const float* x) {
+  return _mm512_loadu_ps(x);
+}
+__attribute__((target("avx512f"), always_inline)) inline __m512 Load16(const uint16_t* x) {
+  // The zero-masked forms: the plain ones start from an undefined vector, which GCC 12 reports
+  // as uninitialized inside a target("avx512f") function.
+  constexpr __mmask16 kAll = 0xFFFF;
+  const __m512i wide =
+      _mm512_maskz_cvtepu16_epi32(kAll, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)));
+  return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAll, wide, 16));
+}
+
+// WeightedValuesAvx2 on AVX-512 registers: lane for lane the same fused multiply-adds, so the
+// same bits, with twice the lanes per instruction and twice the registers, which hold a whole
+// head of 64 elements for up to four rows (the values are read once, not once per 16 columns).
+template <int NR, int DV, typename T>
+__attribute__((target("avx512f"))) void WeightedValuesAvx512(const float* p, int64_t mpad,
+                                                             const T* values, int64_t dpad,
+                                                             int64_t m, int64_t r0, int64_t col0,
+                                                             float* out) {
+  __m512 acc[NR][DV];
+  for (int r = 0; r < NR; ++r) {
+    for (int v = 0; v < DV; ++v) acc[r][v] = _mm512_setzero_ps();
+  }
+  for (int64_t j = 0; j < m; ++j) {
+    const T* vj = values + j * dpad + col0;
+    __m512 x[DV];
+    for (int v = 0; v < DV; ++v) x[v] = Load16(vj + v * kLanes);
+    for (int r = 0; r < NR; ++r) {
+      const __m512 pr = _mm512_set1_ps(p[(r0 + r) * mpad + j]);
+      for (int v = 0; v < DV; ++v) acc[r][v] = _mm512_fmadd_ps(pr, x[v], acc[r][v]);
+    }
+  }
+  for (int r = 0; r < NR; ++r) {
+    for (int v = 0; v < DV; ++v) {
+      _mm512_storeu_ps(out + (r0 + r) * dpad + col0 + v * kLanes, acc[r][v]);
+    }
+  }
+}
+
+// Rows [r0, r0 + NR) over every column. On AVX-512 CPUs, 64 columns at a time (sixteen
+// accumulators at most); on AVX2 ones at most four 16-element accumulators (eight AVX2 registers),
+// two columns of 16 at a time for one or two rows. Both sum every element alike, and on CPUs
+// with AVX2 and FMA every block takes one of them, so all rows of a pass sum alike.
 template <int NR, typename T>
 __attribute__((always_inline)) inline void WeightedValueRows(const float* p, int64_t mpad,
                                                              const T* values, int64_t dpad,
                                                              int64_t m, int64_t r0, float* out) {
   const int64_t dv = dpad / kLanes;
-  const bool avx2 = CpuHasAvx2Fma();
   int64_t c = 0;
+  if (UseAvx512()) {
+    for (; c + 4 <= dv; c += 4) {
+      WeightedValuesAvx512<NR, 4>(p, mpad, values, dpad, m, r0, c * kLanes, out);
+    }
+    for (; c < dv; ++c) WeightedValuesAvx512<NR, 1>(p, mpad, values, dpad, m, r0, c * kLanes, out);
+    return;
+  }
+  const bool avx2 = CpuHasAvx2Fma();
   if constexpr (NR <= 2) {
     for (; c + 2 <= dv; c += 2) {
       if (avx2) {
@@ -172,6 +226,23 @@ __attribute__((target("avx2,fma"))) void LaneSumsAvx2(const float* q, const T* k
   }
 }
 
+// LaneSumsAvx2 on AVX-512 registers: lane for lane the same products and fused multiply-adds.
+template <int DV, typename T>
+__attribute__((target("avx512f"))) void LaneSumsAvx512(const float* q, const T* keys, int64_t live,
+                                                       int64_t nr, F16 (*part)[kLanes]) {
+  constexpr int64_t dpad = DV * kLanes;
+  for (int64_t jj = 0; jj < live; ++jj) {
+    __m512 k[DV];
+    for (int v = 0; v < DV; ++v) k[v] = Load16(keys + jj * dpad + v * kLanes);
+    for (int64_t r = 0; r < nr; ++r) {
+      const float* qr = q + r * dpad;
+      __m512 a = _mm512_mul_ps(_mm512_loadu_ps(qr), k[0]);
+      for (int v = 1; v < DV; ++v) a = _mm512_fmadd_ps(_mm512_loadu_ps(qr + v * kLanes), k[v], a);
+      _mm512_storeu_ps(reinterpret_cast<float*>(&part[r][jj]), a);
+    }
+  }
+}
+
 // scores[r][j0, j0 + 16) = q[r] . keys[j] for rows [first, rows) and every 16-key chunk j0 whose
 // rows attend to it (keys: m rows of dpad elements; past m a chunk's scores are 0). Each key is
 // converted once for a block of 4 rows; every score is the same sum in the same order whatever
@@ -183,7 +254,7 @@ __attribute__((always_inline)) inline void BlockedScores(const float* q, const T
                                                          float* scores) {
   constexpr int64_t dpad = DV * kLanes;
   F16 part[4][kLanes];
-  const bool avx2 = CpuHasAvx2Fma();
+  const bool avx512 = UseAvx512(), avx2 = CpuHasAvx2Fma();
   for (int64_t j0 = 0; j0 < mpad; j0 += kLanes) {
     const T* kt = keys + j0 * dpad;
     const int64_t live = std::min(kLanes, m - j0);
@@ -191,7 +262,9 @@ __attribute__((always_inline)) inline void BlockedScores(const float* q, const T
     const int64_t first = bidirectional ? 0 : std::max<int64_t>(0, (j0 - past) * group);
     for (int64_t r0 = first; r0 < rows; r0 += 4) {
       const int64_t nr = std::min<int64_t>(4, rows - r0);
-      if (avx2) {
+      if (avx512) {
+        LaneSumsAvx512<DV>(q + r0 * dpad, kt, live, nr, part);
+      } else if (avx2) {
         LaneSumsAvx2<DV>(q + r0 * dpad, kt, live, nr, part);
       } else {
         for (int64_t jj = 0; jj < live; ++jj) {
@@ -727,6 +800,12 @@ bool AttentionKernelNative() { return CpuHasAvx512Bf16(); }
 // into two float vectors), so without AVX-512 BF16 bf16 heads take the float path.
 void RunAttention(const AttentionProblem& p, int64_t begin, int64_t end) {
   RunItems(p, begin, end, AttentionKernelNative() ? Pairs::kNative : Pairs::kOff, nullptr);
+}
+
+void RunAttentionAvx2(const AttentionProblem& p, int64_t begin, int64_t end) {
+  t_avx2_only = true;
+  RunAttention(p, begin, end);
+  t_avx2_only = false;
 }
 
 void RunAttentionPortable(const AttentionProblem& p, int64_t begin, int64_t end) {

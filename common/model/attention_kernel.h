@@ -70,6 +70,9 @@ bool AttentionKernelNative();
 // BF16 (denormal products aside, which AVX-512 BF16 flushes to zero), slower than the float
 // path; for tests and benchmarks.
 void RunAttentionPortable(const AttentionProblem& p, int64_t begin, int64_t end);
+// RunAttention with the float path's loops on AVX2 registers even where the CPU has AVX-512
+// (which sums every element lane for lane alike, so the bits are the same); for tests.
+void RunAttentionAvx2(const AttentionProblem& p, int64_t begin, int64_t end);
 // For tests: what the pair path computes for one item before rounding. Row r = i * group + h is
 // new row i, query head h of the KV head's group; m = past + n keys.
 struct AttentionPairTrace {

@@ -25,6 +25,12 @@ inline bool CpuHasAvx2Fma() {
   return has;
 }
 
+// Whether the CPU has AVX-512F (read once).
+inline bool CpuHasAvx512F() {
+  static const bool has = __builtin_cpu_supports("avx512f");
+  return has;
+}
+
 // Whether this CPU has AVX-512 BF16 dot products (and the AVX-512 subsets the kernels' paths
 // for them use).
 inline bool CpuHasAvx512Bf16() {

@@ -300,6 +300,54 @@ TEST(AttentionKernelTest, NativePairPathEqualsPortable) {
   }
 }
 
+// The float path on AVX-512 registers gives the bits of its AVX2 loops, over float and bf16
+// caches, for heads of whole 64-element blocks and of a remainder of 16 (80 elements).
+TEST(AttentionKernelTest, FloatPathOnAvx512EqualsItsAvx2Loops) {
+  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx2")) {
+    GTEST_SKIP() << "this CPU lacks AVX-512F or AVX2";
+  }
+  at::manual_seed(29);
+  const std::vector<Case> cases = {{0, 1, 8, {}},   {200, 1, 256, {}},
+                                   {15, 6, 32, {}}, {30, 7, 40, {-1, -1, 0, 0, 1, 2, 2}},
+                                   {6, 33, 64, {}}, {41, 16, 64, {}, true}};
+  for (const at::ScalarType cache : {at::kFloat, at::kBFloat16}) {
+    for (int64_t dim : {64, 80, 128}) {
+      SCOPED_TRACE(testing::Message() << "dim " << dim << ", cache " << cache);
+      for (const Case& c : cases) {
+        const at::Tensor k = at::randn({kKvHeads, c.capacity, dim}).to(cache);
+        const at::Tensor v = at::randn({kKvHeads, c.capacity, dim}).to(cache);
+        const at::Tensor nk = at::randn({c.n, kKvHeads, dim}).to(cache);
+        const at::Tensor nv = at::randn({c.n, kKvHeads, dim}).to(cache);
+        const at::Tensor q = at::randn({c.n, kHeads, dim}).to(cache);
+        at::Tensor k512 = k.clone(), v512 = v.clone(), k2 = k.clone(), v2 = v.clone();
+        at::Tensor out512 = at::zeros({c.n, kHeads * dim}, cache), out2 = at::zeros_like(out512);
+        const AttentionSequence s512 = Sequence(c, dim, q, nk, nv, k512, v512, out512);
+        const AttentionSequence s2 = Sequence(c, dim, q, nk, nv, k2, v2, out2);
+        const KernelDType dt = cache == at::kFloat ? KernelDType::kF32 : KernelDType::kBF16;
+        const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dim)));
+        const AttentionProblem p512{std::span<const AttentionSequence>(&s512, 1),
+                                    kHeads,
+                                    kKvHeads,
+                                    dim,
+                                    dt,
+                                    scale,
+                                    /*pair_path=*/false};
+        const AttentionProblem p2{std::span<const AttentionSequence>(&s2, 1),
+                                  kHeads,
+                                  kKvHeads,
+                                  dim,
+                                  dt,
+                                  scale,
+                                  /*pair_path=*/false};
+        RunAttention(p512, 0, AttentionWorkItems(p512));
+        RunAttentionAvx2(p2, 0, AttentionWorkItems(p2));
+        EXPECT_TRUE(at::equal(out512, out2)) << "past " << c.past << ", n " << c.n;
+        EXPECT_GT(out512.abs().sum().item<double>(), 0.0) << "past " << c.past << ", n " << c.n;
+      }
+    }
+  }
+}
+
 // Float rows over a bf16 cache (float activations, LoadOptions::kv_dtype bf16): the new keys and
 // values are stored rounded to bf16, and the outputs are bit for bit those of a float cache that
 // holds the same rounded values.
