@@ -203,9 +203,9 @@ at::Tensor RunDraftPass(const DFlashDrafter::Weights& w, const ModelConfig& c,
   at::Tensor rope[4];  // cos and sin of the context rows, then of the block rows
   if (rows.features.defined() && rows.features.size(0) > 0) {
     ctx = RmsNorm(Linear(rows.features, w.fc), w.hidden_norm, c.rms_norm_eps);
-    RopeCosSin(w.inv_freq, rows.ctx_pos, &rope[0], &rope[1]);
+    w.rope.CosSin(rows.ctx_pos, &rope[0], &rope[1]);
   }
-  RopeCosSin(w.inv_freq, rows.blk_pos, &rope[2], &rope[3]);
+  w.rope.CosSin(rows.blk_pos, &rope[2], &rope[3]);
   at::Tensor x = target.Embed(rows.blk_tok);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     RunDraftLayer(w.layers[l], c, l, ctx, rope, attend, x);
@@ -352,6 +352,7 @@ absl::StatusOr<std::unique_ptr<DFlashDrafter>> DFlashDrafter::FromTensors(
     w->hidden_norm = get_norm("hidden_norm.weight");
     w->norm = get_norm("norm.weight");
     w->inv_freq = RopeInvFreq(c).to(device);
+    w->rope = RopeTable(w->inv_freq, target.max_context());
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
       const std::string p = absl::StrCat("layers.", l, ".");
       Weights::Layer layer;

@@ -11,6 +11,7 @@
 
 #include "common/model/dflash_drafter.h"
 #include "common/model/model_config.h"
+#include "common/model/ops.h"
 
 namespace specdec::model {
 
@@ -30,6 +31,7 @@ struct DFlashDrafter::Weights {
   at::Tensor hidden_norm;  // [hidden]
   at::Tensor norm;         // [hidden]
   at::Tensor inv_freq;
+  RopeTable rope;  // RoPE's cos/sin rows of every position below the target's maximum context
   std::vector<Layer> layers;
 };
 

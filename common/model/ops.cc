@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <string>
@@ -358,6 +359,46 @@ void RopeCosSin(const at::Tensor& inv_freq, const at::Tensor& positions, at::Ten
   at::Tensor emb = at::cat({freqs, freqs}, 1);
   *cos = emb.cos();
   *sin = emb.sin();
+}
+
+RopeTable::RopeTable(const at::Tensor& inv_freq, int64_t positions) : inv_freq_(inv_freq) {
+  if (!inv_freq.device().is_cpu() || positions <= 0) return;
+  at::Tensor cos, sin;
+  RopeCosSin(inv_freq, at::arange(positions, at::kLong), &cos, &sin);
+  const int64_t half = inv_freq.size(0);
+  cos_half_ = cos.narrow(1, 0, half).contiguous();
+  sin_half_ = sin.narrow(1, 0, half).contiguous();
+  positions_ = positions;
+}
+
+void RopeTable::CosSin(const at::Tensor& positions, at::Tensor* cos, at::Tensor* sin) const {
+  const bool gather = positions_ > 0 && positions.device().is_cpu() &&
+                      positions.scalar_type() == at::kLong && positions.dim() == 1;
+  const at::Tensor pos = gather ? positions.contiguous() : at::Tensor();
+  const int64_t n = gather ? pos.size(0) : 0;
+  const int64_t* p = gather ? pos.data_ptr<int64_t>() : nullptr;
+  for (int64_t i = 0; i < n; ++i) {
+    if (p[i] < 0 || p[i] >= positions_) {
+      RopeCosSin(inv_freq_, positions, cos, sin);
+      return;
+    }
+  }
+  if (!gather) {
+    RopeCosSin(inv_freq_, positions, cos, sin);
+    return;
+  }
+  const int64_t half = cos_half_.size(1);
+  *cos = at::empty({n, 2 * half}, at::kFloat);
+  *sin = at::empty({n, 2 * half}, at::kFloat);
+  const size_t bytes = static_cast<size_t>(half) * sizeof(float);
+  for (const auto& [table, out] : {std::pair{&cos_half_, cos}, std::pair{&sin_half_, sin}}) {
+    const float* src = table->data_ptr<float>();
+    float* dst = out->data_ptr<float>();
+    for (int64_t i = 0; i < n; ++i) {
+      std::memcpy(dst + 2 * i * half, src + p[i] * half, bytes);
+      std::memcpy(dst + (2 * i + 1) * half, src + p[i] * half, bytes);
+    }
+  }
 }
 
 at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {

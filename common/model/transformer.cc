@@ -484,6 +484,8 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::FromTensors(
     w->lm_head = config.tie_word_embeddings ? w->embed : matrix(get("lm_head.weight"));
     w->final_norm = get_norm("model.norm.weight");
     w->inv_freq = RopeInvFreq(config).to(opts.device);
+    w->rope = RopeTable(w->inv_freq,
+                        opts.max_context > 0 ? opts.max_context : config.max_position_embeddings);
     for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
       const std::string p = absl::StrCat("model.layers.", l, ".");
       Weights::Layer layer;
@@ -596,7 +598,7 @@ absl::StatusOr<std::vector<SequenceOutput>> Transformer::Forward(
     rows.device = options_.device;
     rows.total = total;
     GatherRows(rows);
-    RopeCosSin(weights_->inv_freq, rows.positions, &rows.cos, &rows.sin);
+    weights_->rope.CosSin(rows.positions, &rows.cos, &rows.sin);
     if (!rows.device.is_cpu()) {  // once here, not in every layer's ApplyRope (the same rounding)
       rows.cos = rows.cos.to(*options_.activation_dtype);
       rows.sin = rows.sin.to(*options_.activation_dtype);

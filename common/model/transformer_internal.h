@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/model/model_config.h"
+#include "common/model/ops.h"
 #include "common/model/row_layer.h"
 #include "common/model/transformer.h"
 
@@ -30,6 +31,7 @@ struct Transformer::Weights {
   at::Tensor lm_head;  // [vocab, hidden]; aliases embed when tied
   at::Tensor final_norm;
   at::Tensor inv_freq;  // f32 [head_dim/2]
+  RopeTable rope;       // RoPE's cos/sin rows of every position below the maximum context
   std::vector<Layer> layers;
   // The layers as the row layers read them (row_layer.h); empty where they take ATen's operators.
   std::vector<RowLayerWeights> row_layers;

@@ -1,5 +1,5 @@
 // Linear's row bucketing for bf16 products: GemmRows' buckets, and padded products that equal the
-// unpadded ones row for row.
+// unpadded ones row for row; RoPE's table against RopeCosSin.
 #include "common/model/ops.h"
 
 #include <ATen/ATen.h>
@@ -45,6 +45,43 @@ TEST(LinearTest, PaddedBf16ProductsEqualUnpaddedOnes) {
       const double diff =
           (y.narrow(0, r, 1).to(at::kFloat) - ref.to(at::kFloat)).abs().max().item<double>();
       EXPECT_LT(diff, 0.05) << "rows " << rows << " row " << r;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace specdec::model
+
+namespace specdec::model {
+namespace {
+
+// The table's rows are RopeCosSin's bits: for positions gathered from it in any order and count,
+// and for positions past it (computed).
+TEST(RopeTableTest, RowsEqualRopeCosSinBitForBit) {
+  for (int64_t head_dim : {64, 80, 128}) {
+    ModelConfig c;
+    c.head_dim = head_dim;
+    c.rope_theta = 1e6;
+    const at::Tensor inv_freq = RopeInvFreq(c);
+    const RopeTable table(inv_freq, 4096);
+    EXPECT_EQ(table.positions(), 4096);
+    for (const std::vector<int64_t>& pos : std::vector<std::vector<int64_t>>{
+             {0}, {4095}, {17, 18, 19}, {3000, 5, 2048, 7, 1}, {4094, 4095, 4096, 9000}}) {
+      SCOPED_TRACE(testing::Message() << "head_dim " << head_dim << ", first " << pos[0]);
+      const at::Tensor positions = at::tensor(pos, at::kLong);
+      at::Tensor cos, sin, want_cos, want_sin;
+      table.CosSin(positions, &cos, &sin);
+      RopeCosSin(inv_freq, positions, &want_cos, &want_sin);
+      ASSERT_EQ(cos.sizes(), want_cos.sizes());
+      EXPECT_TRUE(at::equal(cos, want_cos));
+      EXPECT_TRUE(at::equal(sin, want_sin));
+      // Each row alone, as a 1-token step computes it.
+      for (size_t i = 0; i < pos.size(); ++i) {
+        at::Tensor one_cos, one_sin;
+        RopeCosSin(inv_freq, at::tensor({pos[i]}, at::kLong), &one_cos, &one_sin);
+        EXPECT_TRUE(at::equal(cos[static_cast<int64_t>(i)], one_cos[0])) << "row " << i;
+        EXPECT_TRUE(at::equal(sin[static_cast<int64_t>(i)], one_sin[0])) << "row " << i;
+      }
     }
   }
 }
