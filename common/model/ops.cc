@@ -363,6 +363,7 @@ void RopeCosSin(const at::Tensor& inv_freq, const at::Tensor& positions, at::Ten
 
 RopeTable::RopeTable(const at::Tensor& inv_freq, int64_t positions) : inv_freq_(inv_freq) {
   if (!inv_freq.device().is_cpu() || positions <= 0) return;
+  positions = std::min(positions, kMaxPositions);
   at::Tensor cos, sin;
   RopeCosSin(inv_freq, at::arange(positions, at::kLong), &cos, &sin);
   const int64_t half = inv_freq.size(0);

@@ -90,9 +90,11 @@ void RopeCosSin(const at::Tensor& inv_freq, const at::Tensor& positions, at::Ten
 // CPU pass copies its positions' rows instead of running RopeCosSin's five operators (46 of a
 // 100M shape's 4,000 us per 1-token step, its caches cold after the weights' stream). Each
 // element is the same elementwise operation either way, so the bits are RopeCosSin's. Holds
-// positions * head_dim / 2 floats twice (cos and sin; the rows' halves are equal).
+// positions * head_dim / 2 floats twice (cos and sin; the rows' halves are equal), for at most
+// kMaxPositions positions (16 MiB at head_dim 128); passes past them compute.
 class RopeTable {
  public:
+  static constexpr int64_t kMaxPositions = 32768;
   RopeTable() = default;
   // An empty table where inv_freq is not on the CPU (CosSin then computes).
   RopeTable(const at::Tensor& inv_freq, int64_t positions);

@@ -65,6 +65,7 @@ TEST(RopeTableTest, RowsEqualRopeCosSinBitForBit) {
     const at::Tensor inv_freq = RopeInvFreq(c);
     const RopeTable table(inv_freq, 4096);
     EXPECT_EQ(table.positions(), 4096);
+    EXPECT_EQ(RopeTable(inv_freq, 1 << 20).positions(), RopeTable::kMaxPositions);
     for (const std::vector<int64_t>& pos : std::vector<std::vector<int64_t>>{
              {0}, {4095}, {17, 18, 19}, {3000, 5, 2048, 7, 1}, {4094, 4095, 4096, 9000}}) {
       SCOPED_TRACE(testing::Message() << "head_dim " << head_dim << ", first " << pos[0]);
