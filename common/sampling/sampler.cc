@@ -6,6 +6,8 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "common/model/target_clones.h"
+#include "common/model/vec16.h"
 
 namespace specdec::sampling {
 namespace {
@@ -44,6 +46,7 @@ constexpr size_t kSortDirectly = 512;  // top-p over fewer candidates just sorts
 struct Scratch {
   std::vector<Cand> cands;
   std::vector<float> probs;
+  std::vector<double> chunk_mass;  // SampleFromProbs: the mass of each 16 ids
   std::array<double, kBuckets> bucket_mass;
 };
 
@@ -59,22 +62,66 @@ inline double Weight(float key, float max_key, double inv_temperature) {
   return std::exp((static_cast<double>(key) - max_key) * inv_temperature);
 }
 
-// Softmax over the whole vocabulary (no top-k, no top-p), written into `out`.
-void DenseSoftmax(std::span<const float> logits, double inv_temperature, std::span<float> out) {
+using model::F16;
+using model::kLanes;
+
+// Sixteen weights exp((key - max_key) * inv_temperature) from logits [i, i + live), in float with
+// the kernels' vector exponential (about 1 ulp; exactly 0 below e^-87, a share of the mass no
+// float sum can see). NaN ranks with -inf (weight 0); lanes past `live` get 0.
+SPECDEC_VECTOR_FN F16 DenseWeights(const float* logits, size_t live, float max_key,
+                                   float inv_temperature) {
+  F16 v;
+  if (live == static_cast<size_t>(kLanes)) {
+    v = model::LoadF16(logits);
+  } else {
+    alignas(64) float x[kLanes];
+    for (size_t l = 0; l < static_cast<size_t>(kLanes); ++l) x[l] = l < live ? logits[l] : kNegInf;
+    v = model::LoadF16(x);
+  }
+  const F16 key = v == v ? v : model::Splat(kNegInf);
+  return model::Exp((key - max_key) * inv_temperature);
+}
+
+// Softmax over the whole vocabulary (no top-k, no top-p), written into `out`: 16 weights at a
+// time, their total summed in double over 16 lanes, then scaled in float.
+SPECDEC_TARGET_CLONES void DenseSoftmax(std::span<const float> logits, double inv_temperature,
+                                        std::span<float> out) {
+  const size_t n = logits.size();
+  F16 top = model::Splat(kNegInf);
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    const F16 v = model::LoadF16(logits.data() + i);
+    top = v > top ? v : top;  // NaN compares false: never the maximum
+  }
   float max_key = kNegInf;
-  for (float x : logits) max_key = std::max(max_key, Key(x));
+  for (int l = 0; l < kLanes; ++l) max_key = std::max(max_key, top[l]);
+  for (; i < n; ++i) max_key = std::max(max_key, Key(logits[i]));
   if (max_key == kNegInf) {
     out[Argmax(logits)] = 1.f;
     return;
   }
-  double total = 0;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    const double w = Weight(Key(logits[i]), max_key, inv_temperature);
-    out[i] = static_cast<float>(w);
-    total += w;
+  if (max_key == kPosInf) {  // the +inf logits share the mass
+    double total = 0;
+    for (size_t i = 0; i < logits.size(); ++i) total += out[i] = Key(logits[i]) == kPosInf;
+    for (float& v : out) v = static_cast<float>(v / total);
+    return;
   }
-  const double scale = 1.0 / total;
-  for (float& v : out) v = static_cast<float>(v * scale);
+  const float inv_t = static_cast<float>(inv_temperature);
+  double lanes[kLanes] = {};
+  for (i = 0; i < n; i += kLanes) {
+    const size_t live = std::min<size_t>(kLanes, n - i);
+    alignas(64) float w[kLanes];
+    model::StoreF16(w, DenseWeights(logits.data() + i, live, max_key, inv_t));
+    std::copy(w, w + live, out.begin() + static_cast<std::ptrdiff_t>(i));
+    for (int l = 0; l < kLanes; ++l) lanes[l] += w[l];
+  }
+  double total = 0;
+  for (double t : lanes) total += t;
+  const F16 scale = model::Splat(static_cast<float>(1.0 / total));
+  for (i = 0; i + kLanes <= n; i += kLanes) {
+    model::StoreF16(out.data() + i, model::LoadF16(out.data() + i) * scale);
+  }
+  for (; i < n; ++i) out[i] *= scale[0];
 }
 
 }  // namespace
@@ -272,21 +319,53 @@ std::vector<float> WarpedProbs(std::span<const float> logits, const SamplingPara
   return out;
 }
 
-int32_t SampleFromProbs(std::span<const float> probs, Rng& rng) {
+namespace {
+
+// The mass of probs [i, i + 16): its positive entries (zero, negative or NaN ones count 0), each
+// lane's sum in double, the lanes added in order.
+SPECDEC_VECTOR_FN double ChunkMass(const float* p) {
+  double lanes[kLanes];
+  for (int l = 0; l < kLanes; ++l) lanes[l] = p[l] > 0 ? p[l] : 0.0;
+  double sum = 0;
+  for (double v : lanes) sum += v;
+  return sum;
+}
+
+}  // namespace
+
+// Chunks of 16 ids: the total, then the chunk where the running mass passes u, then the id
+// inside it (a vocabulary of 151,936 took a sequential double sum of every id twice).
+SPECDEC_TARGET_CLONES int32_t SampleFromProbs(std::span<const float> probs, Rng& rng) {
+  const size_t n = probs.size(), full = n / kLanes * kLanes;
+  std::vector<double>& chunks = ThreadScratch().chunk_mass;
+  chunks.resize(full / kLanes);
   double total = 0;
-  for (float v : probs) {
-    if (v > 0) total += v;
+  for (size_t c = 0; c < chunks.size(); ++c)
+    total += chunks[c] = ChunkMass(probs.data() + c * kLanes);
+  for (size_t i = full; i < n; ++i) {
+    if (probs[i] > 0) total += probs[i];
   }
   const double u = rng.Uniform() * total;
   double acc = 0;
+  size_t from = full;  // where the id-by-id scan starts: the chunk that passes u, or the tail
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    if (u < acc + chunks[c]) {
+      from = c * kLanes;
+      break;
+    }
+    acc += chunks[c];
+  }
   int32_t last_positive = -1;
-  for (size_t i = 0; i < probs.size(); ++i) {
+  for (size_t i = from; i < n; ++i) {
     if (!(probs[i] > 0)) continue;  // zero, negative or NaN: never sampled
     acc += probs[i];
     last_positive = static_cast<int32_t>(i);
     if (u < acc) return last_positive;
   }
   // Rounding left u at or just above the accumulated mass: the last id with mass.
+  for (size_t i = n; last_positive < 0 && i > 0; --i) {
+    if (probs[i - 1] > 0) last_positive = static_cast<int32_t>(i - 1);
+  }
   return last_positive >= 0 ? last_positive : 0;
 }
 

@@ -311,6 +311,35 @@ TEST(Sampler, SampleFromProbsPassesChiSquare) {
   }
 }
 
+// The sampler walks 16-id chunks, then the ids of one: ten categories spread over 203 ids (in
+// whole chunks and the 11-id tail, among zero, negative and NaN entries) keep their shares.
+TEST(Sampler, SampleFromProbsOverChunksPassesChiSquare) {
+  const std::vector<size_t> ids = {0, 15, 16, 47, 63, 64, 100, 191, 192, 202};
+  std::vector<float> probs(203, 0.f);
+  for (size_t i = 1; i < probs.size(); i += 7) probs[i] = i % 2 ? -0.5f : std::nanf("");
+  for (size_t k = 0; k < ids.size(); ++k) probs[ids[k]] = kTenCategories[k];
+  std::vector<double> expected(kTenCategories.begin(), kTenCategories.end());
+  for (uint64_t seed : {21, 22}) {
+    Rng rng(seed);
+    std::vector<int64_t> counts(ids.size(), 0);
+    for (int i = 0; i < 200000; ++i) {
+      const int32_t t = SampleFromProbs(probs, rng);
+      const auto at = std::find(ids.begin(), ids.end(), static_cast<size_t>(t));
+      ASSERT_NE(at, ids.end()) << "sampled id " << t << " has no mass";
+      ++counts[static_cast<size_t>(at - ids.begin())];
+    }
+    const ChiSquareResult r = ChiSquareTest(counts, expected);
+    std::printf("[chi-square] SampleFromProbs over chunks, seed %llu: %s\n",
+                static_cast<unsigned long long>(seed), r.ToString().c_str());
+    EXPECT_GT(r.p_value, kPValue) << r.ToString();
+  }
+  // One positive id inside a chunk, none after it: returned whatever the draw.
+  std::vector<float> one(40, 0.f);
+  one[5] = 1e-30f;
+  Rng rng(3);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(SampleFromProbs(one, rng), 5);
+}
+
 TEST(Sampler, ChiSquareCatchesAWrongSampler) {
   std::vector<double> expected(kTenCategories.begin(), kTenCategories.end());
   const ChiSquareResult r = ChiSquareTest(Draw(kTenCategories, 1, 200000, 11), expected);
