@@ -41,10 +41,12 @@ struct SwiGluArgs {
 // whatever m is (tensor-core products over fixed slices of k, summed in a fixed order, the
 // residual added before the one rounding), so a row's result does not depend on the rows beside it.
 // `shape` (0 to kRowsLinearShapes - 1) picks how a block's warps cut k (cuda_kernels.cu); the
-// same shape gives a row the same bits at every m, different shapes need not.
+// same shape gives a row the same bits at every m, different shapes need not. Shape 4 (16 warps,
+// 2 chunks in flight, k interleaved) was the fastest at 17 rows on an H100
+// (docs/results/2026-11-28-rows-linear-h100.md).
 constexpr int64_t kRowsLinearMaxRows = 64;
 constexpr int kRowsLinearShapes = 6;
-constexpr int kRowsLinearDefaultShape = 0;
+constexpr int kRowsLinearDefaultShape = 4;
 struct RowsLinearArgs {
   const void* x = nullptr;  // [m, k] bf16, rows x_stride apart
   int64_t m = 0, x_stride = 0;
