@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <numbers>
 
 #include "absl/strings/str_cat.h"
 #include "common/model/target_clones.h"
@@ -46,6 +47,7 @@ constexpr size_t kSortDirectly = 512;  // top-p over fewer candidates just sorts
 struct Scratch {
   std::vector<Cand> cands;
   std::vector<float> probs;
+  std::vector<float> weights;      // top-p over the vocabulary: every token's float weight
   std::vector<double> chunk_mass;  // SampleFromProbs: the mass of each 16 ids
   std::array<double, kBuckets> bucket_mass;
 };
@@ -82,10 +84,8 @@ SPECDEC_VECTOR_FN F16 DenseWeights(const float* logits, size_t live, float max_k
   return model::Exp((key - max_key) * inv_temperature);
 }
 
-// Softmax over the whole vocabulary (no top-k, no top-p), written into `out`: 16 weights at a
-// time, their total summed in double over 16 lanes, then scaled in float.
-SPECDEC_TARGET_CLONES void DenseSoftmax(std::span<const float> logits, double inv_temperature,
-                                        std::span<float> out) {
+// The largest key of `logits` (-inf when every logit is -inf or NaN), 16 at a time.
+SPECDEC_TARGET_CLONES float MaxKey(std::span<const float> logits) {
   const size_t n = logits.size();
   F16 top = model::Splat(kNegInf);
   size_t i = 0;
@@ -96,6 +96,98 @@ SPECDEC_TARGET_CLONES void DenseSoftmax(std::span<const float> logits, double in
   float max_key = kNegInf;
   for (int l = 0; l < kLanes; ++l) max_key = std::max(max_key, top[l]);
   for (; i < n; ++i) max_key = std::max(max_key, Key(logits[i]));
+  return max_key;
+}
+
+// The candidate search of top-k and top-p over a large vocabulary: nested levels of keys, level j
+// holding the keys at or above max_key - kLevelLog2[j] * ln 2 * temperature (a weight of at
+// least 2^-kLevelLog2[j] of the top one's), level kLevels every key above -inf. Each level is a
+// prefix of the vocabulary in Better order, so the k best keys, or a nucleus, lie inside the first
+// level that holds k keys, or the mass the nucleus needs.
+constexpr int kLevels = 8;
+constexpr float kLevelLog2[kLevels] = {2, 4, 8, 12, 16, 24, 32, 64};
+
+typedef double D8 __attribute__((vector_size(8 * sizeof(double))));
+
+struct LevelScan {
+  float threshold[kLevels];
+  int64_t count[kLevels] = {};
+  double mass[kLevels] = {};  // float weights summed in float lanes: a guide, verified later
+  double total = 0;           // every weight, summed in double lanes (when weighed)
+};
+
+LevelScan LevelsBelow(float max_key, double temperature) {
+  LevelScan scan;
+  for (int j = 0; j < kLevels; ++j) {
+    scan.threshold[j] =
+        static_cast<float>(max_key - kLevelLog2[j] * std::numbers::ln2 * temperature);
+  }
+  return scan;
+}
+
+// Counts every level's keys and, with `weights`, writes each token's float weight (DenseWeights)
+// there and sums them, per level and in all.
+SPECDEC_TARGET_CLONES void ScanLevels(std::span<const float> logits, float max_key,
+                                      float inv_temperature, float* weights, LevelScan& scan) {
+  const size_t n = logits.size();
+  F16 threshold[kLevels], mass[kLevels];
+  model::I16 count[kLevels];
+  for (int j = 0; j < kLevels; ++j) {
+    threshold[j] = model::Splat(scan.threshold[j]);
+    mass[j] = model::Splat(0.f);
+    count[j] = model::I16{};
+  }
+  D8 low_lanes = {}, high_lanes = {};  // lanes 0-7 and 8-15 of the total, in double
+  for (size_t i = 0; i < n; i += kLanes) {
+    const size_t live = std::min<size_t>(kLanes, n - i);
+    F16 key;
+    if (live == static_cast<size_t>(kLanes)) {
+      key = model::LoadF16(logits.data() + i);
+    } else {
+      alignas(64) float x[kLanes];
+      for (size_t l = 0; l < static_cast<size_t>(kLanes); ++l)
+        x[l] = l < live ? logits[i + l] : kNegInf;
+      key = model::LoadF16(x);
+    }
+    key = key == key ? key : model::Splat(kNegInf);
+    F16 w = model::Splat(0.f);
+    if (weights != nullptr) {
+      w = model::Exp((key - max_key) * inv_temperature);
+      if (live == static_cast<size_t>(kLanes)) {
+        model::StoreF16(weights + i, w);
+      } else {
+        alignas(64) float stored[kLanes];
+        model::StoreF16(stored, w);
+        std::copy(stored, stored + live, weights + i);
+      }
+      low_lanes +=
+          __builtin_convertvector(__builtin_shufflevector(w, w, 0, 1, 2, 3, 4, 5, 6, 7), D8);
+      high_lanes +=
+          __builtin_convertvector(__builtin_shufflevector(w, w, 8, 9, 10, 11, 12, 13, 14, 15), D8);
+    }
+    for (int j = 0; j < kLevels; ++j) {
+      const model::I16 in = key >= threshold[j];
+      count[j] -= in;
+      mass[j] += in ? w : model::Splat(0.f);
+    }
+  }
+  for (int j = 0; j < kLevels; ++j) {
+    for (int l = 0; l < kLanes; ++l) {
+      scan.count[j] += count[j][l];
+      scan.mass[j] += mass[j][l];
+    }
+  }
+  for (int l = 0; l < kLanes / 2; ++l) scan.total += low_lanes[l];
+  for (int l = 0; l < kLanes / 2; ++l) scan.total += high_lanes[l];
+}
+
+// Softmax over the whole vocabulary (no top-k, no top-p), written into `out`: 16 weights at a
+// time, their total summed in double over 16 lanes, then scaled in float.
+SPECDEC_TARGET_CLONES void DenseSoftmax(std::span<const float> logits, double inv_temperature,
+                                        std::span<float> out) {
+  const size_t n = logits.size();
+  const float max_key = MaxKey(logits);
+  size_t i = 0;
   if (max_key == kNegInf) {
     out[Argmax(logits)] = 1.f;
     return;
@@ -187,21 +279,27 @@ int32_t Argmax(std::span<const float> values) {
 
 namespace {
 
-// The candidates of a warped distribution: the top-k (by key, ties by lower id), or every token
-// with a chance.
-void CollectCandidates(std::span<const float> logits, size_t top_k, std::vector<Cand>& cands) {
-  const size_t n = logits.size();
+// The keys at or above `threshold` (above -inf when it is -inf), in id order.
+void GatherCandidates(std::span<const float> logits, float threshold, std::vector<Cand>& cands) {
   cands.clear();
-  if (top_k > 0) {
-    cands.resize(n);
-    for (size_t i = 0; i < n; ++i) cands[i] = {Key(logits[i]), static_cast<int32_t>(i)};
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const float k = Key(logits[i]);
+    if (k >= threshold && k > kNegInf) cands.push_back({k, static_cast<int32_t>(i)});
+  }
+}
+
+// The top_k candidates (by key, ties by lower id; fewer when fewer keys are above -inf): those of
+// the first level holding top_k keys, cut by a partial sort.
+void TopKCandidates(std::span<const float> logits, float max_key, double temperature, size_t top_k,
+                    std::vector<Cand>& cands) {
+  LevelScan scan = LevelsBelow(max_key, temperature);
+  ScanLevels(logits, max_key, 0.f, nullptr, scan);
+  int level = 0;
+  while (level < kLevels && scan.count[level] < static_cast<int64_t>(top_k)) ++level;
+  GatherCandidates(logits, level < kLevels ? scan.threshold[level] : kNegInf, cands);
+  if (cands.size() > top_k) {
     std::nth_element(cands.begin(), cands.begin() + (top_k - 1), cands.end(), Better);
     cands.resize(top_k);
-    return;
-  }
-  for (size_t i = 0; i < n; ++i) {
-    const float k = Key(logits[i]);
-    if (k > kNegInf) cands.push_back({k, static_cast<int32_t>(i)});
   }
 }
 
@@ -219,27 +317,35 @@ void CandidateSoftmax(std::span<const Cand> cands, float max_key, double inv_tem
 }
 
 // Top-p over `cands` into `out`: the smallest prefix of the candidates in Better order whose
-// mass reaches top_p of the total, renormalized. One pass computes the total mass and a
-// histogram of the mass over buckets of -log(weight); the bucket where the cumulative mass
-// reaches top_p bounds the nucleus, so only the candidates up to that bucket are sorted (O(m)
-// plus O(s log s) for a nucleus of s).
-void NucleusSoftmax(std::vector<Cand>& cands, float max_key, double inv_temperature, float top_p,
-                    std::span<float> out) {
+// mass reaches top_p of the total, renormalized. One pass computes the candidates' mass and a
+// histogram of it over buckets of -log(weight); the bucket where the cumulative mass reaches
+// top_p bounds the nucleus, so only the candidates up to that bucket are sorted (O(m) plus
+// O(s log s) for a nucleus of s). `outside_mass`: the weight of the tokens that are not
+// candidates (a level's candidates, NucleusOverVocabulary), part of the total. Returns false,
+// writing nothing, when the candidates cannot reach top_p of it; with no outside mass they are
+// all kept then. `weights` (by id; may be null): the candidates' float weights, which then sort
+// them into buckets, the front's weights alone being computed exactly (in double) for the total.
+bool NucleusSoftmax(std::vector<Cand>& cands, float max_key, double inv_temperature, float top_p,
+                    double outside_mass, const float* weights, std::span<float> out) {
+  auto guide = [&](const Cand& c) {
+    return weights != nullptr ? static_cast<double>(weights[c.id])
+                              : Weight(c.key, max_key, inv_temperature);
+  };
   auto bucket_of = [&](float key) -> int {
     if (max_key == kPosInf) return key == kPosInf ? 0 : kBuckets - 1;
     const double neg_log_w = (static_cast<double>(max_key) - key) * inv_temperature;
     return neg_log_w < kBucketRange ? static_cast<int>(neg_log_w * (kBuckets / kBucketRange))
                                     : kBuckets - 1;
   };
-  double total = 0;
+  double total = outside_mass;
   auto front_end = cands.end();
   if (cands.size() <= kSortDirectly) {
-    for (const Cand& c : cands) total += Weight(c.key, max_key, inv_temperature);
+    for (const Cand& c : cands) total += guide(c);
   } else {
     std::array<double, kBuckets>& bucket_mass = ThreadScratch().bucket_mass;
     bucket_mass.fill(0.0);
     for (const Cand& c : cands) {
-      const double w = Weight(c.key, max_key, inv_temperature);
+      const double w = guide(c);
       total += w;
       bucket_mass[bucket_of(c.key)] += w;
     }
@@ -256,6 +362,11 @@ void NucleusSoftmax(std::vector<Cand>& cands, float max_key, double inv_temperat
     front_end = std::partition(cands.begin(), cands.end(),
                                [&](const Cand& c) { return bucket_of(c.key) <= last_bucket; });
   }
+  if (weights != nullptr) {
+    for (auto c = cands.begin(); c != front_end; ++c) {
+      total += Weight(c->key, max_key, inv_temperature) - weights[c->id];
+    }
+  }
   const double target = static_cast<double>(top_p) * total;
   std::sort(cands.begin(), front_end, Better);
   size_t keep = 0;
@@ -270,12 +381,46 @@ void NucleusSoftmax(std::vector<Cand>& cands, float max_key, double inv_temperat
     keep = i + 1;
     reached = mass >= target;
   }
+  if (!reached && outside_mass > 0) return false;
   const double kept_mass = reached ? mass : total;
   if (!reached) keep = cands.size();
   const double scale = 1.0 / kept_mass;
   for (size_t i = 0; i < keep; ++i) {
     const Cand& c = cands[i];
     out[c.id] = static_cast<float>(Weight(c.key, max_key, inv_temperature) * scale);
+  }
+  return true;
+}
+
+// Top-p over the whole vocabulary (no top-k): every token's weight once in float (ScanLevels),
+// then the nucleus among the candidates of the first level whose float mass reaches top_p of the
+// total, or of the next ones where rounding left it short. The candidates' weights are exact
+// (double); the other tokens count with their float weights, each within about 1 ulp.
+void NucleusOverVocabulary(std::span<const float> logits, float max_key, double temperature,
+                           float top_p, std::span<float> out) {
+  const double inv_temperature = 1.0 / temperature;
+  std::vector<Cand>& cands = ThreadScratch().cands;
+  if (max_key == kPosInf) {  // the +inf keys share the mass
+    GatherCandidates(logits, kNegInf, cands);
+    NucleusSoftmax(cands, max_key, inv_temperature, top_p, 0.0, nullptr, out);
+    return;
+  }
+  std::vector<float>& weights = ThreadScratch().weights;
+  weights.resize(logits.size());
+  LevelScan scan = LevelsBelow(max_key, temperature);
+  ScanLevels(logits, max_key, static_cast<float>(inv_temperature), weights.data(), scan);
+  const double guide = static_cast<double>(top_p) * scan.total * (1 + 1e-3);
+  int level = 0;
+  while (level < kLevels && scan.mass[level] < guide) ++level;
+  for (;; ++level) {
+    const bool all = level >= kLevels;
+    GatherCandidates(logits, all ? kNegInf : scan.threshold[level], cands);
+    double inside = 0;
+    for (const Cand& c : cands) inside += weights[c.id];
+    const double outside = all ? 0.0 : std::max(0.0, scan.total - inside);
+    if (NucleusSoftmax(cands, max_key, inv_temperature, top_p, outside, weights.data(), out)) {
+      return;
+    }
   }
 }
 
@@ -298,16 +443,19 @@ void WarpedProbsInto(std::span<const float> logits, const SamplingParams& p, std
     DenseSoftmax(logits, inv_temperature, out);
     return;
   }
-  std::vector<Cand>& cands = ThreadScratch().cands;
-  CollectCandidates(logits, use_top_k ? static_cast<size_t>(p.top_k) : 0, cands);
-  float max_key = kNegInf;
-  for (const Cand& c : cands) max_key = std::max(max_key, c.key);
+  const float max_key = MaxKey(logits);
   if (max_key == kNegInf) {  // nothing has a chance: fall back to the greedy token
     out[Argmax(logits)] = 1.f;
     return;
   }
+  if (!use_top_k) {
+    NucleusOverVocabulary(logits, max_key, p.temperature, p.top_p, out);
+    return;
+  }
+  std::vector<Cand>& cands = ThreadScratch().cands;
+  TopKCandidates(logits, max_key, p.temperature, static_cast<size_t>(p.top_k), cands);
   if (use_top_p) {
-    NucleusSoftmax(cands, max_key, inv_temperature, p.top_p, out);
+    NucleusSoftmax(cands, max_key, inv_temperature, p.top_p, 0.0, nullptr, out);
   } else {
     CandidateSoftmax(cands, max_key, inv_temperature, out);
   }

@@ -362,12 +362,21 @@ TEST(Sampler, SampleTokenFollowsWarpedDistribution) {
   }
 }
 
+// RandomLogits with a language model's head: the 32 lowest ids raised 14 down to 4.7 above the
+// rest (a top token of about a third of the mass, a nucleus of 0.9 within a few dozen ids).
+std::vector<float> PeakedLogits(size_t n, uint64_t seed) {
+  std::vector<float> l = RandomLogits(n, 2.0, seed);
+  for (size_t i = 0; i < 32 && i < n; ++i) l[i] += 14.f - 0.3f * static_cast<float>(i);
+  return l;
+}
+
 TEST(Sampler, LargeVocabularyMatchesReference) {
   constexpr size_t kVocab = 151936;  // Qwen3
-  // Continuous logits, and logits rounded to 0.5 (many exact ties at every boundary).
+  // Continuous logits, logits rounded to 0.5 (many exact ties at every boundary), and peaked ones.
   const std::vector<float> continuous = RandomLogits(kVocab, 3.0, 5);
   std::vector<float> quantized = continuous;
   for (float& x : quantized) x = std::round(x * 2) / 2;
+  const std::vector<float> peaked = PeakedLogits(kVocab, 7);
   std::vector<float> out(kVocab);
   for (const auto& [logits, sp] : std::vector<std::pair<std::vector<float>, SamplingParams>>{
            {continuous, Params(1.f)},
@@ -382,7 +391,11 @@ TEST(Sampler, LargeVocabularyMatchesReference) {
            {continuous, Params(1.f, 5000, 0.9f)},
            {quantized, Params(1.f, 0, 0.9f)},
            {quantized, Params(1.f, 37)},
-           {quantized, Params(0.7f, 3000, 0.6f)}}) {
+           {quantized, Params(0.7f, 3000, 0.6f)},
+           {peaked, Params(1.f, 0, 0.9f)},
+           {peaked, Params(0.7f, 0, 0.95f)},
+           {peaked, Params(1.f, 40, 0.9f)},
+           {peaked, Params(1.5f, 0, 0.99f)}}) {
     WarpedProbsInto(logits, sp, out);
     const std::vector<double> want = ReferenceWarp(logits, sp);
     int kept = 0;
@@ -405,10 +418,20 @@ TEST(Sampler, LargeVocabularyMatchesReference) {
 TEST(Sampler, LargeVocabularyCost) {
   // Not a benchmark: a guard against an accidental full sort of the vocabulary per call.
   constexpr size_t kVocab = 151936;
-  const std::vector<float> logits = RandomLogits(kVocab, 3.0, 6);
+  const std::vector<float> flat = RandomLogits(kVocab, 3.0, 6), peaked = PeakedLogits(kVocab, 6);
   std::vector<float> out(kVocab);
-  for (const SamplingParams& sp :
-       {Params(1.f), Params(0.8f, 50), Params(0.8f, 50, 0.9f), Params(1.f, 0, 0.9f)}) {
+  struct Case {
+    const char* name;
+    const std::vector<float>& logits;
+    SamplingParams sp;
+  };
+  for (const Case& c :
+       {Case{"flat", flat, Params(1.f)}, Case{"flat", flat, Params(0.8f, 50)},
+        Case{"flat", flat, Params(0.8f, 50, 0.9f)}, Case{"flat", flat, Params(1.f, 0, 0.9f)},
+        Case{"peaked", peaked, Params(1.f, 0, 0.9f)},
+        Case{"peaked", peaked, Params(0.7f, 0, 0.95f)}}) {
+    const std::vector<float>& logits = c.logits;
+    const SamplingParams& sp = c.sp;
     constexpr int kCalls = 20;
     const auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < kCalls; ++i) WarpedProbsInto(logits, sp, out);
@@ -416,8 +439,8 @@ TEST(Sampler, LargeVocabularyCost) {
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
             .count() /
         kCalls;
-    std::printf("[warp] V=%zu T=%.2f top_k=%d top_p=%.3g: %.3f ms/call\n", kVocab, sp.temperature,
-                sp.top_k, sp.top_p, ms);
+    std::printf("[warp] V=%zu %s T=%.2f top_k=%d top_p=%.3g: %.3f ms/call\n", kVocab, c.name,
+                sp.temperature, sp.top_k, sp.top_p, ms);
     EXPECT_LT(ms, 50.0);  // generous: ~1-5 ms expected on the 2-core CI machine
   }
 }
