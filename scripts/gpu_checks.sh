@@ -8,7 +8,7 @@
 #   4. runs the one-row product benchmark (cuBLAS against specdec's kernels), the GPU model
 #      benchmark (Qwen3-0.6B and -4B shapes, bf16, random weights; then without and with the
 #      vector products, and without and with specdec's other CUDA kernels) and `specdec bench` on
-#      the embedded pack;
+#      the embedded pack, and both again in the row-independent mode (cuda_ops.h);
 #   5. builds and runs the remaining unit tests of that build (CPU code on the GPU machine's CPU).
 #
 #   scripts/gpu_checks.sh --fetch   (on a Debian 12 machine) downloads the packages into .devdeps/
@@ -141,6 +141,13 @@ if [ "${SPECDEC_MODEL_BENCH:-1}" = 1 ] && [ -n "${SPECDEC_BENCH_ROWS_SHAPES:-}" 
       tee -a "$out/bench.log"
   done
 fi
+# The row-independent mode (SPECDEC_CUDA_ROW_INDEPENDENT=1, cuda_ops.h): its price
+# (SPECDEC_BENCH_ROW_INDEPENDENT=0 leaves it out, here and on the pack below).
+if [ "${SPECDEC_MODEL_BENCH:-1}" = 1 ] && [ "${SPECDEC_BENCH_ROW_INDEPENDENT:-1}" = 1 ]; then
+  SPECDEC_CUDA_ROW_INDEPENDENT=1 build-gpu/bench/specdec-model-bench --device cuda \
+    --sizes qwen3-0.6b,qwen3-4b --dtypes bf16 --cuda-graphs on --context 512 --reps 30 2>&1 |
+    sed "s/^/[row-independent mode] /" | tee -a "$out/bench.log"
+fi
 # The same graphed passes without specdec's own CUDA kernels (ATen's operators in their place),
 # then with them again, for what the kernels buy against the spread between runs.
 if [ "${SPECDEC_MODEL_BENCH:-1}" = 1 ] && [ "${SPECDEC_BENCH_UNFUSED:-1}" = 1 ]; then
@@ -170,6 +177,18 @@ for graphs in ${SPECDEC_PACK_GRAPHS:-1 0}; do
     --max-prompts "${SPECDEC_PACK_PROMPTS:-10}" -n 128 --json "$out/pack_bench_graphs$graphs.json" \
     2>&1 | tee -a "$out/bench.log"
 done
+# The pack in the row-independent mode, bf16 and f32 (the table only, in bench.log): its =AR
+# column counts the completions equal to AR's.
+if [ "${SPECDEC_BENCH_ROW_INDEPENDENT:-1}" = 1 ]; then
+  for dtype in bf16 f32; do
+    SPECDEC_CUDA_ROW_INDEPENDENT=1 build-gpu/cli/specdec bench --device cuda --dtype $dtype \
+      --target $pack/target --draft $pack/draft --dflash $pack/dflash --policy $pack/policy \
+      --methods DFLASH,DFLASH_ADAPTIVE,DRAFT_CHAIN,DYSPEC_TREE,NGRAM \
+      --prompts ../shared/datasets/humaneval/HumanEval.jsonl.gz $pack/eval/heldout_prompts.txt \
+      --max-prompts "${SPECDEC_PACK_PROMPTS:-10}" -n 128 2>&1 | sed "s/^/[row-independent $dtype] /" |
+      tee -a "$out/bench.log"
+  done
+fi
 fi
 
 # 5. The rest of the build's unit tests (CPU code, built against the CUDA libtorch);

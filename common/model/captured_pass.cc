@@ -7,7 +7,6 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
-#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -91,12 +90,9 @@ void Transformer::RunFixedPassBody(FixedPass& pass, const KvCache& cache) const 
   }
   // The keys a row may see: the first `slot` slots, then the new rows as their mask says.
   const at::Tensor slots = slot + at::arange(n, pass.ints.options());
-  at::Tensor mask = at::zeros({n, capacity}, pass.mask.options());
-  mask.masked_fill_(at::arange(capacity, pass.ints.options()).ge(slot).unsqueeze(0),
-                    -std::numeric_limits<float>::infinity());
-  mask.index_copy_(1, slots, pass.mask);
-  mask = PrepareRecurringMask(mask, *options_.activation_dtype,
-                              c.num_attention_heads / c.num_key_value_heads);
+  const at::Tensor mask =
+      PrepareRecurringMask(CapacityMask(slots, pass.mask, capacity), *options_.activation_dtype,
+                           c.num_attention_heads / c.num_key_value_heads);
   const LayerAttend attend = [&](int64_t l, const at::Tensor& q, const at::Tensor& k,
                                  const at::Tensor& v) {
     const at::Tensor& keys = cache.KeyBuffer(l);

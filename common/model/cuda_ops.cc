@@ -66,9 +66,18 @@ int EnvShape(const char* name, int fallback, int count) {
 
 }  // namespace
 
+bool CudaRowIndependent() {
+  static const bool on = [] {
+    const char* v = std::getenv("SPECDEC_CUDA_ROW_INDEPENDENT");
+    return v != nullptr && std::string(v) == "1";
+  }();
+  return on && CudaKernelsOn();
+}
+
 int64_t CudaRowsLinearMaxRows() {
   static const int64_t value =
-      EnvRows("SPECDEC_CUDA_ROWS_LINEAR_MAX_ROWS", 0, cuda::kRowsLinearMaxRows);
+      EnvRows("SPECDEC_CUDA_ROWS_LINEAR_MAX_ROWS",
+              CudaRowIndependent() ? cuda::kRowsLinearMaxRows : 0, cuda::kRowsLinearMaxRows);
   return CudaKernelsOn() ? value : 0;
 }
 
@@ -79,7 +88,8 @@ int64_t CudaVectorLinearMaxRows() {
 }
 
 int64_t CudaFixedAttentionMaxRows() {
-  static const int64_t value = EnvRows("SPECDEC_CUDA_ATTENTION_MAX_ROWS", 1, 64);
+  static const int64_t value =
+      EnvRows("SPECDEC_CUDA_ATTENTION_MAX_ROWS", CudaRowIndependent() ? 64 : 1, 64);
   return CudaKernelsOn() ? value : 0;
 }
 

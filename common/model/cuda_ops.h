@@ -31,7 +31,7 @@ bool CudaSwiGlu(const at::Tensor& gu, int64_t inter, at::Tensor* out);
 // others. `residual` (undefined: none) is [m, n] bf16, added before the one rounding, as addmm.
 // `shape` picks how a block's warps cut k (0 to 5, for benchmarks and tests; the same shape
 // gives a row the same bits at every row count); -1 takes SPECDEC_CUDA_ROWS_LINEAR_SHAPE (read
-// once), by default 0.
+// once), by default 4.
 bool CudaRowsLinear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& residual,
                     at::Tensor* y, int shape = -1);
 
@@ -53,8 +53,17 @@ bool CudaVectorLinear(const at::Tensor& x, const at::Tensor& weight, const at::T
 bool CudaFixedAttention(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
                         const at::Tensor& bias, double scale, at::Tensor* out);
 
+// The row-independent mode, SPECDEC_CUDA_ROW_INDEPENDENT=1 (read once; off by default): a
+// sequence's rows get the same bits alone and in any pass of up to 64 rows. Every product of up to
+// 64 rows goes to CudaRowsLinear and every pass of up to 64 new rows attends through
+// CudaFixedAttention, fixed passes and the general path's alike (the defaults of the two limits
+// below become 64; their variables still override them). Its price on an H100 is measured in
+// docs/results/2026-11-28-rows-linear-h100.md.
+bool CudaRowIndependent();
+
 // The most new rows of a fixed pass whose attention Attention (ops.h) gives to
-// CudaFixedAttention: SPECDEC_CUDA_ATTENTION_MAX_ROWS (read once), at most 64, by default 1.
+// CudaFixedAttention: SPECDEC_CUDA_ATTENTION_MAX_ROWS (read once), at most 64, by default 1 (64
+// in the row-independent mode, where the general path's passes take it too).
 // Each warp walks its query rows one after another: on an H100 the Qwen3-4B shape's 1-row step
 // took 5.00 ms with it (5.39-5.49 ms with cuDNN's attention in the runs before), its 17-row
 // verify 6.93 ms (5.82-5.96) (docs/results/2026-11-27-cuda-kernels-h100.md): verifies stay with
@@ -63,10 +72,11 @@ int64_t CudaFixedAttentionMaxRows();
 
 // The most rows of a product that Linear and AddLinear (ops.h) give to CudaRowsLinear:
 // SPECDEC_CUDA_ROWS_LINEAR_MAX_ROWS (read once), at most 64; by default 0, every product on
-// cuBLAS. On an H100, in its default shape, the Qwen3-4B shape's 17-row forward took 5.81 ms
-// with it and 5.74 with cuBLAS's, its 1-row step 4.87 ms against 4.35 with VectorLinear
-// (docs/results/2026-11-28-rows-linear-h100.md): rows that do not depend on their neighbours are
-// opt-in until every pass of a few rows attends through a row-independent kernel too.
+// cuBLAS (64 in the row-independent mode). On an H100, in its default shape, the Qwen3-4B shape's
+// 17-row forward took 5.81 ms with it and 5.74 with cuBLAS's, its 1-row step 4.87 ms against 4.35
+// with VectorLinear (docs/results/2026-11-28-rows-linear-h100.md): rows that do not depend on their
+// neighbours are opt-in until every pass of a few rows attends through a row-independent kernel
+// too.
 int64_t CudaRowsLinearMaxRows();
 
 // The most rows of a product that Linear and AddLinear give to CudaVectorLinear when

@@ -5,6 +5,8 @@ namespace specdec::model {
 
 bool CudaKernelsOn() { return false; }
 
+bool CudaRowIndependent() { return false; }
+
 int64_t CudaRowsLinearMaxRows() { return 0; }
 
 int64_t CudaVectorLinearMaxRows() { return 0; }

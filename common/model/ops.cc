@@ -465,6 +465,16 @@ at::Tensor AddLinear(const at::Tensor& x, const at::Tensor& a, const at::Tensor&
   return x + Linear(a, weight);
 }
 
+at::Tensor CapacityMask(const at::Tensor& slots, const at::Tensor& new_rows, int64_t capacity) {
+  const int64_t n = slots.size(0);
+  const at::TensorOptions floats = slots.options().dtype(at::kFloat);
+  at::Tensor mask = at::zeros({n, capacity}, floats);
+  mask.masked_fill_(at::arange(capacity, slots.options()).ge(slots.narrow(0, 0, 1)).unsqueeze(0),
+                    -std::numeric_limits<float>::infinity());
+  mask.index_copy_(1, slots, new_rows.defined() ? new_rows : at::zeros({n, n}, floats));
+  return mask;
+}
+
 at::Tensor PrepareRecurringMask(const at::Tensor& mask, at::ScalarType dtype, int64_t group) {
   if (!mask.defined() || !FusedOpsOn(mask)) return mask;
   return mask.to(dtype).repeat({group, 1});

@@ -128,6 +128,12 @@ void NormRopeQk(const at::Tensor& qkv, const ModelConfig& config, const at::Tens
 // kernel as Linear takes it); elsewhere x + Linear(a, w).
 at::Tensor AddLinear(const at::Tensor& x, const at::Tensor& a, const at::Tensor& weight);
 
+// The additive mask [n, capacity] (float, on `slots`' device) of a pass's n new rows written at a
+// cache's consecutive `slots` (int64 [n]): every slot before slots[0] visible, the new rows' keys
+// as `new_rows` ([n, n] additive; undefined: all of them visible) says, every later slot -inf.
+// Device operators throughout, so that a captured pass reads its slots from device memory.
+at::Tensor CapacityMask(const at::Tensor& slots, const at::Tensor& new_rows, int64_t capacity);
+
 // A recurring pass's mask made once for all of its layers' Attention calls with `group` query heads
 // per KV head: where Attention takes the fused operator, the additive bias in `dtype` repeated per
 // group row ([group * n, m]); elsewhere `mask` itself.

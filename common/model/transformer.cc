@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/model/cuda_ops.h"
 #include "common/model/huge_pages.h"
 #include "common/model/kv_cache_pool.h"
 #include "common/model/ops.h"
@@ -69,6 +70,10 @@ struct ForwardRows {
   std::vector<int64_t> offsets;    // first row of each sequence
   std::vector<size_t> aten_index;  // sequences attending through ATen's matmuls
   std::vector<FusedAttentionInput> kernel_inputs;  // the others, in one fused call
+  // The row-independent mode (cuda_ops.h): per sequence, the capacity mask (CapacityMask, as
+  // PrepareRecurringMask prepares it) through which it attends with CudaFixedAttention, as a
+  // fixed pass of its rows would; undefined for the others.
+  std::vector<at::Tensor> fixed_masks;
 };
 
 // Checks sequence `s` of a batch; `seen` collects the caches of the sequences before it.
@@ -212,6 +217,40 @@ void RouteAttention(ForwardRows& rows) {
   }
 }
 
+// In the row-independent mode on a CUDA device, the masks of the sequences of at most
+// CudaFixedAttentionMaxRows() new rows, over their caches' whole capacity (after GatherRows
+// reserved it): their rows then attend as a fixed pass's do, whatever the pass.
+void PrepareFixedAttention(ForwardRows& rows, at::ScalarType dtype, int64_t group) {
+  if (!rows.device.is_cuda() || !CudaRowIndependent()) return;
+  rows.fixed_masks.resize(rows.batch.size());
+  for (size_t s = 0; s < rows.batch.size(); ++s) {
+    const KvCache& cache = *rows.batch[s].cache;
+    const int64_t n = static_cast<int64_t>(rows.batch[s].tokens.size()), past = cache.length();
+    if (n > CudaFixedAttentionMaxRows()) continue;
+    const at::Tensor slots =
+        at::arange(past, past + n, at::TensorOptions().dtype(at::kLong).device(rows.device));
+    const at::Tensor& mask = rows.masks[s];  // [n, past + n], or undefined for a single row
+    const at::Tensor new_rows = mask.defined() ? mask.narrow(1, past, n) : at::Tensor();
+    rows.fixed_masks[s] =
+        PrepareRecurringMask(CapacityMask(slots, new_rows, cache.capacity()), dtype, group);
+  }
+}
+
+// Sequence `s`'s attention of its new rows `q` through CudaFixedAttention, where the
+// row-independent mode gave it a mask and the kernel takes it (its keys already written);
+// undefined otherwise.
+at::Tensor FixedAttentionOf(const ForwardRows& rows, size_t s, int64_t l, const at::Tensor& q) {
+  at::Tensor out;
+  if (s >= rows.fixed_masks.size() || !rows.fixed_masks[s].defined()) return out;
+  const KvCache& cache = *rows.batch[s].cache;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(2)));
+  if (!CudaFixedAttention(q, cache.KeyBuffer(l), cache.ValueBuffer(l), rows.fixed_masks[s], scale,
+                          &out)) {
+    return at::Tensor();
+  }
+  return out;
+}
+
 // Layer `l`'s attention output of every new row, [total, heads * head_dim] with `x`'s options;
 // writes the rows' keys and values into their caches first.
 at::Tensor LayerAttention(const ForwardRows& rows, int64_t l, const at::Tensor& q,
@@ -221,6 +260,7 @@ at::Tensor LayerAttention(const ForwardRows& rows, int64_t l, const at::Tensor& 
   if (rows.kernel_inputs.empty() && batch.size() == 1) {
     KvCache* cache = batch[0].cache;
     cache->Write(l, k, v);
+    if (at::Tensor out = FixedAttentionOf(rows, 0, l, q); out.defined()) return out;
     const int64_t m = cache->length() + rows.total;
     return Attention(q, cache->Keys(l, m), cache->Values(l, m), rows.masks[0]);
   }
@@ -231,10 +271,13 @@ at::Tensor LayerAttention(const ForwardRows& rows, int64_t l, const at::Tensor& 
     const int64_t offset = rows.offsets[s];
     KvCache* cache = batch[s].cache;
     cache->Write(l, k.narrow(0, offset, n), v.narrow(0, offset, n));
-    const int64_t m = cache->length() + n;
-    attn.narrow(0, offset, n)
-        .copy_(Attention(q.narrow(0, offset, n), cache->Keys(l, m), cache->Values(l, m),
-                         rows.masks[s]));
+    const at::Tensor q_s = q.narrow(0, offset, n);
+    at::Tensor out = FixedAttentionOf(rows, s, l, q_s);
+    if (!out.defined()) {
+      const int64_t m = cache->length() + n;
+      out = Attention(q_s, cache->Keys(l, m), cache->Values(l, m), rows.masks[s]);
+    }
+    attn.narrow(0, offset, n).copy_(out);
   }
   return attn;
 }
@@ -604,6 +647,8 @@ absl::StatusOr<std::vector<SequenceOutput>> Transformer::Forward(
       rows.sin = rows.sin.to(*options_.activation_dtype);
     }
     RouteAttention(rows);
+    PrepareFixedAttention(rows, *options_.activation_dtype,
+                          c.num_attention_heads / c.num_key_value_heads);
 
     // ---- decoder layers.
     at::Tensor x = EmbeddingRows(weights_->embed, rows.tokens).to(*options_.activation_dtype);

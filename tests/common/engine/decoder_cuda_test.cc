@@ -1,6 +1,7 @@
 // Lossless speculative decoding on a CUDA device (ctest label `gpu`: runs only where a GPU is,
-// never in CI): every method's greedy output equals AR's on the same device, and stories260K
-// prints its published greedy text from the GPU. SPECDEC_TEST_DEVICE names the device.
+// never in CI): every method's greedy output equals AR's on the same device (exactly in the
+// row-independent mode), and stories260K prints its published greedy text from the GPU.
+// SPECDEC_TEST_DEVICE names the device.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include "common/engine/decoder.h"
 #include "common/io/gguf_to_hf.h"
 #include "common/model/block_pilot.h"
+#include "common/model/cuda_ops.h"
 #include "common/model/dflash_drafter.h"
 #include "common/model/transformer.h"
 #include "common/tokenizer/tokenizer.h"
@@ -90,6 +92,17 @@ TEST(DecoderCudaTest, EveryMethodEqualsArInF32) { EveryMethodEqualsAr(at::kFloat
 // bf16 logits carry about 8 bits of mantissa: a verify and a step may rank two tokens within a
 // few hundredths of each other differently.
 TEST(DecoderCudaTest, EveryMethodEqualsArInBf16) { EveryMethodEqualsAr(at::kBFloat16, 0.125); }
+
+// The row-independent mode (cuda_ops.h) is read once per process. ctest runs each test of this
+// file in a process of its own, and this one turns the mode on before any model code runs: then
+// every method's greedy output equals AR's token for token, with no allowance for near ties.
+TEST(DecoderCudaTest, RowIndependentModeEqualsArWithoutNearTies) {
+  setenv("SPECDEC_CUDA_ROW_INDEPENDENT", "1", 1);
+  ASSERT_TRUE(model::CudaRowIndependent())
+      << "the mode was read before this test turned it on: run the test alone (--gtest_filter)";
+  EveryMethodEqualsAr(at::kBFloat16, 0.0);
+  EveryMethodEqualsAr(at::kFloat, 0.0);
+}
 
 // The greedy sample the stories260K authors published, generated on the GPU by AR and by a
 // self-drafting chain.

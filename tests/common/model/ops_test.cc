@@ -1,11 +1,16 @@
 // Linear's row bucketing for bf16 products: GemmRows' buckets, and padded products that equal the
-// unpadded ones row for row; RoPE's table against RopeCosSin.
+// unpadded ones row for row; RoPE's table against RopeCosSin; a pass's mask over a cache's
+// capacity against the general path's.
 #include "common/model/ops.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <set>
+#include <vector>
+
+#include "common/model/transformer_internal.h"
 
 namespace specdec::model {
 namespace {
@@ -82,6 +87,32 @@ TEST(RopeTableTest, RowsEqualRopeCosSinBitForBit) {
         RopeCosSin(inv_freq, at::tensor({pos[i]}, at::kLong), &one_cos, &one_sin);
         EXPECT_TRUE(at::equal(cos[static_cast<int64_t>(i)], one_cos[0])) << "row " << i;
         EXPECT_TRUE(at::equal(sin[static_cast<int64_t>(i)], one_sin[0])) << "row " << i;
+      }
+    }
+  }
+}
+
+// CapacityMask over a cache's capacity: the general path's own mask (NewRowsMask: the past, then
+// the new rows' keys) in its first past + n slots, -inf after them; chains, trees and a lone row.
+TEST(CapacityMaskTest, IsTheNewRowsMaskPaddedWithMaskedSlots) {
+  const float inf = std::numeric_limits<float>::infinity();
+  constexpr int64_t kCapacity = 16;
+  const std::vector<int32_t> tokens = {5, 6, 7, 8};
+  const std::vector<int32_t> tree = {-1, 0, 0, 1};
+  for (const std::vector<int32_t>& parents : {std::vector<int32_t>{}, tree}) {
+    for (int64_t past : {0, 3, 12}) {
+      for (int64_t n : {1, 4}) {
+        SequenceInput in{nullptr, std::span<const int32_t>(tokens).first(n)};
+        if (!parents.empty()) in.tree_parents = std::span<const int32_t>(parents).first(n);
+        const at::Tensor general = NewRowsMask(in, past, n);
+        const at::Tensor slots = at::arange(past, past + n, at::kLong);
+        const at::Tensor own = n > 1 ? general.narrow(1, past, n) : at::Tensor();
+        const at::Tensor mask = CapacityMask(slots, own, kCapacity);
+        ASSERT_EQ(mask.sizes(), (at::IntArrayRef{n, kCapacity}));
+        EXPECT_TRUE(at::equal(mask.narrow(1, 0, past + n), general))
+            << "past " << past << " n " << n << " tree " << !parents.empty();
+        const at::Tensor after = mask.narrow(1, past + n, kCapacity - past - n);
+        EXPECT_TRUE(at::equal(after, at::full_like(after, -inf))) << "past " << past << " n " << n;
       }
     }
   }
