@@ -54,11 +54,12 @@ bool CudaFixedAttention(const at::Tensor& q, const at::Tensor& keys, const at::T
                         const at::Tensor& bias, double scale, at::Tensor* out);
 
 // The row-independent mode, SPECDEC_CUDA_ROW_INDEPENDENT=1 (read once; off by default): a
-// sequence's rows get the same bits alone and in any pass of up to 64 rows. Every product of up to
-// 64 rows goes to CudaRowsLinear and every pass of up to 64 new rows attends through
+// sequence's rows get the same bits alone and in any pass. Every product goes to CudaRowsLinear,
+// in launches of up to 64 rows (ops.cc), and every sequence of up to 64 new rows attends through
 // CudaFixedAttention, fixed passes and the general path's alike (the defaults of the two limits
-// below become 64; their variables still override them). Its price on an H100 is measured in
-// docs/results/2026-11-28-rows-linear-h100.md.
+// below become 64; their variables still override them). The price of its parts on an H100
+// (products and fixed passes' attention row-independent up to 64 rows) is in
+// docs/results/2026-11-28-rows-linear-h100.md; the mode itself has not run on a GPU yet.
 bool CudaRowIndependent();
 
 // The most new rows of a fixed pass whose attention Attention (ops.h) gives to

@@ -12,6 +12,7 @@
 #include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "common/model/balanced_parallel_for.h"
 #include "common/model/cuda_ops.h"
@@ -245,14 +246,36 @@ at::Tensor EmbeddingRows(const at::Tensor& weight, const at::Tensor& ids) {
 
 namespace {
 
+// The row-independent mode's product of more rows than one RowsLinear launch takes (a prompt's,
+// or a batch's with one): launches of at most CudaRowsLinearMaxRows() rows, each row computed as
+// it is alone; undefined where the kernel declines.
+at::Tensor RowsLinearInChunks(const at::Tensor& x, const at::Tensor& weight,
+                              const at::Tensor& residual) {
+  const int64_t chunk = CudaRowsLinearMaxRows();
+  if (chunk <= 0) return at::Tensor();
+  std::vector<at::Tensor> parts;
+  for (int64_t r = 0; r < x.size(0); r += chunk) {
+    const int64_t n = std::min(chunk, x.size(0) - r);
+    at::Tensor y;
+    const at::Tensor part_residual = residual.defined() ? residual.narrow(0, r, n) : residual;
+    if (!CudaRowsLinear(x.narrow(0, r, n), weight, part_residual, &y)) return at::Tensor();
+    parts.push_back(std::move(y));
+  }
+  return at::cat(parts);
+}
+
 // x weight^T (+ residual) on specdec's own CUDA kernels where they take the product: the
-// row-independent products when opted in for this many rows, else the decoding step's vector
-// products; undefined otherwise (cuBLAS's then).
+// row-independent products when opted in for this many rows (in the row-independent mode, for
+// any number of rows), else the decoding step's vector products; undefined otherwise (cuBLAS's
+// then).
 at::Tensor OwnCudaLinear(const at::Tensor& x, const at::Tensor& weight,
                          const at::Tensor& residual) {
   if (x.dim() != 2) return at::Tensor();
   at::Tensor y;
   if (x.size(0) <= CudaRowsLinearMaxRows() && CudaRowsLinear(x, weight, residual, &y)) return y;
+  if (x.size(0) > CudaRowsLinearMaxRows() && CudaRowIndependent()) {
+    if (y = RowsLinearInChunks(x, weight, residual); y.defined()) return y;
+  }
   if (x.size(0) <= CudaVectorLinearMaxRows() && CudaVectorLinear(x, weight, residual, &y)) return y;
   return at::Tensor();
 }
