@@ -8,6 +8,10 @@
 //   probe generate MODEL.gguf N PROMPT THREADS
 //       greedy decoding of N tokens (EOS ignored, default KV cache) timed as `specdec generate`
 //       reports it: prefill = the prompt's pass, decode = the other N - 1 tokens.
+//   probe quantize TYPE N_PER_ROW IN.f32 OUT
+//       ggml's own quantization of the float32 rows in IN.f32 (N_PER_ROW values each) to ggml type
+//       TYPE (its number), written to OUT.q, and ggml's dequantization of those blocks to OUT.f32:
+//       the fixtures of tests/common/io/gguf_dequantize_test.cc.
 //
 // PROMPT and VERIFY are comma-separated token ids, or "text:..." to tokenize with the model's
 // tokenizer (the prompt with its BOS). stdout: one JSON object (ids, shape, timings).
@@ -150,15 +154,46 @@ int Generate(llama_model* model, const llama_vocab* vocab, char** argv) {
   return 0;
 }
 
+// ggml_quantize_chunk and the type's to_float, on the rows of a raw float32 file.
+int Quantize(char** argv) {
+  const auto type = static_cast<ggml_type>(std::atoi(argv[2]));
+  const int64_t per_row = std::atoll(argv[3]);
+  std::vector<float> in;
+  if (FILE* f = std::fopen(argv[4], "rb")) {
+    float v;
+    while (std::fread(&v, sizeof v, 1, f) == 1) in.push_back(v);
+    std::fclose(f);
+  }
+  if (per_row <= 0 || in.empty() || in.size() % per_row != 0) return 1;
+  const int64_t rows = static_cast<int64_t>(in.size()) / per_row;
+  std::vector<char> q(ggml_row_size(type, per_row) * rows);
+  const size_t bytes = ggml_quantize_chunk(type, in.data(), q.data(), 0, rows, per_row, nullptr);
+  std::vector<float> back(in.size());
+  ggml_get_type_traits(type)->to_float(q.data(), back.data(), static_cast<int64_t>(in.size()));
+  const std::string out = argv[5];
+  FILE* fq = std::fopen((out + ".q").c_str(), "wb");
+  FILE* ff = std::fopen((out + ".f32").c_str(), "wb");
+  if (fq == nullptr || ff == nullptr) return 1;
+  std::fwrite(q.data(), 1, bytes, fq);
+  std::fwrite(back.data(), sizeof(float), back.size(), ff);
+  std::fclose(fq);
+  std::fclose(ff);
+  std::printf("{\"type\": \"%s\", \"rows\": %lld, \"bytes\": %zu}\n", ggml_type_name(type),
+              static_cast<long long>(rows), bytes);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 6 && std::strcmp(argv[1], "quantize") == 0) return Quantize(argv);
   const bool logits = argc == 6 && std::strcmp(argv[1], "logits") == 0;
   const bool generate = argc == 6 && std::strcmp(argv[1], "generate") == 0;
   if (!logits && !generate) {
     std::fprintf(stderr,
                  "usage: probe logits MODEL.gguf PROMPT VERIFY OUT.bin\n"
-                 "       probe generate MODEL.gguf N PROMPT THREADS\n");
+                 "       probe generate MODEL.gguf N PROMPT THREADS\n"
+                 "       probe quantize TYPE N_PER_ROW IN.f32 OUT\n");
     return 2;
   }
   llama_log_set([](ggml_log_level, const char*, void*) {}, nullptr);

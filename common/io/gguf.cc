@@ -7,6 +7,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "common/io/gguf_dequantize.h"
 #include "common/util/status_macros.h"
 
 namespace specdec::io {
@@ -237,7 +238,8 @@ TypeLayout GgmlTypeLayout(int type) {
 }
 
 bool Readable(int type) {
-  return type == kGgmlTypeF32 || type == kGgmlTypeF16 || type == kGgmlTypeBF16;
+  return type == kGgmlTypeF32 || type == kGgmlTypeF16 || type == kGgmlTypeBF16 ||
+         IsDequantizable(type);
 }
 
 uint32_t ByteSwap32(uint32_t v) {
@@ -505,9 +507,12 @@ absl::StatusOr<GgufTensor> GgufFile::Tensor(const std::string& name) const {
     return absl::NotFoundError(absl::StrCat(path(), ": no tensor '", name, "'"));
   }
   if (!Readable(it->second.ggml_type)) {
-    return absl::UnimplementedError(absl::StrCat(
-        path(), ": tensor '", name, "': ggml type ", GgmlTypeName(it->second.ggml_type), " (",
-        it->second.ggml_type, ") is not supported; convert an F32/F16 GGUF"));
+    return absl::UnimplementedError(absl::StrCat(path(), ": tensor '", name, "': ggml type ",
+                                                 GgmlTypeName(it->second.ggml_type), " (",
+                                                 it->second.ggml_type,
+                                                 ") is not supported (F32, F16, BF16, Q8_0, Q6_K, "
+                                                 "Q5_0, Q5_1, Q4_0 and Q4_1 are); convert or "
+                                                 "requantize to one of those"));
   }
   return it->second;
 }

@@ -1,6 +1,7 @@
 // Reader for GGUF files (llama.cpp's format, versions 2 and 3, little-endian): all metadata value
-// types, tensor infos of every ggml type, and tensor data for F32, F16 and BF16. Every count,
-// length, dimension and offset read from the file is validated before use.
+// types, tensor infos of every ggml type, and tensor data for F32, F16, BF16 and the block types of
+// gguf_dequantize.h (Q8_0, Q6_K, Q5_0, Q5_1, Q4_0, Q4_1). Every count, length, dimension and
+// offset read from the file is validated before use.
 #ifndef SPECDEC_COMMON_IO_GGUF_H_
 #define SPECDEC_COMMON_IO_GGUF_H_
 
@@ -17,7 +18,8 @@
 
 namespace specdec::io {
 
-// ggml tensor types this reader can hand out data for.
+// ggml tensor types this reader can hand out data for (and the block types of
+// gguf_dequantize.h, whose blocks Dequantize turns into floats).
 inline constexpr int kGgmlTypeF32 = 0;
 inline constexpr int kGgmlTypeF16 = 1;
 inline constexpr int kGgmlTypeBF16 = 30;
@@ -44,12 +46,13 @@ struct GgufTensorInfo {
   uint64_t offset = 0;
 };
 
-// A readable tensor (F32, F16 or BF16): [data, data + nbytes) lies inside the file mapping and
-// holds prod(ne) elements, row-major with ne[0] fastest; valid while the GgufFile lives. `data` is
-// aligned to the file's alignment relative to the mapping start.
+// A readable tensor (F32, F16, BF16 or a block type): [data, data + nbytes) lies inside the file
+// mapping and holds prod(ne) elements (a block type: in whole blocks), row-major with
+// ne[0] fastest; valid while the GgufFile lives. `data` is aligned to the file's alignment
+// relative to the mapping start.
 struct GgufTensor {
   std::string name;
-  int ggml_type = 0;        // kGgmlTypeF32, kGgmlTypeF16 or kGgmlTypeBF16
+  int ggml_type = 0;        // kGgmlTypeF32, kGgmlTypeF16, kGgmlTypeBF16 or a block type
   std::vector<int64_t> ne;  // ne[0] is the fastest-varying dimension
   const std::byte* data = nullptr;
   size_t nbytes = 0;
@@ -62,8 +65,9 @@ class GgufFile {
   // unsupported version (only 2 and 3; big-endian files are recognized and rejected), counts that
   // cannot fit in the file, strings or arrays running past the end, unknown value types, repeated
   // keys or tensor names, n_dims outside 1..4, a bad general.alignment, misaligned tensor offsets,
-  // or F32/F16/BF16 tensor data outside the file. Quantized tensors are listed, with their offset
-  // checked against the data section, but their data is not readable.
+  // or tensor data outside the file. Tensors of other quantized types (the other K-quants, the
+  // I-quants) are listed, with their offset checked against the data section, but their data is
+  // not readable.
   static absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::string& path);
 
   uint32_t version() const { return version_; }
@@ -91,8 +95,8 @@ class GgufFile {
   const std::vector<GgufTensorInfo>& tensor_infos() const { return infos_; }
   const std::vector<std::string>& tensor_names() const { return tensor_order_; }
   bool HasTensor(const std::string& name) const { return tensors_.count(name) > 0; }
-  // NOT_FOUND for an unknown name; UNIMPLEMENTED for types other than F32/F16/BF16, e.g.
-  // "<path>: tensor 'x': ggml type Q4_0 (2) is not supported; convert an F32/F16 GGUF".
+  // NOT_FOUND for an unknown name; UNIMPLEMENTED for the types it cannot read, e.g.
+  // "<path>: tensor 'x': ggml type Q4_K (12) is not supported (F32, F16, ... are); ...".
   absl::StatusOr<GgufTensor> Tensor(const std::string& name) const;
   const std::string& path() const { return file_->path(); }
 

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/io/gguf.h"
 #include "common/io/gguf_bpe_vocab.h"
+#include "common/io/gguf_dequantize.h"
 #include "common/io/half.h"
 #include "common/io/safetensors.h"
 #include "common/tokenizer/spm_convert.h"
@@ -258,13 +259,33 @@ std::optional<std::vector<std::byte>> NarrowExactly(const GgufTensor& t, int ggm
   return out;
 }
 
+// `t` as float32 values in a buffer added to `owned` where it is of a block type (exact:
+// gguf_dequantize.h), else `t` itself.
+absl::StatusOr<GgufTensor> DequantizedIfBlocks(GgufTensor t,
+                                               std::vector<std::vector<std::byte>>& owned) {
+  if (!IsDequantizable(t.ggml_type)) return t;
+  int64_t n = 1;
+  for (int64_t e : t.ne) n *= e;
+  std::vector<std::byte> values(static_cast<size_t>(n) * sizeof(float));
+  RETURN_IF_ERROR(Dequantize(
+      t.ggml_type, std::span<const std::byte>(t.data, t.nbytes),
+      std::span<float>(reinterpret_cast<float*>(values.data()), static_cast<size_t>(n))));
+  owned.push_back(std::move(values));
+  t.ggml_type = kGgmlTypeF32;
+  t.data = owned.back().data();
+  t.nbytes = owned.back().size();
+  return t;
+}
+
 // Maps every tensor of `g` to its HF name and layout into `w` (llama's Q and K rows unpermuted;
-// F32 norms narrowed back to the embedding's dtype where exact; a tied output head stored twice is
-// dropped). The embedding needs a row per token of `n_tokens`.
+// F32 norms narrowed back to the embedding's dtype where exact; block-type tensors dequantized to
+// F32; a tied output head stored twice is dropped). The embedding needs a row per token of
+// `n_tokens`.
 absl::Status CollectHfTensors(const GgufFile& g, const std::string& gguf_path, const Hparams& hp,
                               int64_t n_tokens, HfTensors& w) {
   const int64_t hidden = hp.hidden, layers = hp.layers, head_dim = hp.head_dim;
   ASSIGN_OR_RETURN(w.embed, g.Tensor("token_embd.weight"));
+  ASSIGN_OR_RETURN(w.embed, DequantizedIfBlocks(w.embed, w.owned));
   const GgufTensor& embed = w.embed;
   if (embed.ne.size() != 2 || embed.ne[0] != hidden || embed.ne[1] < n_tokens) {
     return absl::InvalidArgumentError(absl::StrCat(gguf_path, ": token_embd.weight must be ne=[",
@@ -287,7 +308,11 @@ absl::Status CollectHfTensors(const GgufFile& g, const std::string& gguf_path, c
       return absl::InvalidArgumentError(absl::StrCat(
           gguf_path, ": tensor '", name, "' names a layer beyond block_count ", layers));
     }
-    ASSIGN_OR_RETURN(GgufTensor t, g.Tensor(name));
+    GgufTensor t = embed;
+    if (name != "token_embd.weight") {
+      ASSIGN_OR_RETURN(t, g.Tensor(name));
+      ASSIGN_OR_RETURN(t, DequantizedIfBlocks(std::move(t), w.owned));
+    }
     DType dt = t.ggml_type == kGgmlTypeF32   ? DType::kF32
                : t.ggml_type == kGgmlTypeF16 ? DType::kF16
                                              : DType::kBF16;

@@ -1,5 +1,5 @@
-// Conversion of a llama- or qwen3-architecture GGUF file (F32/F16/BF16 weights) into a Hugging Face
-// checkpoint directory; hf_to_gguf.h is the other direction.
+// Conversion of a llama- or qwen3-architecture GGUF file (F32/F16/BF16, Q8_0, Q6_K, Q5 or Q4
+// weights) into a Hugging Face checkpoint directory; hf_to_gguf.h is the other direction.
 #ifndef SPECDEC_COMMON_IO_GGUF_TO_HF_H_
 #define SPECDEC_COMMON_IO_GGUF_TO_HF_H_
 
@@ -9,15 +9,17 @@
 
 namespace specdec::io {
 
-// Converts a llama- or qwen3-architecture GGUF file with F32/F16/BF16 weights into a Hugging Face
+// Converts a llama- or qwen3-architecture GGUF file with F32/F16/BF16 weights, or weights of the
+// block types of gguf_dequantize.h (Q8_0, Q6_K, Q5_0, Q5_1, Q4_0, Q4_1), into a Hugging Face
 // checkpoint directory: writes model.safetensors, config.json, tokenizer.json,
 // tokenizer_config.json and generation_config.json into `out_dir` (created if missing; existing
 // files are replaced).
 //  - Tensors keep their dtype, except 1-D F32 tensors (norms), which take the embedding's F16 or
-//    BF16 where every value converts exactly; HF shape = reversed GGUF ne. llama's Q and K
-//    projection rows are permuted from GGUF's interleaved RoPE order to HF's rotate-half order
-//    (per head: HF row j < hd/2 is GGUF row 2j, HF row j >= hd/2 is GGUF row 2(j - hd/2) + 1);
-//    qwen3's are already in HF's order.
+//    BF16 where every value converts exactly, and block-type tensors, which become F32 holding
+//    exactly the values ggml dequantizes them to (a bf16 load halves their memory again). HF
+//    shape = reversed GGUF ne. llama's Q and K projection rows are permuted from GGUF's
+//    interleaved RoPE order to HF's rotate-half order (per head: HF row j < hd/2 is GGUF row 2j,
+//    HF row j >= hd/2 is GGUF row 2(j - hd/2) + 1); qwen3's are already in HF's order.
 //  - Tokenizers: 'llama' (SentencePiece) and 'gpt2' (byte-level BPE with a pre-tokenizer that
 //    gguf_bpe_vocab.h names).
 //  - A missing `output.weight`, or one byte-identical to `token_embd.weight`, gives
@@ -26,8 +28,8 @@ namespace specdec::io {
 //    equal for every file llama.cpp writes unpadded); torch_dtype follows the embedding's type.
 // NOT_FOUND if the file or a required key/tensor is missing; INVALID_ARGUMENT for a malformed file
 // or inconsistent hyperparameters; UNIMPLEMENTED for other architectures, tokenizer models other
-// than "llama" (SentencePiece), quantized tensors, partial rotary dimensions, or tensors without an
-// HF llama equivalent.
+// than "llama" (SentencePiece), other quantized types (other K-quants, I-quants), partial rotary
+// dimensions, or tensors without an HF llama equivalent.
 absl::Status ConvertGgufToHf(const std::string& gguf_path, const std::string& out_dir);
 
 }  // namespace specdec::io

@@ -119,7 +119,8 @@ TEST_F(GgufTest, ReadsEveryValueTypeAndTensorType) {
                                   .Tensor("w32", {3, 2}, 0, f32_bytes)
                                   .Tensor("w16", {4}, 1, f16_bytes)
                                   .Tensor("wbf", {1, 1, 1, 2}, 30, bf16_bytes)
-                                  .Tensor("q", {32}, 2, std::string(18, '\x11'))
+                                  .Tensor("q4", {32}, 2, std::string(18, '\x11'))
+                                  .Tensor("q", {256}, 12, std::string(144, '\x11'))
                                   .Build();
     SPECDEC_ASSERT_OK_AND_ASSIGN(auto g, GgufFile::Open(Write("all.gguf", bytes)));
     EXPECT_EQ(g->version(), version);
@@ -159,11 +160,12 @@ TEST_F(GgufTest, ReadsEveryValueTypeAndTensorType) {
 
     EXPECT_EQ(g->alignment(), 64u);
     EXPECT_EQ(g->data_offset() % 64, 0u);
-    ASSERT_EQ(g->tensor_infos().size(), 4u);
-    EXPECT_EQ(g->tensor_names(), (std::vector<std::string>{"w32", "w16", "wbf", "q"}));
+    ASSERT_EQ(g->tensor_infos().size(), 5u);
+    EXPECT_EQ(g->tensor_names(), (std::vector<std::string>{"w32", "w16", "wbf", "q4", "q"}));
     for (const GgufTensorInfo& info : g->tensor_infos()) EXPECT_EQ(info.offset % 64, 0u);
     EXPECT_EQ(g->tensor_infos()[2].n_dims, 4);
     EXPECT_EQ(g->tensor_infos()[3].ggml_type, 2);
+    EXPECT_EQ(g->tensor_infos()[4].ggml_type, 12);
     SPECDEC_ASSERT_OK_AND_ASSIGN(GgufTensor w32, g->Tensor("w32"));
     EXPECT_EQ(w32.ne, (std::vector<int64_t>{3, 2}));
     ASSERT_EQ(w32.nbytes, 24u);
@@ -176,9 +178,12 @@ TEST_F(GgufTest, ReadsEveryValueTypeAndTensorType) {
     ASSERT_EQ(wbf.nbytes, 4u);
     EXPECT_EQ(std::memcmp(wbf.data, bf16_bytes.data(), 4), 0);
     EXPECT_EQ(w16.data - w32.data, 64);  // each tensor starts on the 64-byte alignment
+    SPECDEC_ASSERT_OK_AND_ASSIGN(GgufTensor q4, g->Tensor("q4"));  // a block type: its blocks
+    EXPECT_EQ(q4.ggml_type, 2);
+    ASSERT_EQ(q4.nbytes, 18u);
+    EXPECT_EQ(std::memcmp(q4.data, std::string(18, '\x11').data(), 18), 0);
     SPECDEC_EXPECT_STATUS(g->Tensor("q"), absl::StatusCode::kUnimplemented,
-                          "tensor 'q': ggml type Q4_0 (2) is not supported; convert an F32/F16 "
-                          "GGUF");
+                          "tensor 'q': ggml type Q4_K (12) is not supported (F32, F16, BF16, Q8_0");
   }
 }
 

@@ -1,6 +1,7 @@
 // GGUF -> HF conversion: stories260K converts into a checkpoint that matches the independent
 // llama2.c checkpoint byte for byte (Q/K after the interleaved -> rotate-half permutation computed
-// here from the row formula); hand-made models cover F16, untied heads and the unsupported cases.
+// here from the row formula); hand-made models cover F16, Q8_0, untied heads and the unsupported
+// cases.
 #include "common/io/gguf_to_hf.h"
 
 #include <gtest/gtest.h>
@@ -302,6 +303,86 @@ TEST_F(GgufToHfTest, MissingOutputTiesEmbeddings) {
   EXPECT_TRUE(ck->Has("model.embed_tokens.weight"));
 }
 
+// `blocks` Q8_0 blocks: scale 0.5 (f16 0x3800), code j of block b = int8(seed + 3b + j).
+std::string Q8Blocks(int blocks, int seed) {
+  std::string out;
+  for (int b = 0; b < blocks; ++b) {
+    out += Le<uint16_t>(0x3800);
+    for (int j = 0; j < 32; ++j) out += static_cast<char>(static_cast<uint8_t>(seed + 3 * b + j));
+  }
+  return out;
+}
+
+float Q8Value(int64_t i, int seed) {  // element i of Q8Blocks(_, seed)
+  const auto code = static_cast<int8_t>(static_cast<uint8_t>(seed + 3 * (i / 32) + i % 32));
+  return static_cast<float>(code) * 0.5f;
+}
+
+// A llama GGUF whose 2-D weights are Q8_0 (hidden 32, 2 heads of 16, 1 kv head, ffn 32, 6 tokens)
+// and whose output head repeats the embedding's blocks.
+std::string TinyQ8Llama() {
+  GgufBuilder b;
+  b.String("general.architecture", "llama")
+      .U32("llama.embedding_length", 32)
+      .U32("llama.feed_forward_length", 32)
+      .U32("llama.block_count", 1)
+      .U32("llama.attention.head_count", 2)
+      .U32("llama.attention.head_count_kv", 1)
+      .String("tokenizer.ggml.model", "llama")
+      .StringArray("tokenizer.ggml.tokens", {"<unk>", "<s>", "</s>", "a", "b", "c"})
+      .F32Array("tokenizer.ggml.scores", {0, 0, 0, -1, -2, -3})
+      .I32Array("tokenizer.ggml.token_type", {2, 3, 3, 1, 1, 1})
+      .U32("tokenizer.ggml.bos_token_id", 1)
+      .U32("tokenizer.ggml.eos_token_id", 2);
+  b.Tensor("token_embd.weight", {32, 6}, 8, Q8Blocks(6, 0))
+      .Tensor("blk.0.attn_norm.weight", {32}, 0, Fill(0, 32, 1))
+      .Tensor("blk.0.attn_q.weight", {32, 32}, 8, Q8Blocks(32, 10))
+      .Tensor("blk.0.attn_k.weight", {32, 16}, 8, Q8Blocks(16, 20))
+      .Tensor("blk.0.attn_v.weight", {32, 16}, 8, Q8Blocks(16, 30))
+      .Tensor("blk.0.attn_output.weight", {32, 32}, 8, Q8Blocks(32, 40))
+      .Tensor("blk.0.ffn_norm.weight", {32}, 0, Fill(0, 32, 2))
+      .Tensor("blk.0.ffn_gate.weight", {32, 32}, 8, Q8Blocks(32, 50))
+      .Tensor("blk.0.ffn_up.weight", {32, 32}, 8, Q8Blocks(32, 60))
+      .Tensor("blk.0.ffn_down.weight", {32, 32}, 8, Q8Blocks(32, 70))
+      .Tensor("output_norm.weight", {32}, 0, Fill(0, 32, 3))
+      .Tensor("output.weight", {32, 6}, 8, Q8Blocks(6, 0));
+  return b.Build();
+}
+
+TEST_F(GgufToHfTest, Q8ModelBecomesF32WithTheDequantizedValues) {
+  const fs::path out = dir_ / "hf";
+  SPECDEC_ASSERT_OK(ConvertGgufToHf(Write("q8.gguf", TinyQ8Llama()), out.string()));
+  const nlohmann::json config = ReadJson(out / "config.json");
+  EXPECT_EQ(config["torch_dtype"], "float32");
+  EXPECT_EQ(config["tie_word_embeddings"], true);  // the head's blocks repeat the embedding's
+  SPECDEC_ASSERT_OK_AND_ASSIGN(auto ck, Checkpoint::Open(out.string()));
+  EXPECT_FALSE(ck->Has("lm_head.weight"));
+  for (auto [name, seed] : {std::pair{"model.embed_tokens.weight", 0},
+                            std::pair{"model.layers.0.self_attn.v_proj.weight", 30},
+                            std::pair{"model.layers.0.mlp.down_proj.weight", 70}}) {
+    SPECDEC_ASSERT_OK_AND_ASSIGN(TensorView t, ck->Get(name));
+    ASSERT_EQ(t.dtype, DType::kF32) << name;
+    const std::vector<float> f = Floats(t);
+    for (size_t i = 0; i < f.size(); ++i) {
+      ASSERT_EQ(f[i], Q8Value(static_cast<int64_t>(i), seed)) << name << " element " << i;
+    }
+  }
+  // q: 2 heads of 16 rows; HF row j < 8 of a head is its GGUF row 2j, row j >= 8 is 2(j - 8) + 1.
+  SPECDEC_ASSERT_OK_AND_ASSIGN(TensorView q, ck->Get("model.layers.0.self_attn.q_proj.weight"));
+  ASSERT_EQ(q.shape, (std::vector<int64_t>{32, 32}));
+  const std::vector<float> f = Floats(q);
+  for (int r = 0; r < 32; ++r) {
+    const int head = r / 16, j = r % 16;
+    const int src = head * 16 + (j < 8 ? 2 * j : 2 * (j - 8) + 1);
+    for (int c = 0; c < 32; ++c) {
+      ASSERT_EQ(f[r * 32 + c], Q8Value(src * 32 + c, 10)) << "row " << r;
+    }
+  }
+  // The F32 norms stay F32: the model's dtype is F32.
+  SPECDEC_ASSERT_OK_AND_ASSIGN(TensorView norm, ck->Get("model.norm.weight"));
+  EXPECT_EQ(norm.dtype, DType::kF32);
+}
+
 TEST_F(GgufToHfTest, UnsupportedInputsAreUnimplemented) {
   const std::string out = (dir_ / "hf").string();
   TinyOptions arch;
@@ -316,7 +397,7 @@ TEST_F(GgufToHfTest, UnsupportedInputsAreUnimplemented) {
   rope.rope_dims = 2;
   SPECDEC_EXPECT_STATUS(ConvertGgufToHf(Write("rope.gguf", TinyLlama(rope)), out),
                         absl::StatusCode::kUnimplemented, "partial rotary");
-  // A quantized weight.
+  // A weight of a quantized type other than the 32-value block types.
   const std::string q = GgufBuilder()
                             .String("general.architecture", "llama")
                             .U32("llama.embedding_length", 32)
@@ -326,10 +407,10 @@ TEST_F(GgufToHfTest, UnsupportedInputsAreUnimplemented) {
                             .String("tokenizer.ggml.model", "llama")
                             .StringArray("tokenizer.ggml.tokens", {"<unk>", "<s>", "</s>"})
                             .F32Array("tokenizer.ggml.scores", {0, 0, 0})
-                            .Tensor("token_embd.weight", {32, 3}, 2, std::string(54, '\0'))
+                            .Tensor("token_embd.weight", {256, 3}, 12, std::string(432, '\0'))
                             .Build();
   SPECDEC_EXPECT_STATUS(ConvertGgufToHf(Write("q.gguf", q), out), absl::StatusCode::kUnimplemented,
-                        "ggml type Q4_0 (2) is not supported; convert an F32/F16 GGUF");
+                        "ggml type Q4_K (12) is not supported");
   EXPECT_FALSE(fs::exists(fs::path(out) / "model.safetensors"));
   SPECDEC_EXPECT_STATUS(ConvertGgufToHf((dir_ / "none.gguf").string(), out),
                         absl::StatusCode::kNotFound, "none.gguf");
