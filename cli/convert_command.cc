@@ -19,7 +19,7 @@ void RegisterConvertCommand(CLI::App& app, int* exit_code) {
   CLI::App* cmd = app.add_subcommand(
       "convert",
       "Convert between GGUF and Hugging Face checkpoints (llama and qwen3 layouts; F32/F16/BF16, "
-      "and from GGUF Q8_0, Q6_K, Q5_0/1 and Q4_0/1 too): "
+      "and from GGUF Q8_0, Q6_K, Q5_K, Q5_0/1, Q4_K and Q4_0/1 too): "
       "a GGUF file becomes a checkpoint directory (config.json, model.safetensors, "
       "tokenizer.json); a checkpoint directory becomes a GGUF file that llama.cpp loads");
   cmd->add_option("input", args->input, "GGUF file, or Hugging Face checkpoint directory")

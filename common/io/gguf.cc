@@ -511,7 +511,8 @@ absl::StatusOr<GgufTensor> GgufFile::Tensor(const std::string& name) const {
                                                  GgmlTypeName(it->second.ggml_type), " (",
                                                  it->second.ggml_type,
                                                  ") is not supported (F32, F16, BF16, Q8_0, Q6_K, "
-                                                 "Q5_0, Q5_1, Q4_0 and Q4_1 are); convert or "
+                                                 "Q5_K, Q5_0, Q5_1, Q4_K, Q4_0 and Q4_1 are); "
+                                                 "convert or "
                                                  "requantize to one of those"));
   }
   return it->second;

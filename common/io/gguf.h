@@ -1,7 +1,7 @@
 // Reader for GGUF files (llama.cpp's format, versions 2 and 3, little-endian): all metadata value
 // types, tensor infos of every ggml type, and tensor data for F32, F16, BF16 and the block types of
-// gguf_dequantize.h (Q8_0, Q6_K, Q5_0, Q5_1, Q4_0, Q4_1). Every count, length, dimension and
-// offset read from the file is validated before use.
+// gguf_dequantize.h (Q8_0, Q6_K, Q5_K, Q5_0, Q5_1, Q4_K, Q4_0, Q4_1). Every count, length,
+// dimension and offset read from the file is validated before use.
 #ifndef SPECDEC_COMMON_IO_GGUF_H_
 #define SPECDEC_COMMON_IO_GGUF_H_
 
@@ -65,7 +65,7 @@ class GgufFile {
   // unsupported version (only 2 and 3; big-endian files are recognized and rejected), counts that
   // cannot fit in the file, strings or arrays running past the end, unknown value types, repeated
   // keys or tensor names, n_dims outside 1..4, a bad general.alignment, misaligned tensor offsets,
-  // or tensor data outside the file. Tensors of other quantized types (the other K-quants, the
+  // or tensor data outside the file. Tensors of other quantized types (Q2_K, Q3_K, Q8_K, the
   // I-quants) are listed, with their offset checked against the data section, but their data is
   // not readable.
   static absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::string& path);
@@ -96,7 +96,7 @@ class GgufFile {
   const std::vector<std::string>& tensor_names() const { return tensor_order_; }
   bool HasTensor(const std::string& name) const { return tensors_.count(name) > 0; }
   // NOT_FOUND for an unknown name; UNIMPLEMENTED for the types it cannot read, e.g.
-  // "<path>: tensor 'x': ggml type Q4_K (12) is not supported (F32, F16, ... are); ...".
+  // "<path>: tensor 'x': ggml type Q2_K (10) is not supported (F32, F16, ... are); ...".
   absl::StatusOr<GgufTensor> Tensor(const std::string& name) const;
   const std::string& path() const { return file_->path(); }
 

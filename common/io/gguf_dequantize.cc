@@ -8,59 +8,32 @@
 namespace specdec::io {
 namespace {
 
-constexpr int64_t kBlock = 32;
-constexpr int64_t kSuperBlock = 256;  // Q6_K
-constexpr int64_t kQ6KBytes = 210;
-
-// A 32-value block's bytes: the f16 scale d, for the _1 types the f16 minimum m, for the Q5 types
-// 32 high bits, then the codes: 16 bytes of two 4-bit codes (low nibble: value j, high: value j +
-// 16) or 32 signed bytes (Q8_0).
-struct BlockLayout {
-  int64_t bytes = 0;
-  bool has_min = false;  // value = code * d + m; else (code - offset) * d
-  bool high_bits = false;
-  int offset = 0;
-};
-
-BlockLayout LayoutOf(int type) {
-  switch (type) {
-    case kGgmlTypeQ4_0:
-      return {18, false, false, 8};
-    case kGgmlTypeQ4_1:
-      return {20, true, false, 0};
-    case kGgmlTypeQ5_0:
-      return {22, false, true, 16};
-    case kGgmlTypeQ5_1:
-      return {24, true, true, 0};
-    case kGgmlTypeQ8_0:
-      return {34, false, false, 0};
-    case kGgmlTypeQ6_K:
-      return {kQ6KBytes};
-    default:
-      return {};
-  }
-}
-
 uint16_t U16(const std::byte* p) {
   uint16_t v;
   std::memcpy(&v, p, sizeof v);
   return v;
 }
 
-void DequantizeBlock(int type, const BlockLayout& l, const std::byte* b, float* out) {
-  const float d = HalfToFloat(U16(b));
-  if (type == kGgmlTypeQ8_0) {
-    for (int j = 0; j < kBlock; ++j) out[j] = static_cast<float>(static_cast<int8_t>(b[2 + j])) * d;
-    return;
-  }
-  const float m = l.has_min ? HalfToFloat(U16(b + 2)) : 0.f;
+float Half(const std::byte* p) { return HalfToFloat(U16(p)); }
+
+// A 32-value block's bytes: the f16 scale d, for the _1 types the f16 minimum m, for the Q5 types
+// 32 high bits, then 16 bytes of two 4-bit codes (low nibble: value j, high: value j + 16).
+struct SmallBlock {
+  bool has_min = false;  // value = code * d + m; else (code - offset) * d
+  bool high_bits = false;
+  int offset = 0;
+};
+
+void DequantizeSmall(const SmallBlock& l, const std::byte* b, float* out) {
+  const float d = Half(b);
+  const float m = l.has_min ? Half(b + 2) : 0.f;
   const std::byte* p = b + (l.has_min ? 4 : 2);
   uint32_t high = 0;
   if (l.high_bits) {
     std::memcpy(&high, p, sizeof high);
     p += 4;
   }
-  for (int j = 0; j < kBlock / 2; ++j) {
+  for (int j = 0; j < 16; ++j) {
     const auto byte = static_cast<uint8_t>(p[j]);
     int lo = byte & 0x0f, hi = byte >> 4;
     if (l.high_bits) {
@@ -69,23 +42,74 @@ void DequantizeBlock(int type, const BlockLayout& l, const std::byte* b, float* 
     }
     if (l.has_min) {
       out[j] = static_cast<float>(lo) * d + m;
-      out[j + kBlock / 2] = static_cast<float>(hi) * d + m;
+      out[j + 16] = static_cast<float>(hi) * d + m;
     } else {
       out[j] = static_cast<float>(lo - l.offset) * d;
-      out[j + kBlock / 2] = static_cast<float>(hi - l.offset) * d;
+      out[j + 16] = static_cast<float>(hi - l.offset) * d;
     }
   }
 }
+
+void DequantizeQ4_0(const std::byte* b, float* out) { DequantizeSmall({false, false, 8}, b, out); }
+void DequantizeQ4_1(const std::byte* b, float* out) { DequantizeSmall({true, false, 0}, b, out); }
+void DequantizeQ5_0(const std::byte* b, float* out) { DequantizeSmall({false, true, 16}, b, out); }
+void DequantizeQ5_1(const std::byte* b, float* out) { DequantizeSmall({true, true, 0}, b, out); }
+
+// The f16 scale d, then 32 signed codes.
+void DequantizeQ8_0(const std::byte* b, float* out) {
+  const float d = Half(b);
+  for (int j = 0; j < 32; ++j) out[j] = static_cast<float>(static_cast<int8_t>(b[2 + j])) * d;
+}
+
+// Q4_K and Q5_K's 6-bit scale and minimum of sub-block j (of 8) from their 12 packed bytes: j < 4
+// in the low 6 bits of bytes j and j + 4; else 4 bits in byte j + 4 (low: scale, high: minimum)
+// and 2 in the top bits of bytes j - 4 (scale) and j (minimum).
+void ScaleAndMin(int j, const uint8_t* q, int* scale, int* min) {
+  if (j < 4) {
+    *scale = q[j] & 63;
+    *min = q[j + 4] & 63;
+  } else {
+    *scale = (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4);
+    *min = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+// Q4_K (high == nullptr) and Q5_K's 256 values: f16 d and dmin, 12 bytes of scales, for Q5_K 32
+// bytes of high bits, then 128 bytes of low 4 bits. Each 64 values take 32 code bytes (low nibbles
+// the first 32, high nibbles the next) and two sub-blocks: value = d * scale * code - dmin * min.
+void DequantizeKQuant(const std::byte* b, bool five_bits, float* out) {
+  const float d = Half(b), dmin = Half(b + 2);
+  const auto* scales = reinterpret_cast<const uint8_t*>(b + 4);
+  const uint8_t* high = five_bits ? scales + 12 : nullptr;
+  const uint8_t* codes = scales + 12 + (five_bits ? 32 : 0);
+  for (int part = 0; part < 4; ++part) {
+    for (int half = 0; half < 2; ++half) {
+      int scale = 0, min = 0;
+      ScaleAndMin(2 * part + half, scales, &scale, &min);
+      const float step = d * static_cast<float>(scale), offset = dmin * static_cast<float>(min);
+      const int bit = 2 * part + half;  // the high bit's position in Q5_K's high bytes
+      for (int l = 0; l < 32; ++l) {
+        int code = half == 0 ? codes[l] & 0x0f : codes[l] >> 4;
+        if (high != nullptr && (high[l] >> bit) & 1) code += 16;
+        out[64 * part + 32 * half + l] = step * static_cast<float>(code) - offset;
+      }
+    }
+    codes += 32;
+  }
+}
+
+void DequantizeQ4_K(const std::byte* b, float* out) { DequantizeKQuant(b, false, out); }
+void DequantizeQ5_K(const std::byte* b, float* out) { DequantizeKQuant(b, true, out); }
 
 // Q6_K's 256 values: 128 bytes of low 4 bits, 64 of high 2 bits, 16 signed 8-bit scales (one per
 // 16 values), the f16 scale d. Each half of 128 values takes 64 low bytes, 32 high bytes and 8
 // scales: value l + 32 i (i = 0..3, l = 0..31) has the low or high nibble of low byte l or l + 32
 // and bits 2i..2i+1 of high byte l, minus 32, times d times scale l / 16 + 2i.
-void DequantizeQ6K(const std::byte* b, float* out) {
+void DequantizeQ6_K(const std::byte* b, float* out) {
   const auto* low = reinterpret_cast<const uint8_t*>(b);
-  const auto* high = low + kSuperBlock / 2;
-  const auto* scales = reinterpret_cast<const int8_t*>(high + kSuperBlock / 4);
-  const float d = HalfToFloat(U16(b + kQ6KBytes - 2));
+  const auto* high = low + 128;
+  const auto* scales = reinterpret_cast<const int8_t*>(high + 64);
+  const float d = Half(b + 208);
   for (int half = 0; half < 2; ++half) {
     for (int l = 0; l < 32; ++l) {
       for (int i = 0; i < 4; ++i) {
@@ -103,29 +127,53 @@ void DequantizeQ6K(const std::byte* b, float* out) {
   }
 }
 
+struct BlockType {
+  int64_t values = 0;
+  int64_t bytes = 0;
+  void (*dequantize)(const std::byte* block, float* out) = nullptr;
+};
+
+BlockType BlockTypeOf(int type) {
+  switch (type) {
+    case kGgmlTypeQ4_0:
+      return {32, 18, DequantizeQ4_0};
+    case kGgmlTypeQ4_1:
+      return {32, 20, DequantizeQ4_1};
+    case kGgmlTypeQ5_0:
+      return {32, 22, DequantizeQ5_0};
+    case kGgmlTypeQ5_1:
+      return {32, 24, DequantizeQ5_1};
+    case kGgmlTypeQ8_0:
+      return {32, 34, DequantizeQ8_0};
+    case kGgmlTypeQ4_K:
+      return {256, 144, DequantizeQ4_K};
+    case kGgmlTypeQ5_K:
+      return {256, 176, DequantizeQ5_K};
+    case kGgmlTypeQ6_K:
+      return {256, 210, DequantizeQ6_K};
+    default:
+      return {};
+  }
+}
+
 }  // namespace
 
-bool IsDequantizable(int ggml_type) { return LayoutOf(ggml_type).bytes > 0; }
+bool IsDequantizable(int ggml_type) { return BlockTypeOf(ggml_type).bytes > 0; }
 
 absl::Status Dequantize(int ggml_type, std::span<const std::byte> blocks, std::span<float> out) {
-  const BlockLayout l = LayoutOf(ggml_type);
-  if (l.bytes == 0) {
+  const BlockType t = BlockTypeOf(ggml_type);
+  if (t.bytes == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("ggml type ", ggml_type, " is not a block type"));
   }
   const int64_t n = static_cast<int64_t>(out.size());
-  const int64_t per_block = ggml_type == kGgmlTypeQ6_K ? kSuperBlock : kBlock;
-  if (n % per_block != 0 || static_cast<int64_t>(blocks.size()) != n / per_block * l.bytes) {
+  if (n % t.values != 0 || static_cast<int64_t>(blocks.size()) != n / t.values * t.bytes) {
     return absl::InvalidArgumentError(absl::StrCat(n, " values in ", blocks.size(),
-                                                   " bytes: not whole blocks of ", per_block,
-                                                   " values of ", l.bytes, " bytes"));
+                                                   " bytes: not whole blocks of ", t.values,
+                                                   " values of ", t.bytes, " bytes"));
   }
-  for (int64_t i = 0; i < n / per_block; ++i) {
-    if (ggml_type == kGgmlTypeQ6_K) {
-      DequantizeQ6K(blocks.data() + i * l.bytes, out.data() + i * per_block);
-    } else {
-      DequantizeBlock(ggml_type, l, blocks.data() + i * l.bytes, out.data() + i * per_block);
-    }
+  for (int64_t i = 0; i < n / t.values; ++i) {
+    t.dequantize(blocks.data() + i * t.bytes, out.data() + i * t.values);
   }
   return absl::OkStatus();
 }

@@ -10,8 +10,8 @@
 namespace specdec::io {
 
 // Converts a llama- or qwen3-architecture GGUF file with F32/F16/BF16 weights, or weights of the
-// block types of gguf_dequantize.h (Q8_0, Q6_K, Q5_0, Q5_1, Q4_0, Q4_1), into a Hugging Face
-// checkpoint directory: writes model.safetensors, config.json, tokenizer.json,
+// block types of gguf_dequantize.h (Q8_0, Q6_K, Q5_K, Q5_0, Q5_1, Q4_K, Q4_0, Q4_1), into a Hugging
+// Face checkpoint directory: writes model.safetensors, config.json, tokenizer.json,
 // tokenizer_config.json and generation_config.json into `out_dir` (created if missing; existing
 // files are replaced).
 //  - Tensors keep their dtype, except 1-D F32 tensors (norms), which take the embedding's F16 or
@@ -28,7 +28,7 @@ namespace specdec::io {
 //    equal for every file llama.cpp writes unpadded); torch_dtype follows the embedding's type.
 // NOT_FOUND if the file or a required key/tensor is missing; INVALID_ARGUMENT for a malformed file
 // or inconsistent hyperparameters; UNIMPLEMENTED for other architectures, tokenizer models other
-// than "llama" (SentencePiece), other quantized types (other K-quants, I-quants), partial rotary
+// than "llama" (SentencePiece), other quantized types (Q2_K, Q3_K, I-quants), partial rotary
 // dimensions, or tensors without an HF llama equivalent.
 absl::Status ConvertGgufToHf(const std::string& gguf_path, const std::string& out_dir);
 

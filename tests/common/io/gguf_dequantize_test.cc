@@ -34,7 +34,8 @@ struct BlockType {
 };
 constexpr BlockType kTypes[] = {{"Q4_0", kGgmlTypeQ4_0}, {"Q4_1", kGgmlTypeQ4_1},
                                 {"Q5_0", kGgmlTypeQ5_0}, {"Q5_1", kGgmlTypeQ5_1},
-                                {"Q8_0", kGgmlTypeQ8_0}, {"Q6_K", kGgmlTypeQ6_K}};
+                                {"Q8_0", kGgmlTypeQ8_0}, {"Q4_K", kGgmlTypeQ4_K},
+                                {"Q5_K", kGgmlTypeQ5_K}, {"Q6_K", kGgmlTypeQ6_K}};
 
 std::vector<float> FloatsOf(const TensorView& v) {
   std::vector<float> out(v.nbytes / sizeof(float));
@@ -103,9 +104,9 @@ TEST(GgufDequantizeTest, RefusesOtherTypesAndPartialBlocks) {
   std::vector<float> out(32);
   EXPECT_TRUE(IsDequantizable(kGgmlTypeQ8_0));
   EXPECT_TRUE(IsDequantizable(kGgmlTypeQ6_K));
-  EXPECT_FALSE(IsDequantizable(12));  // Q4_K
+  EXPECT_FALSE(IsDequantizable(10));  // Q2_K
   EXPECT_FALSE(IsDequantizable(0));   // F32 needs no dequantization
-  SPECDEC_EXPECT_STATUS(Dequantize(12, blocks, out), absl::StatusCode::kInvalidArgument,
+  SPECDEC_EXPECT_STATUS(Dequantize(10, blocks, out), absl::StatusCode::kInvalidArgument,
                         "not a block type");
   std::vector<float> partial(31);
   SPECDEC_EXPECT_STATUS(Dequantize(kGgmlTypeQ8_0, blocks, partial),

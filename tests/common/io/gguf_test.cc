@@ -120,7 +120,7 @@ TEST_F(GgufTest, ReadsEveryValueTypeAndTensorType) {
                                   .Tensor("w16", {4}, 1, f16_bytes)
                                   .Tensor("wbf", {1, 1, 1, 2}, 30, bf16_bytes)
                                   .Tensor("q4", {32}, 2, std::string(18, '\x11'))
-                                  .Tensor("q", {256}, 12, std::string(144, '\x11'))
+                                  .Tensor("q", {256}, 10, std::string(84, '\x11'))
                                   .Build();
     SPECDEC_ASSERT_OK_AND_ASSIGN(auto g, GgufFile::Open(Write("all.gguf", bytes)));
     EXPECT_EQ(g->version(), version);
@@ -165,7 +165,7 @@ TEST_F(GgufTest, ReadsEveryValueTypeAndTensorType) {
     for (const GgufTensorInfo& info : g->tensor_infos()) EXPECT_EQ(info.offset % 64, 0u);
     EXPECT_EQ(g->tensor_infos()[2].n_dims, 4);
     EXPECT_EQ(g->tensor_infos()[3].ggml_type, 2);
-    EXPECT_EQ(g->tensor_infos()[4].ggml_type, 12);
+    EXPECT_EQ(g->tensor_infos()[4].ggml_type, 10);
     SPECDEC_ASSERT_OK_AND_ASSIGN(GgufTensor w32, g->Tensor("w32"));
     EXPECT_EQ(w32.ne, (std::vector<int64_t>{3, 2}));
     ASSERT_EQ(w32.nbytes, 24u);
@@ -183,7 +183,7 @@ TEST_F(GgufTest, ReadsEveryValueTypeAndTensorType) {
     ASSERT_EQ(q4.nbytes, 18u);
     EXPECT_EQ(std::memcmp(q4.data, std::string(18, '\x11').data(), 18), 0);
     SPECDEC_EXPECT_STATUS(g->Tensor("q"), absl::StatusCode::kUnimplemented,
-                          "tensor 'q': ggml type Q4_K (12) is not supported (F32, F16, BF16, Q8_0");
+                          "tensor 'q': ggml type Q2_K (10) is not supported (F32, F16, BF16, Q8_0");
   }
 }
 

@@ -397,7 +397,7 @@ TEST_F(GgufToHfTest, UnsupportedInputsAreUnimplemented) {
   rope.rope_dims = 2;
   SPECDEC_EXPECT_STATUS(ConvertGgufToHf(Write("rope.gguf", TinyLlama(rope)), out),
                         absl::StatusCode::kUnimplemented, "partial rotary");
-  // A weight of a quantized type other than the 32-value block types.
+  // A weight of a quantized type the reader does not dequantize.
   const std::string q = GgufBuilder()
                             .String("general.architecture", "llama")
                             .U32("llama.embedding_length", 32)
@@ -407,10 +407,10 @@ TEST_F(GgufToHfTest, UnsupportedInputsAreUnimplemented) {
                             .String("tokenizer.ggml.model", "llama")
                             .StringArray("tokenizer.ggml.tokens", {"<unk>", "<s>", "</s>"})
                             .F32Array("tokenizer.ggml.scores", {0, 0, 0})
-                            .Tensor("token_embd.weight", {256, 3}, 12, std::string(432, '\0'))
+                            .Tensor("token_embd.weight", {256, 3}, 10, std::string(252, '\0'))
                             .Build();
   SPECDEC_EXPECT_STATUS(ConvertGgufToHf(Write("q.gguf", q), out), absl::StatusCode::kUnimplemented,
-                        "ggml type Q4_K (12) is not supported");
+                        "ggml type Q2_K (10) is not supported");
   EXPECT_FALSE(fs::exists(fs::path(out) / "model.safetensors"));
   SPECDEC_EXPECT_STATUS(ConvertGgufToHf((dir_ / "none.gguf").string(), out),
                         absl::StatusCode::kNotFound, "none.gguf");

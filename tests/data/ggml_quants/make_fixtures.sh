@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes the fixture read by tests/common/io/gguf_dequantize_test.cc: ggml's own quantization of a
-# few float32 rows to each block type specdec reads (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q6_K), and ggml's own
+# few float32 rows to each block type specdec reads (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K), and ggml's own
 # dequantization of those blocks, in tests/data/ggml_quants/quants.safetensors:
 #   source            F32 [4, 256]   the rows (a zero block, one whose largest value is negative)
 #   <TYPE>.blocks     U8  [bytes]   ggml_quantize_chunk's blocks
@@ -27,14 +27,14 @@ for r in range(4):
     rows += row
 open(sys.argv[1], "wb").write(struct.pack("<%df" % len(rows), *rows))
 PY
-for t in 2:Q4_0 3:Q4_1 6:Q5_0 7:Q5_1 8:Q8_0 14:Q6_K; do
+for t in 2:Q4_0 3:Q4_1 6:Q5_0 7:Q5_1 8:Q8_0 12:Q4_K 13:Q5_K 14:Q6_K; do
   "$probe" quantize "${t%%:*}" 256 "$WORK/quants-source.f32" "$WORK/quants-${t##*:}" >/dev/null
 done
 "$PYTHON" - "$WORK" tests/data/ggml_quants/quants.safetensors <<'PY'
 import json, struct, sys
 work, out = sys.argv[1], sys.argv[2]
 parts = [("source", "F32", [4, 256], open(work + "/quants-source.f32", "rb").read())]
-for name in ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q6_K"]:
+for name in ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"]:
     blocks = open(f"{work}/quants-{name}.q", "rb").read()
     parts.append((name + ".blocks", "U8", [len(blocks)], blocks))
     parts.append((name + ".values", "F32", [4, 256], open(f"{work}/quants-{name}.f32", "rb").read()))
