@@ -1,6 +1,9 @@
-// GGUF files of arbitrary bytes: Open validates or refuses; an accepted file answers its getters
-// and its readable tensors' bytes are in the file.
+// GGUF files of arbitrary bytes: Open validates or refuses; an accepted file answers its getters,
+// its readable tensors' bytes are in the file, and its quantized tensors dequantize within them.
+#include <vector>
+
 #include "common/io/gguf.h"
+#include "common/io/gguf_dequantize.h"
 #include "tests/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -16,7 +19,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   volatile uint8_t sink = 0;
   for (const std::string& name : (*file)->tensor_names()) {
     auto t = (*file)->Tensor(name);
-    if (t.ok() && t->nbytes > 0) sink ^= static_cast<uint8_t>(t->data[t->nbytes - 1]);
+    if (!t.ok() || t->nbytes == 0) continue;
+    sink ^= static_cast<uint8_t>(t->data[t->nbytes - 1]);
+    if (!specdec::io::IsDequantizable(t->ggml_type)) continue;
+    int64_t values = 1;
+    for (int64_t ne : t->ne) values *= ne;
+    if (values > (1 << 20)) continue;  // the blocks are in the file: at most 64 KiB of them
+    std::vector<float> out(static_cast<size_t>(values));
+    // The reader's block sizes and the dequantizer's agree: every tensor it hands out decodes.
+    if (!specdec::io::Dequantize(t->ggml_type, {t->data, t->nbytes}, out).ok()) __builtin_trap();
+    sink ^= static_cast<uint8_t>(out.back() > 0);
   }
   return 0;
 }
