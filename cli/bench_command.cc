@@ -54,7 +54,7 @@ struct Agg {
   int prompts = 0;
   int64_t tokens = 0, steps = 0, committed = 0, drafted = 0, accepted = 0;
   double total_ms = 0, ar_ms = 0;  // method time and AR time on the same prompts
-  double prefill_ms = 0, draft_ms = 0, verify_ms = 0;  // the method's time by phase
+  double prefill_ms = 0, policy_ms = 0, draft_ms = 0, verify_ms = 0;  // the method's time by phase
   int matches_ar = 0;              // greedy outputs identical to AR
   std::vector<int64_t> acc_pos, draft_pos;
   std::map<int, int> block_sizes;
@@ -230,6 +230,7 @@ void AddResult(const engine::DecodeResult& r, const engine::DecodeResult& ar, Ag
   g.total_ms += r.stats.total_ms;
   g.ar_ms += ar.stats.total_ms;
   g.prefill_ms += r.stats.prefill_ms;
+  g.policy_ms += r.stats.policy_ms;
   g.draft_ms += r.stats.draft_ms;
   g.verify_ms += r.stats.verify_ms;
   g.matches_ar += r.tokens == ar.tokens;
@@ -323,6 +324,7 @@ nlohmann::json ReportAgg(const std::pair<std::string, std::string>& key, const A
           {"method_ms", g.total_ms},
           {"ar_ms", g.ar_ms},
           {"prefill_ms", g.prefill_ms},
+          {"policy_ms_per_request", g.prompts > 0 ? g.policy_ms / g.prompts : 0},
           {"draft_ms_per_step", g.steps > 0 ? g.draft_ms / g.steps : 0},
           {"verify_ms_per_step", g.steps > 0 ? g.verify_ms / g.steps : 0}};
 }

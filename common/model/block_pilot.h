@@ -74,7 +74,7 @@ class BlockPilot {
 
   // `logits`: the raw last-position logits of the target (vocab_size floats).
   absl::StatusOr<BlockPilotPrediction> Predict(std::span<const float> logits) const;
-  // Batched form: one prediction per row, computed in one forward pass.
+  // Batched form: one prediction per row.
   absl::StatusOr<std::vector<BlockPilotPrediction>> PredictBatch(
       std::span<const std::span<const float>> rows) const;
   // Batched form over rows of a float32 [n, vocab] tensor; returns the MLP's [n, C] outputs.
@@ -92,6 +92,8 @@ class BlockPilot {
   BlockPilot(BlockPilotConfig config, std::map<std::string, at::Tensor> w);
   // The acceptance head's prediction from one row of the curve.
   BlockPilotPrediction FromCurve(std::span<const float> curve) const;
+  std::vector<float> FeatureRow(std::span<const float> logits) const;
+  BlockPilotPrediction PredictRow(std::span<const float> logits) const;
   BlockPilotConfig config_;
   std::map<std::string, at::Tensor> w_;
 };

@@ -140,6 +140,42 @@ TEST(BlockPilot, AcceptanceHeadPredictsANonIncreasingCurveAndTheLargestPayingBlo
   EXPECT_GE(picks.size(), 2u);  // the pick follows the input
 }
 
+// Predict computes a row without ATen's operators; Scores is the same network in ATen (the
+// trainer's). With the top-k input (the pack's policy reads its 16 largest log-probabilities),
+// both heads agree with it.
+TEST(BlockPilot, PredictAgreesWithTheTrainersScoresOnTopKInput) {
+  for (const BlockPilotHead head : {BlockPilotHead::kAcceptance, BlockPilotHead::kCandidates}) {
+    BlockPilotConfig c = head == BlockPilotHead::kAcceptance ? AcceptanceConfig() : SmallConfig();
+    c.input_top_k = 8;
+    auto w = RandomWeights(c, 7);
+    auto policy = BlockPilot::FromTensors(c, w);
+    ASSERT_TRUE(policy.ok()) << policy.status();
+    for (int i = 0; i < 40; ++i) {
+      at::Tensor x = at::randn({1, 40}) * 4;
+      if (i == 0) x.fill_(0.5f);  // every logit tied
+      auto pred = (*policy)->Predict(std::span<const float>(x.data_ptr<float>(), 40));
+      ASSERT_TRUE(pred.ok()) << pred.status();
+      auto scores = (*policy)->Scores(x);
+      ASSERT_TRUE(scores.ok()) << scores.status();
+      if (head == BlockPilotHead::kAcceptance) {
+        at::Tensor curve = BlockPilot::AcceptanceCurve(*scores).contiguous();
+        ASSERT_EQ(pred->acceptance.size(), static_cast<size_t>(curve.size(1)));
+        for (size_t k = 0; k < pred->acceptance.size(); ++k) {
+          EXPECT_NEAR(pred->acceptance[k], curve[0][static_cast<int64_t>(k)].item<float>(), 1e-5)
+              << k;
+        }
+      } else {
+        ASSERT_EQ(pred->scores.size(), static_cast<size_t>(scores->size(1)));
+        for (size_t k = 0; k < pred->scores.size(); ++k) {
+          EXPECT_NEAR(pred->scores[k], (*scores)[0][static_cast<int64_t>(k)].item<float>(), 1e-4)
+              << k;
+        }
+        EXPECT_EQ(pred->block_size, c.block_sizes[scores->argmax(1).item<int64_t>()]);
+      }
+    }
+  }
+}
+
 TEST(BlockPilot, ConfigsWithoutAHeadAreCandidatesAndBadHeadsAreRefused) {
   auto old = ParseBlockPilotConfig(
       R"({"vocab_size":4,"hidden_size":2,"training_block_size":8,"block_sizes":[7,8,9]})", "old");
