@@ -30,15 +30,26 @@ void RegisterConvertCommand(CLI::App& app, int* exit_code) {
                   "directory input")
       ->required();
   cmd->add_option("--outtype", args->outtype,
-                  "to GGUF: auto keeps each tensor's dtype (norms F32); f32 writes every tensor "
-                  "as F32")
-      ->check(CLI::IsMember({"auto", "f32"}));
+                  "auto keeps each tensor's dtype (to GGUF: norms F32; from GGUF: quantized "
+                  "tensors F32); to GGUF, f32 writes every tensor as F32; from GGUF, bf16 writes "
+                  "every tensor as BF16 (rounded to nearest even, half the bytes of F32)")
+      ->check(CLI::IsMember({"auto", "f32", "bf16"}));
   cmd->callback([args, exit_code] {
     const bool to_gguf = std::filesystem::is_directory(args->input);
-    io::GgufExportOptions options;
-    options.f32 = args->outtype == "f32";
-    absl::Status status = to_gguf ? io::ConvertHfToGguf(args->input, args->output, options)
-                                  : io::ConvertGgufToHf(args->input, args->output);
+    absl::Status status;
+    if (args->outtype != "auto" && (args->outtype == "bf16") == to_gguf) {
+      status = absl::InvalidArgumentError(
+          to_gguf ? "--outtype bf16 is for GGUF inputs; to GGUF, use auto or f32"
+                  : "--outtype f32 is for checkpoint directories; from GGUF, use auto or bf16");
+    } else if (to_gguf) {
+      io::GgufExportOptions options;
+      options.f32 = args->outtype == "f32";
+      status = io::ConvertHfToGguf(args->input, args->output, options);
+    } else {
+      io::GgufImportOptions options;
+      options.bf16 = args->outtype == "bf16";
+      status = io::ConvertGgufToHf(args->input, args->output, options);
+    }
     if (!status.ok()) {
       std::cerr << "specdec convert: " << status << "\n";
       *exit_code = 1;

@@ -128,6 +128,7 @@ struct GgufVocab {
 // The tensors to write under their HF names. The embedding fixes the vocabulary size and the
 // model dtype.
 struct HfTensors {
+  bool bf16 = false;  // every tensor written as BF16 (GgufImportOptions::bf16)
   GgufTensor embed;
   std::vector<std::vector<std::byte>> owned;  // permuted Q/K data, alive until written
   std::vector<TensorToWrite> out;
@@ -259,19 +260,48 @@ std::optional<std::vector<std::byte>> NarrowExactly(const GgufTensor& t, int ggm
   return out;
 }
 
-// `t` as float32 values in a buffer added to `owned` where it is of a block type (exact:
-// gguf_dequantize.h), else `t` itself.
-absl::StatusOr<GgufTensor> DequantizedIfBlocks(GgufTensor t,
+// `values` rounded to BF16 (nearest even).
+std::vector<std::byte> RoundedToBf16(std::span<const float> values) {
+  std::vector<std::byte> out(values.size() * 2);
+  for (size_t i = 0; i < values.size(); ++i) {
+    const uint16_t b = RoundBf16(values[i]);
+    std::memcpy(out.data() + i * 2, &b, 2);
+  }
+  return out;
+}
+
+// An F32 or F16 tensor's data (of `dt`) rounded to BF16.
+std::vector<std::byte> DataAsBf16(std::span<const std::byte> data, DType dt) {
+  const size_t n = data.size() / DTypeSize(dt);
+  std::vector<float> values(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (dt == DType::kF32) {
+      std::memcpy(&values[i], data.data() + i * 4, 4);
+    } else {
+      uint16_t h;
+      std::memcpy(&h, data.data() + i * 2, 2);
+      values[i] = HalfToFloat(h);
+    }
+  }
+  return RoundedToBf16(values);
+}
+
+// `t` as float32 values (exact: gguf_dequantize.h), or with `bf16` those values rounded to BF16,
+// in a buffer added to `owned`, where it is of a block type; else `t` itself.
+absl::StatusOr<GgufTensor> DequantizedIfBlocks(GgufTensor t, bool bf16,
                                                std::vector<std::vector<std::byte>>& owned) {
   if (!IsDequantizable(t.ggml_type)) return t;
   int64_t n = 1;
   for (int64_t e : t.ne) n *= e;
-  std::vector<std::byte> values(static_cast<size_t>(n) * sizeof(float));
-  RETURN_IF_ERROR(Dequantize(
-      t.ggml_type, std::span<const std::byte>(t.data, t.nbytes),
-      std::span<float>(reinterpret_cast<float*>(values.data()), static_cast<size_t>(n))));
-  owned.push_back(std::move(values));
-  t.ggml_type = kGgmlTypeF32;
+  std::vector<float> values(static_cast<size_t>(n));
+  RETURN_IF_ERROR(Dequantize(t.ggml_type, std::span<const std::byte>(t.data, t.nbytes), values));
+  if (bf16) {
+    owned.push_back(RoundedToBf16(values));
+  } else {
+    owned.emplace_back(reinterpret_cast<const std::byte*>(values.data()),
+                       reinterpret_cast<const std::byte*>(values.data() + values.size()));
+  }
+  t.ggml_type = bf16 ? kGgmlTypeBF16 : kGgmlTypeF32;
   t.data = owned.back().data();
   t.nbytes = owned.back().size();
   return t;
@@ -285,7 +315,7 @@ absl::Status CollectHfTensors(const GgufFile& g, const std::string& gguf_path, c
                               int64_t n_tokens, HfTensors& w) {
   const int64_t hidden = hp.hidden, layers = hp.layers, head_dim = hp.head_dim;
   ASSIGN_OR_RETURN(w.embed, g.Tensor("token_embd.weight"));
-  ASSIGN_OR_RETURN(w.embed, DequantizedIfBlocks(w.embed, w.owned));
+  ASSIGN_OR_RETURN(w.embed, DequantizedIfBlocks(w.embed, w.bf16, w.owned));
   const GgufTensor& embed = w.embed;
   if (embed.ne.size() != 2 || embed.ne[0] != hidden || embed.ne[1] < n_tokens) {
     return absl::InvalidArgumentError(absl::StrCat(gguf_path, ": token_embd.weight must be ne=[",
@@ -311,7 +341,7 @@ absl::Status CollectHfTensors(const GgufFile& g, const std::string& gguf_path, c
     GgufTensor t = embed;
     if (name != "token_embd.weight") {
       ASSIGN_OR_RETURN(t, g.Tensor(name));
-      ASSIGN_OR_RETURN(t, DequantizedIfBlocks(std::move(t), w.owned));
+      ASSIGN_OR_RETURN(t, DequantizedIfBlocks(std::move(t), w.bf16, w.owned));
     }
     DType dt = t.ggml_type == kGgmlTypeF32   ? DType::kF32
                : t.ggml_type == kGgmlTypeF16 ? DType::kF16
@@ -346,6 +376,11 @@ absl::Status CollectHfTensors(const GgufFile& g, const std::string& gguf_path, c
         continue;  // a tied head stored twice
       }
       w.tied = false;
+    }
+    if (w.bf16 && dt != DType::kBF16) {
+      w.owned.push_back(DataAsBf16(data, dt));
+      data = std::span<const std::byte>(w.owned.back());
+      dt = DType::kBF16;
     }
     w.out.push_back({hf, dt, std::move(shape), data});
   }
@@ -465,7 +500,7 @@ Json ConfigJson(const Hparams& hp, const HfTokenizer& tok, const HfTensors& w) {
           {"hidden_act", "silu"},
           {"attention_bias", false},
           {"mlp_bias", false},
-          {"torch_dtype", TorchDtype(w.embed.ggml_type)}};
+          {"torch_dtype", TorchDtype(w.bf16 ? kGgmlTypeBF16 : w.embed.ggml_type)}};
 }
 
 // Writes the HF model directory: weights, config, tokenizer and generation config.
@@ -489,7 +524,8 @@ absl::Status WriteHfDirectory(const std::string& out_dir, const std::vector<Tens
 
 }  // namespace
 
-absl::Status ConvertGgufToHf(const std::string& gguf_path, const std::string& out_dir) {
+absl::Status ConvertGgufToHf(const std::string& gguf_path, const std::string& out_dir,
+                             const GgufImportOptions& options) {
   ASSIGN_OR_RETURN(auto g, GgufFile::Open(gguf_path));
   ASSIGN_OR_RETURN(const Hparams hp, ReadHparams(*g, gguf_path));
   // The tokenizer first: the embedding must have a row per token.
@@ -502,6 +538,7 @@ absl::Status ConvertGgufToHf(const std::string& gguf_path, const std::string& ou
   }
   // Weights. The embedding fixes the vocabulary size and the model dtype.
   HfTensors weights;
+  weights.bf16 = options.bf16;
   RETURN_IF_ERROR(CollectHfTensors(*g, gguf_path, hp, tok.n_tokens, weights));
   const Json config = ConfigJson(hp, tok, weights);
   Json gen_config = Json::object();

@@ -30,7 +30,15 @@ namespace specdec::io {
 // or inconsistent hyperparameters; UNIMPLEMENTED for other architectures, tokenizer models other
 // than "llama" (SentencePiece), other quantized types (Q2_K, Q3_K, I-quants), partial rotary
 // dimensions, or tensors without an HF llama equivalent.
-absl::Status ConvertGgufToHf(const std::string& gguf_path, const std::string& out_dir);
+//  - With options.bf16, every tensor is written as BF16 instead (torch_dtype bfloat16): the F32,
+//    F16 or dequantized values rounded to nearest even, the values a bf16 load of the default
+//    output computes with, in half the bytes of F32 (a Q4_K_M file of a 7B model becomes about
+//    14 GB instead of 28). Only the BF16 tensors are held until written.
+struct GgufImportOptions {
+  bool bf16 = false;
+};
+absl::Status ConvertGgufToHf(const std::string& gguf_path, const std::string& out_dir,
+                             const GgufImportOptions& options = {});
 
 }  // namespace specdec::io
 

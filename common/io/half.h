@@ -42,6 +42,16 @@ inline std::optional<uint16_t> ExactBf16(float f) {
   return static_cast<uint16_t>(bits >> 16);
 }
 
+// `f` rounded to the nearest BF16 (ties to even), as torch's float-to-bfloat16 conversion rounds;
+// a NaN stays a (quiet) NaN.
+inline uint16_t RoundBf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
 // The F16 pattern of `f` when `f` is exactly representable (normal, subnormal, zero, infinity),
 // else nullopt.
 inline std::optional<uint16_t> ExactHalf(float f) {

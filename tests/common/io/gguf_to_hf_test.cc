@@ -383,6 +383,60 @@ TEST_F(GgufToHfTest, Q8ModelBecomesF32WithTheDequantizedValues) {
   EXPECT_EQ(norm.dtype, DType::kF32);
 }
 
+// --outtype bf16: every tensor BF16, each value rounded to nearest even from the F32, F16 or
+// dequantized one (the F16 patterns seed + i need 10 significant bits: they round); Q and K are
+// permuted as ever, and a head whose blocks repeat the embedding's is still tied.
+TEST_F(GgufToHfTest, Bf16OutputRoundsEveryTensor) {
+  GgufImportOptions bf16;
+  bf16.bf16 = true;
+  for (const uint32_t type : {0u, 1u}) {  // F32, F16 weights
+    TinyOptions o;
+    o.weight_type = type;
+    const fs::path out = dir_ / ("hf" + std::to_string(type));
+    SPECDEC_ASSERT_OK(ConvertGgufToHf(Write("tiny.gguf", TinyLlama(o)), out.string(), bf16));
+    EXPECT_EQ(ReadJson(out / "config.json")["torch_dtype"], "bfloat16");
+    SPECDEC_ASSERT_OK_AND_ASSIGN(auto ck, Checkpoint::Open(out.string()));
+    auto source = [type](int pattern) {
+      return type == 0 ? static_cast<float>(pattern) : HalfToFloat(static_cast<uint16_t>(pattern));
+    };
+    int rounded = 0;
+    for (auto [name, seed] :
+         {std::pair{"model.embed_tokens.weight", 0}, std::pair{"lm_head.weight", 800},
+          std::pair{"model.layers.0.mlp.down_proj.weight", 700}}) {
+      SPECDEC_ASSERT_OK_AND_ASSIGN(TensorView t, ck->Get(name));
+      ASSERT_EQ(t.dtype, DType::kBF16) << name;
+      const std::vector<uint16_t> h = Halves(t);
+      for (size_t i = 0; i < h.size(); ++i) {
+        const float want = source(seed + static_cast<int>(i));
+        ASSERT_EQ(h[i], RoundBf16(want)) << name << " element " << i;
+        rounded += Bf16ToFloat(h[i]) != want;
+      }
+    }
+    EXPECT_GT(rounded, 0);  // the check saw values that do round
+    SPECDEC_ASSERT_OK_AND_ASSIGN(TensorView k, ck->Get("model.layers.0.self_attn.k_proj.weight"));
+    ASSERT_EQ(k.dtype, DType::kBF16);
+    const int kSrc[] = {0, 2, 1, 3};
+    for (int r = 0; r < 4; ++r) {
+      for (int c = 0; c < 8; ++c) {
+        ASSERT_EQ(Halves(k)[r * 8 + c], RoundBf16(source(200 + kSrc[r] * 8 + c))) << "row " << r;
+      }
+    }
+    SPECDEC_ASSERT_OK_AND_ASSIGN(TensorView norm, ck->Get("model.norm.weight"));
+    EXPECT_EQ(norm.dtype, DType::kBF16);
+    EXPECT_EQ(Bf16ToFloat(Halves(norm)[4]), 7.0f);
+  }
+  const fs::path q8 = dir_ / "q8";
+  SPECDEC_ASSERT_OK(ConvertGgufToHf(Write("q8.gguf", TinyQ8Llama()), q8.string(), bf16));
+  EXPECT_EQ(ReadJson(q8 / "config.json")["tie_word_embeddings"], true);
+  SPECDEC_ASSERT_OK_AND_ASSIGN(auto ck, Checkpoint::Open(q8.string()));
+  SPECDEC_ASSERT_OK_AND_ASSIGN(TensorView v, ck->Get("model.layers.0.self_attn.v_proj.weight"));
+  ASSERT_EQ(v.dtype, DType::kBF16);
+  const std::vector<uint16_t> h = Halves(v);
+  for (size_t i = 0; i < h.size(); ++i) {
+    ASSERT_EQ(h[i], RoundBf16(Q8Value(static_cast<int64_t>(i), 30))) << "element " << i;
+  }
+}
+
 TEST_F(GgufToHfTest, UnsupportedInputsAreUnimplemented) {
   const std::string out = (dir_ / "hf").string();
   TinyOptions arch;

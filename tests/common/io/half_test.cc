@@ -31,6 +31,23 @@ TEST(HalfTest, EveryBf16PatternRoundTrips) {
   }
 }
 
+// Rounding to BF16: exact values keep their pattern, a value between two BF16 neighbours goes to
+// the nearer one, a tie to the even one, overflow to infinity, NaN stays NaN.
+TEST(HalfTest, RoundBf16RoundsToNearestEven) {
+  for (uint32_t b = 0; b < 0x10000; ++b) {
+    if ((b & 0x7f80) == 0x7f80 && (b & 0x7f) != 0) continue;  // NaN
+    ASSERT_EQ(RoundBf16(Bf16ToFloat(static_cast<uint16_t>(b))), b) << std::hex << b;
+  }
+  const float one = 1.0f, next = Bf16ToFloat(0x3f81);  // 1 and the BF16 after it
+  EXPECT_EQ(RoundBf16(one + (next - one) * 0.25f), 0x3f80);
+  EXPECT_EQ(RoundBf16(one + (next - one) * 0.75f), 0x3f81);
+  EXPECT_EQ(RoundBf16(one + (next - one) * 0.5f), 0x3f80);                   // tie: even
+  EXPECT_EQ(RoundBf16(next + (Bf16ToFloat(0x3f82) - next) * 0.5f), 0x3f82);  // tie: even
+  EXPECT_EQ(RoundBf16(-(one + (next - one) * 0.75f)), 0xbf81);
+  EXPECT_EQ(RoundBf16(3.4e38f), 0x7f80);  // past the largest BF16: infinity
+  EXPECT_TRUE(std::isnan(Bf16ToFloat(RoundBf16(std::nanf("")))));
+}
+
 TEST(HalfTest, UnrepresentableValuesAreRefused) {
   EXPECT_FALSE(ExactHalf(1.0f + std::ldexp(1.0f, -11)).has_value());  // between two halves
   EXPECT_FALSE(ExactHalf(70000.0f).has_value());                      // above the largest
