@@ -187,12 +187,9 @@ absl::StatusOr<GgufValue> ReadValue(Cursor& c, uint32_t type, const std::string&
   }
 }
 
-// Storage of a ggml type: `block` elements take `bytes` bytes. {0, 0} for unknown types.
-struct TypeLayout {
-  uint64_t block;
-  uint64_t bytes;
-};
-TypeLayout GgmlTypeLayout(int type) {
+}  // namespace
+
+GgmlTypeLayout GgmlTypeLayoutOf(int type) {
   switch (type) {
     case 0:
       return {1, 4};  // F32
@@ -236,6 +233,8 @@ TypeLayout GgmlTypeLayout(int type) {
       return {0, 0};
   }
 }
+
+namespace {
 
 bool Readable(int type) {
   return type == kGgmlTypeF32 || type == kGgmlTypeF16 || type == kGgmlTypeBF16 ||
@@ -332,7 +331,7 @@ absl::StatusOr<GgufTensor> LocateTensorData(const GgufTensorInfo& info, const st
     return Bad(path, absl::StrCat(where, "data offset ", info.offset,
                                   " is past the end of the data section (", data_size, " bytes)"));
   }
-  const TypeLayout layout = GgmlTypeLayout(info.ggml_type);
+  const GgmlTypeLayout layout = GgmlTypeLayoutOf(info.ggml_type);
   if (layout.block > 0) {
     if (info.ne[0] % static_cast<int64_t>(layout.block) != 0) {
       return Bad(path, absl::StrCat(where, "ne[0] = ", info.ne[0], " is not a multiple of the ",

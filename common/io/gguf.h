@@ -116,6 +116,15 @@ class GgufFile {
 // "F32", "F16", "Q4_0", ..., "BF16"; "type <n>" for codes this reader does not know.
 std::string GgmlTypeName(int type);
 
+// Storage of a ggml type: `block` elements take `bytes` bytes ({1, 4} for F32, {32, 34} for
+// Q8_0, ...); {0, 0} for codes this reader does not know. The one table of ggml's sizes: the
+// reader checks tensors against it and the dequantizer reads blocks by it.
+struct GgmlTypeLayout {
+  uint64_t block = 0;
+  uint64_t bytes = 0;
+};
+GgmlTypeLayout GgmlTypeLayoutOf(int type);
+
 }  // namespace specdec::io
 
 #endif  // SPECDEC_COMMON_IO_GGUF_H_

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/io/gguf.h"
 #include "common/io/half.h"
 
 namespace specdec::io {
@@ -127,53 +128,53 @@ void DequantizeQ6_K(const std::byte* b, float* out) {
   }
 }
 
-struct BlockType {
-  int64_t values = 0;
-  int64_t bytes = 0;
-  void (*dequantize)(const std::byte* block, float* out) = nullptr;
-};
+// A block type's dequantizer; its block's values and bytes are GgmlTypeLayoutOf's.
+using BlockDequantizer = void (*)(const std::byte* block, float* out);
 
-BlockType BlockTypeOf(int type) {
+BlockDequantizer DequantizerOf(int type) {
   switch (type) {
     case kGgmlTypeQ4_0:
-      return {32, 18, DequantizeQ4_0};
+      return DequantizeQ4_0;
     case kGgmlTypeQ4_1:
-      return {32, 20, DequantizeQ4_1};
+      return DequantizeQ4_1;
     case kGgmlTypeQ5_0:
-      return {32, 22, DequantizeQ5_0};
+      return DequantizeQ5_0;
     case kGgmlTypeQ5_1:
-      return {32, 24, DequantizeQ5_1};
+      return DequantizeQ5_1;
     case kGgmlTypeQ8_0:
-      return {32, 34, DequantizeQ8_0};
+      return DequantizeQ8_0;
     case kGgmlTypeQ4_K:
-      return {256, 144, DequantizeQ4_K};
+      return DequantizeQ4_K;
     case kGgmlTypeQ5_K:
-      return {256, 176, DequantizeQ5_K};
+      return DequantizeQ5_K;
     case kGgmlTypeQ6_K:
-      return {256, 210, DequantizeQ6_K};
+      return DequantizeQ6_K;
     default:
-      return {};
+      return nullptr;
   }
 }
 
 }  // namespace
 
-bool IsDequantizable(int ggml_type) { return BlockTypeOf(ggml_type).bytes > 0; }
+bool IsDequantizable(int ggml_type) { return DequantizerOf(ggml_type) != nullptr; }
 
 absl::Status Dequantize(int ggml_type, std::span<const std::byte> blocks, std::span<float> out) {
-  const BlockType t = BlockTypeOf(ggml_type);
-  if (t.bytes == 0) {
+  const BlockDequantizer dequantize = DequantizerOf(ggml_type);
+  if (dequantize == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat("ggml type ", ggml_type, " is not a block type"));
   }
+  const GgmlTypeLayout layout = GgmlTypeLayoutOf(ggml_type);
+  const int64_t values = static_cast<int64_t>(layout.block);
+  const int64_t bytes = static_cast<int64_t>(layout.bytes);
   const int64_t n = static_cast<int64_t>(out.size());
-  if (n % t.values != 0 || static_cast<int64_t>(blocks.size()) != n / t.values * t.bytes) {
+  if (n % values != 0 || static_cast<int64_t>(blocks.size()) != n / values * bytes) {
     return absl::InvalidArgumentError(absl::StrCat(n, " values in ", blocks.size(),
-                                                   " bytes: not whole blocks of ", t.values,
-                                                   " values of ", t.bytes, " bytes"));
+                                                   " bytes: not whole blocks of ", values,
+                                                   " values of ", bytes, " bytes"));
   }
-  for (int64_t i = 0; i < n / t.values; ++i) {
-    t.dequantize(blocks.data() + i * t.bytes, out.data() + i * t.values);
+  for (int64_t i = 0; i < n / values; ++i) {
+    dequantize(blocks.data() + i * bytes, out.data() + i * values);
   }
   return absl::OkStatus();
 }

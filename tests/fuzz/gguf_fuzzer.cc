@@ -26,7 +26,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (int64_t ne : t->ne) values *= ne;
     if (values > (1 << 20)) continue;  // the blocks are in the file: at most 64 KiB of them
     std::vector<float> out(static_cast<size_t>(values));
-    // The reader's block sizes and the dequantizer's agree: every tensor it hands out decodes.
+    // Every quantized tensor the reader hands out is whole blocks of its type, and decodes.
     if (!specdec::io::Dequantize(t->ggml_type, {t->data, t->nbytes}, out).ok()) __builtin_trap();
     sink ^= static_cast<uint8_t>(out.back() > 0);
   }
