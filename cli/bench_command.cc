@@ -15,6 +15,7 @@
 #include "cli/commands.h"
 #include "cli/datasets.h"
 #include "cli/repetition.h"
+#include "cli/speedup_interval.h"
 #include "common/engine/decoder.h"
 #include "common/model/block_pilot.h"
 #include "common/model/dflash_drafter.h"
@@ -58,6 +59,7 @@ struct Agg {
   int matches_ar = 0;              // greedy outputs identical to AR
   std::vector<int64_t> acc_pos, draft_pos;
   std::map<int, int> block_sizes;
+  std::vector<double> prompt_ar_ms, prompt_ms;  // each prompt's AR and method time
   double tau_sum = 0;    // mean of per-request tau
   NgramRepetition rep8;  // repeated 8-grams of the generated tokens
 };
@@ -229,6 +231,8 @@ void AddResult(const engine::DecodeResult& r, const engine::DecodeResult& ar, Ag
   g.accepted += r.stats.accepted_tokens;
   g.total_ms += r.stats.total_ms;
   g.ar_ms += ar.stats.total_ms;
+  g.prompt_ms.push_back(r.stats.total_ms);
+  g.prompt_ar_ms.push_back(ar.stats.total_ms);
   g.prefill_ms += r.stats.prefill_ms;
   g.policy_ms += r.stats.policy_ms;
   g.draft_ms += r.stats.draft_ms;
@@ -290,7 +294,8 @@ absl::Status BenchPrompt(const BenchArgs& a, const BenchModels& models,
 nlohmann::json ReportAgg(const std::pair<std::string, std::string>& key, const Agg& g) {
   const double tps = g.total_ms > 0 ? 1000.0 * g.tokens / g.total_ms : 0;
   const double tau = g.steps > 0 ? static_cast<double>(g.committed) / g.steps : 0;
-  const double speedup = g.total_ms > 0 ? g.ar_ms / g.total_ms : 0;
+  const SpeedupInterval ci = BootstrapSpeedup(g.prompt_ar_ms, g.prompt_ms);
+  const double speedup = ci.speedup;
   std::vector<std::string> pos;
   std::vector<double> rates;
   for (size_t i = 0; i < g.acc_pos.size(); ++i) {
@@ -300,10 +305,11 @@ nlohmann::json ReportAgg(const std::pair<std::string, std::string>& key, const A
   }
   std::vector<std::string> bs;
   for (const auto& [b, n] : g.block_sizes) bs.push_back(absl::StrCat(b, ":", n));
-  std::printf("%-12s %-24s %4d %6lld %8.1f %6.2f %8.2f %8.2f %3d/%-2d %5.3f  %-28s %s\n",
-              key.first.c_str(), key.second.c_str(), g.prompts, static_cast<long long>(g.tokens),
-              tps, tau, speedup, tau > 0 ? speedup / tau : 0, g.matches_ar, g.prompts,
-              g.rep8.share(), absl::StrJoin(pos, " ").c_str(), absl::StrJoin(bs, " ").c_str());
+  std::printf(
+      "%-12s %-24s %4d %6lld %8.1f %6.2f %8.2f %4.2f-%-4.2f %8.2f %3d/%-2d %5.3f  %-28s %s\n",
+      key.first.c_str(), key.second.c_str(), g.prompts, static_cast<long long>(g.tokens), tps, tau,
+      speedup, ci.low, ci.high, tau > 0 ? speedup / tau : 0, g.matches_ar, g.prompts,
+      g.rep8.share(), absl::StrJoin(pos, " ").c_str(), absl::StrJoin(bs, " ").c_str());
   nlohmann::json bsj = nlohmann::json::object();
   for (const auto& [b, n] : g.block_sizes) bsj[std::to_string(b)] = n;
   return {{"dataset", key.first},
@@ -314,6 +320,7 @@ nlohmann::json ReportAgg(const std::pair<std::string, std::string>& key, const A
           {"tau", tau},
           {"mean_request_tau", g.prompts ? g.tau_sum / g.prompts : 0},
           {"speedup_vs_ar", speedup},
+          {"speedup_ci95", {ci.low, ci.high}},
           {"speedup_over_tau", tau > 0 ? speedup / tau : 0},
           {"matches_ar", g.matches_ar},
           {"repeated_8gram_share", g.rep8.share()},
@@ -333,8 +340,8 @@ nlohmann::json ReportAgg(const std::pair<std::string, std::string>& key, const A
 nlohmann::json ReportResults(const BenchArgs& a, const AggMap& aggs) {
   std::printf("target %s, %d threads, T=%.2f, max_new_tokens %d\n", a.target.c_str(),
               model::ConfigureComputeThreads(a.threads), a.temperature, a.max_new_tokens);
-  std::printf("%-12s %-24s %4s %6s %8s %6s %8s %8s %6s %5s  %-28s %s\n", "dataset", "method", "n",
-              "tokens", "tok/s", "tau", "speedup", "spd/tau", "=AR", "rep8",
+  std::printf("%-12s %-24s %4s %6s %8s %6s %8s %-9s %8s %6s %5s  %-28s %s\n", "dataset", "method",
+              "n", "tokens", "tok/s", "tau", "speedup", "95% CI", "spd/tau", "=AR", "rep8",
               "accept rate by position", "block sizes");
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& [key, g] : aggs) rows.push_back(ReportAgg(key, g));
