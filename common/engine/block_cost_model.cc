@@ -184,11 +184,38 @@ double BlockCostModel::StepMsLocked(int sessions, int block) const {
 
 double BlockCostModel::DrafterlessStepMs(int sessions, int rows) const {
   std::lock_guard<std::mutex> lock(mu_);
+  return DrafterlessStepMsLocked(sessions, rows);
+}
+
+double BlockCostModel::DrafterlessStepMsLocked(int sessions, int rows) const {
   const double n = std::max(1, sessions);
   double ms = verify_curve_.At(static_cast<int>(n * std::max(1, rows)), verify_);
   const Mean& overhead = ar_overhead_.w > 0 ? ar_overhead_ : spec_overhead_;
   if (overhead.w > 0) ms += overhead.sum / overhead.w;
   return ms;
+}
+
+BlockCostModel::Reading BlockCostModel::Read(int sessions, int max_block, int max_rows,
+                                             int acceptance_class) const {
+  Reading r;
+  r.step_ms.assign(static_cast<size_t>(std::max(1, max_block)) + 1, 0.0);
+  r.drafterless_ms.assign(static_cast<size_t>(std::max(0, max_rows)) + 1, 0.0);
+  const int positions = std::clamp(max_block - 1, 0, kMaxPositions);
+  r.share.assign(static_cast<size_t>(positions), 0.0);
+  r.share_weight.assign(static_cast<size_t>(positions), 0.0);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t b = 1; b < r.step_ms.size(); ++b) {
+    r.step_ms[b] = StepMsLocked(sessions, static_cast<int>(b));
+  }
+  for (size_t rows = 1; rows < r.drafterless_ms.size(); ++rows) {
+    r.drafterless_ms[rows] = DrafterlessStepMsLocked(sessions, static_cast<int>(rows));
+  }
+  for (int i = 0; i < positions; ++i) {
+    const size_t k = static_cast<size_t>(i);
+    r.share[k] = drafter_acceptance_.Share(i, acceptance_class, &r.share_weight[k]);
+  }
+  r.lookup_share = lookup_acceptance_.Share(0, acceptance_class, &r.lookup_weight);
+  return r;
 }
 
 double BlockCostModel::AcceptedShare(int position, int acceptance_class, double* weight) const {

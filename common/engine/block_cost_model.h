@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <utility>
+#include <vector>
 
 namespace specdec::engine {
 
@@ -87,6 +88,17 @@ class BlockCostModel {
   // Expected milliseconds of a step that verifies `rows` rows per request with no drafter pass
   // (a prompt-lookup draft): the target's pass and the rest of an AR step; 0 while unmeasured.
   double DrafterlessStepMs(int sessions, int rows) const;
+  // What a block decision weighs, read under one lock (CostAwareHook reads it once per decision
+  // instead of once per candidate): StepMs(sessions, b) for b in [1, max_block],
+  // DrafterlessStepMs(sessions, r) for r in [1, max_rows], AcceptedShare(i, acceptance_class)
+  // for i < max_block - 1, and LookupShare(0, acceptance_class).
+  struct Reading {
+    std::vector<double> step_ms;              // [b]; [0] unused
+    std::vector<double> drafterless_ms;       // [r]; [0] unused
+    std::vector<double> share, share_weight;  // [i]
+    double lookup_share = 0, lookup_weight = 0;
+  };
+  Reading Read(int sessions, int max_block, int max_rows, int acceptance_class) const;
   // The block in [2, max_block] with the highest Tau / StepMs for `sessions` requests in flight
   // in `acceptance_class`; max_block until min_steps speculative steps have been observed.
   int BestBlock(int sessions, int max_block, int acceptance_class) const;
@@ -136,6 +148,7 @@ class BlockCostModel {
   };
   double TauLocked(int block, int acceptance_class) const;
   double StepMsLocked(int sessions, int block) const;
+  double DrafterlessStepMsLocked(int sessions, int rows) const;
 
   Options options_;
   mutable std::mutex mu_;

@@ -35,34 +35,41 @@ void ObserveStepIn(BlockCostModel& model, const StepResult& step, StepOrigin ori
 CostAwareHook::CostAwareHook(BlockCostModel& model, Options options)
     : model_(model), options_(options) {}
 
-double CostAwareHook::RequestTau(int32_t block) const {
+BlockCostModel::Reading CostAwareHook::Read(int32_t max_block, int32_t max_rows) const {
+  return model_.Read(options_.sessions, max_block, max_rows, acceptance_class_);
+}
+
+double CostAwareHook::RequestTau(const BlockCostModel::Reading& r, int32_t block) const {
   double tau = 1;
   for (int i = 0; i + 1 < block && i < BlockCostModel::kMaxPositions; ++i) {
+    const size_t k = static_cast<size_t>(i);
     double prior_weight = 0, share = 0;
-    if (static_cast<size_t>(i) < predicted_.size()) {
+    if (k < predicted_.size()) {
       prior_weight = 1;
-      share = predicted_[static_cast<size_t>(i)];
-    } else {
-      share = model_.AcceptedShare(i, acceptance_class_, &prior_weight);
+      share = predicted_[k];
+    } else if (k < r.share.size()) {
+      share = r.share[k];
+      prior_weight = r.share_weight[k];
     }
     const double prior = prior_weight > 0 ? options_.prior_steps : 0;
-    const double steps = drafted_[i] + prior;
-    if (steps > 0) tau += (accepted_[i] + prior * share) / steps;
+    const double steps = drafted_[k] + prior;
+    if (steps > 0) tau += (accepted_[k] + prior * share) / steps;
   }
   return tau;
 }
 
-double CostAwareHook::PredictedRate(int32_t block) const {
-  const double ms = model_.StepMs(options_.sessions, std::max(1, block));
-  return ms > 0 ? RequestTau(block) / ms : 0;
+double CostAwareHook::Rate(const BlockCostModel::Reading& r, int32_t block) const {
+  const size_t b = static_cast<size_t>(std::max(1, block));
+  const double ms = b < r.step_ms.size() ? r.step_ms[b] : 0;
+  return ms > 0 ? RequestTau(r, block) / ms : 0;
 }
 
-int32_t CostAwareHook::BestBlock(int32_t cap) const {
+int32_t CostAwareHook::BestBlockIn(const BlockCostModel::Reading& r, int32_t cap) const {
   int32_t best = cap;
-  double best_rate = PredictedRate(cap);
+  double best_rate = Rate(r, cap);
   if (best_rate <= 0) return cap;
   for (int32_t b = cap - 1; b >= 1; --b) {
-    const double rate = PredictedRate(b);
+    const double rate = Rate(r, b);
     if (rate > best_rate) {
       best_rate = rate;
       best = b;
@@ -71,22 +78,31 @@ int32_t CostAwareHook::BestBlock(int32_t cap) const {
   return best;
 }
 
-double CostAwareHook::PredictedLookupRate(int32_t tokens) const {
-  const double ms = model_.DrafterlessStepMs(options_.sessions, tokens + 1);
+double CostAwareHook::LookupRate(const BlockCostModel::Reading& r, int32_t tokens) const {
+  const size_t rows = static_cast<size_t>(tokens) + 1;
+  const double ms = rows < r.drafterless_ms.size() ? r.drafterless_ms[rows] : 0;
   if (ms <= 0) return 0;
   // Whether a lookup's first token is accepted: this request's lookups and a prior of one step
   // at the machine's share at this temperature (before any, one accepted step). Whether a
   // position is accepted once the one before it was: this request's lookups and one step that
   // accepted it (a repeated stretch tends to go on).
-  double machine_weight = 0;
-  const double first_share = model_.LookupShare(0, acceptance_class_, &machine_weight);
   double tau = 1, reached = 1;
   for (int i = 0; i < tokens && i < kLookupPositions; ++i) {
-    const double prior = i == 0 && machine_weight > 0 ? first_share : 1;
+    const double prior = i == 0 && r.lookup_weight > 0 ? r.lookup_share : 1;
     reached *= (lookup_accepted_[i] + prior) / (lookup_reached_[i] + 1);
     tau += reached;
   }
   return tau / ms;
+}
+
+double CostAwareHook::PredictedRate(int32_t block) const {
+  return Rate(Read(std::max(1, block), 0), block);
+}
+
+int32_t CostAwareHook::BestBlock(int32_t cap) const { return BestBlockIn(Read(cap, 0), cap); }
+
+double CostAwareHook::PredictedLookupRate(int32_t tokens) const {
+  return LookupRate(Read(1, tokens + 1), tokens);
 }
 
 void CostAwareHook::Follow(const LoopView& view) {
@@ -100,9 +116,10 @@ int32_t CostAwareHook::LookupTokens(const LoopView& view, int32_t available) {
     lookup_accepted_[i] *= options_.request_decay;
   }
   const int32_t cap = std::max(2, view.block_size);
-  const double alternative = PredictedRate(BestBlock(cap));
+  const BlockCostModel::Reading r = Read(cap, available + 1);
+  const double alternative = Rate(r, BestBlockIn(r, cap));
   double best_rate = 0;
-  const int32_t best = BestLookup(available, &best_rate);
+  const int32_t best = BestLookup(r, available, &best_rate);
   constexpr auto kLookup = BlockCostModel::ProbeKind::kLookup;
   if (alternative <= 0 || best_rate >= alternative) {
     lookups_declined_ = 0;
@@ -118,13 +135,14 @@ int32_t CostAwareHook::LookupTokens(const LoopView& view, int32_t available) {
   return best_rate >= options_.probe_min_share * alternative ? best : 0;
 }
 
-int32_t CostAwareHook::BestLookup(int32_t most, double* rate) const {
+int32_t CostAwareHook::BestLookup(const BlockCostModel::Reading& r, int32_t most,
+                                  double* rate) const {
   int32_t best = most;
-  *rate = PredictedLookupRate(most);
+  *rate = LookupRate(r, most);
   for (int32_t k = most - 1; k >= 1; --k) {
-    const double r = PredictedLookupRate(k);
-    if (r > *rate) {
-      *rate = r;
+    const double rate_k = LookupRate(r, k);
+    if (rate_k > *rate) {
+      *rate = rate_k;
       best = k;
     }
   }
@@ -134,9 +152,10 @@ int32_t CostAwareHook::BestLookup(int32_t most, double* rate) const {
 int32_t CostAwareHook::RunLookupTokens(const LoopView& view, int32_t run_block, int32_t most) {
   Follow(view);
   if (most < 1) return 0;
-  const double alternative = PredictedRate(std::max(1, run_block));
+  const BlockCostModel::Reading r = Read(std::max(1, run_block), most + 1);
+  const double alternative = Rate(r, std::max(1, run_block));
   double best_rate = 0;
-  const int32_t best = BestLookup(most, &best_rate);
+  const int32_t best = BestLookup(r, most, &best_rate);
   return alternative <= 0 || best_rate >= alternative ? best : 0;
 }
 
@@ -165,13 +184,14 @@ int32_t CostAwareHook::Decide(const LoopView& view, int32_t cap) {
   const int64_t n = model_.NextDecision();
   const bool warming = n < options_.warmup;
   exploring_ = warming || n % std::max<int64_t>(1, options_.explore_every) == 0;
-  const int32_t best = warming ? cap : BestBlock(cap);
+  const BlockCostModel::Reading r = Read(cap, 0);
+  const int32_t best = warming ? cap : BestBlockIn(r, cap);
   if (exploring_) {
     const std::vector<int32_t> blocks = ExploredBlocks(cap);
     const int64_t turn = warming ? n : n / options_.explore_every;
     const int32_t candidate =
         blocks[static_cast<size_t>(turn % static_cast<int64_t>(blocks.size()))];
-    if (warming || PredictedRate(candidate) >= options_.explore_min_share * PredictedRate(best)) {
+    if (warming || Rate(r, candidate) >= options_.explore_min_share * Rate(r, best)) {
       return candidate;
     }
     exploring_ = false;
@@ -183,19 +203,19 @@ int32_t CostAwareHook::Decide(const LoopView& view, int32_t cap) {
   }
   const int wait = model_.ProbeWait(kBlock, acceptance_class_, options_.probe_every);
   if (++since_drafted_ < wait) return best;
-  return Probe(cap, wait);
+  return Probe(r, cap, wait);
 }
 
-int32_t CostAwareHook::Probe(int32_t cap, int wait) {
+int32_t CostAwareHook::Probe(const BlockCostModel::Reading& r, int32_t cap, int wait) {
   // The probe: the best block, AR aside. Should AR still win after it, the next waits longer,
   // for every request of this temperature class.
   model_.SetProbeWait(BlockCostModel::ProbeKind::kBlock, acceptance_class_,
                       std::min(2 * wait, options_.max_probe_every));
   int32_t probe = cap;
   for (int32_t b = cap - 1; b >= 2; --b) {
-    if (PredictedRate(b) > PredictedRate(probe)) probe = b;
+    if (Rate(r, b) > Rate(r, probe)) probe = b;
   }
-  if (PredictedRate(probe) < options_.probe_min_share * PredictedRate(1)) {
+  if (Rate(r, probe) < options_.probe_min_share * Rate(r, 1)) {
     since_drafted_ = 0;  // as after a probe: the next is a longer wait away
     return 1;
   }

@@ -109,12 +109,19 @@ class CostAwareHook final : public PlanningHook {
   int32_t Decide(const LoopView& view, int32_t cap);
   // The probe's block, or 1 where even it is predicted far below AR; `wait` is the wait that
   // ended (the next doubles it).
-  int32_t Probe(int32_t cap, int wait);
+  int32_t Probe(const BlockCostModel::Reading& r, int32_t cap, int wait);
   // Takes the request's temperature class from the loop's view.
   void Follow(const LoopView& view);
-  // The k <= most with the highest PredictedLookupRate (the longest among equals), and the rate.
-  int32_t BestLookup(int32_t most, double* rate) const;
-  double RequestTau(int32_t block) const;
+  // The shared model as this request's class sees it, for blocks up to `max_block` and lookup
+  // steps of up to `max_rows` rows: one lock per decision.
+  BlockCostModel::Reading Read(int32_t max_block, int32_t max_rows) const;
+  // PredictedRate, BestBlock and PredictedLookupRate on a reading.
+  double Rate(const BlockCostModel::Reading& r, int32_t block) const;
+  int32_t BestBlockIn(const BlockCostModel::Reading& r, int32_t cap) const;
+  double LookupRate(const BlockCostModel::Reading& r, int32_t tokens) const;
+  // The k <= most with the highest LookupRate (the longest among equals), and the rate.
+  int32_t BestLookup(const BlockCostModel::Reading& r, int32_t most, double* rate) const;
+  double RequestTau(const BlockCostModel::Reading& r, int32_t block) const;
 
   BlockCostModel& model_;
   const Options options_;
