@@ -103,18 +103,26 @@ def service_aliases(services, pods, namespace, domain):
     return [{"ip": ip, "hostnames": names} for ip, names in sorted(by_ip.items())]
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_port(taken):
+    """A port on 127.0.0.1 that nothing listens on and that is not in `taken` (then added to it).
+    Every port of a release is chosen before any pod binds one, and the kernel may hand the same
+    ephemeral port out again once the socket that found it closes."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in taken:
+            taken.add(port)
+            return port
 
 
-def loopback_ports(deployment):
-    """Gives every containerPort a free hostPort on 127.0.0.1; returns {container/port: host}."""
+def loopback_ports(deployment, taken):
+    """Gives every containerPort a free hostPort on 127.0.0.1, none of them in `taken` (which
+    collects them); returns {container/port: host}."""
     published = {}
     for c in deployment["spec"]["template"]["spec"]["containers"]:
         for p in c.get("ports", []):
-            p["hostIP"], p["hostPort"] = "127.0.0.1", free_port()
+            p["hostIP"], p["hostPort"] = "127.0.0.1", free_port(taken)
             published[f"{c['name']}/{p.get('name', p['containerPort'])}"] = \
                 f"127.0.0.1:{p['hostPort']}"
     return published
@@ -183,6 +191,11 @@ def run_probes(deployment, pod):
     return report
 
 
+def write_manifest(path, docs):
+    with open(path, "w") as f:
+        yaml.safe_dump_all(docs, f, sort_keys=False)
+
+
 def up(args):
     os.makedirs(args.work, exist_ok=True)
     docs = render(args)
@@ -200,11 +213,14 @@ def up(args):
     component = lambda d: d["spec"]["template"]["metadata"]["labels"].get(  # noqa: E731
         "app.kubernetes.io/component")
     deployments = [copy.deepcopy(d) for d in deployments]
-    published = {d["metadata"]["name"]: loopback_ports(d) for d in deployments}
+    taken = set()
+    published = {d["metadata"]["name"]: loopback_ports(d, taken) for d in deployments}
     backends = [d for d in deployments if component(d) != "router"]
     routers = [d for d in deployments if component(d) == "router"]
     start = time.monotonic()
     base = kinds.get("ConfigMap", [])
+    # What is about to be played is on record first: `down` removes it even when a play fails.
+    write_manifest(args.manifest, base + backends + routers)
     play(args.engine, base + backends, args.network, os.path.join(args.work, "backends.yaml"))
     pods = [pod_of(args.engine, d, args.network) for d in backends]
     aliases = service_aliases(kinds.get("Service", []), pods, args.namespace, args.cluster_domain)
@@ -213,8 +229,7 @@ def up(args):
     play(args.engine, kinds.get("ConfigMap", []) + routers, args.network,
          os.path.join(args.work, "router.yaml"))
     pods += [pod_of(args.engine, d, args.network) for d in routers]
-    with open(args.manifest, "w") as f:
-        yaml.safe_dump_all(base + backends + routers, f, sort_keys=False)
+    write_manifest(args.manifest, base + backends + routers)  # the routers' host aliases too
 
     probes = {}
     for d, pod in zip(backends + routers, pods):
@@ -246,7 +261,7 @@ def down(args):
         grace = d["spec"]["template"]["spec"].get("terminationGracePeriodSeconds", 30)
         try:
             pod = pod_of(args.engine, d, args.network)
-        except RuntimeError:
+        except (RuntimeError, KeyError, IndexError):  # never played, or never started
             continue
         start = time.monotonic()
         sh(args.engine, "pod", "stop", "-t", str(grace), pod["name"], check=False,
