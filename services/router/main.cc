@@ -2,14 +2,13 @@
 #include <CLI/CLI.hpp>
 
 #include "services/common/log.h"
-#include "services/common/tls_flags.h"
+#include "services/common/server_flags.h"
 #include "services/router/router_service.h"
 
 int main(int argc, char** argv) {
   specdec::services::RouterServerOptions o;
   CLI::App app{"specdec-router: request orchestration, token streaming and metrics"};
-  app.add_option("--address", o.address, "gRPC listen address")->envname("SPECDEC_ROUTER_ADDRESS");
-  specdec::services::AddServerTlsFlags(app, &o.tls, "SPECDEC_ROUTER");
+  specdec::services::AddListenFlags(app, &o, "SPECDEC_ROUTER");
   app.add_option("--backend-tls-ca", o.backend_tls.ca,
                  "PEM CA that signed the backends' certificates (empty: plaintext to backends)")
       ->envname("SPECDEC_BACKEND_TLS_CA");
@@ -18,8 +17,6 @@ int main(int argc, char** argv) {
       ->envname("SPECDEC_BACKEND_TLS_CERT");
   app.add_option("--backend-tls-key", o.backend_tls.key, "PEM key of --backend-tls-cert")
       ->envname("SPECDEC_BACKEND_TLS_KEY");
-  app.add_option("--metrics-address", o.metrics_address, "/metrics listen address (empty: off)")
-      ->envname("SPECDEC_ROUTER_METRICS_ADDRESS");
   app.add_option("--target", o.target_address,
                  "target service address, or a comma-separated list of replicas")
       ->required()

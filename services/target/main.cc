@@ -1,43 +1,20 @@
 // specdec-target: the target LLM behind KV-cache handles over gRPC.
 #include <CLI/CLI.hpp>
 
-#include "services/common/tls_flags.h"
+#include "services/common/server_flags.h"
 #include "services/target/target_service.h"
 
 int main(int argc, char** argv) {
   specdec::services::TargetServerOptions o;
   CLI::App app{"specdec-target: target model service (prefill, verify, KV-cache handles)"};
-  app.add_option("--address", o.address, "gRPC listen address")->envname("SPECDEC_TARGET_ADDRESS");
-  specdec::services::AddServerTlsFlags(app, &o.tls, "SPECDEC_TARGET");
-  app.add_option("--metrics-address", o.metrics_address, "/metrics listen address (empty: off)")
-      ->envname("SPECDEC_TARGET_METRICS_ADDRESS");
+  specdec::services::AddListenFlags(app, &o, "SPECDEC_TARGET");
   app.add_option("--model", o.model_dir, "target checkpoint directory (HF layout)")
       ->required()
       ->envname("SPECDEC_TARGET_MODEL");
   app.add_option("--dflash", o.dflash_dir,
                  "DFlash drafter checkpoint to host here: target-hosted drafting (optional)")
       ->envname("SPECDEC_TARGET_DFLASH");
-  app.add_option("--dtype", o.dtype, "compute dtype")
-      ->check(CLI::IsMember({"auto", "f32", "bf16"}))
-      ->envname("SPECDEC_TARGET_DTYPE");
-  app.add_option("--device", o.device, "cpu, cuda or cuda:N (a CUDA-enabled libtorch)")
-      ->envname("SPECDEC_TARGET_DEVICE");
-  app.add_option("--replica", o.replica, "replica name (prefix of handles)")
-      ->envname("SPECDEC_REPLICA");
-  app.add_option("--kv-budget-bytes", o.kv_budget_bytes, "KV-cache memory budget")
-      ->envname("SPECDEC_KV_BUDGET_BYTES");
-  app.add_option("--lease-ms", o.lease_ms, "idle timeout of a handle")->envname("SPECDEC_LEASE_MS");
-  app.add_option("--threads", o.threads, "compute threads (0 = all cores)")
-      ->envname("SPECDEC_THREADS");
-  app.add_option("--kernel-cache-capacity", o.kernel_cache_capacity,
-                 "compiled matrix-product kernels kept per oneDNN cache (0 = library default)")
-      ->check(CLI::Range(0, 1 << 20))
-      ->envname("SPECDEC_KERNEL_CACHE_CAPACITY");
-  app.add_option("--max-batch", o.max_batch, "sessions per batched verify pass (1 = no batching)")
-      ->envname("SPECDEC_MAX_BATCH");
-  app.add_option("--batch-wait-max-us", o.batch_wait_max_us,
-                 "longest wait for sessions expected back soon before a batched pass (0 = none)")
-      ->envname("SPECDEC_BATCH_WAIT_MAX_US");
+  specdec::services::AddModelServerFlags(app, &o, "SPECDEC_TARGET", "verify pass");
   app.add_option(
          "--batch-prefill-max-rows", o.batch_prefill_max_rows,
          "a prefill joins the batched pass while it stays within this many rows (0 = never)")

@@ -103,22 +103,49 @@ def check(cond, msg):
     return cond
 
 
+FLAG_HELPERS = ("services/common/server_flags.h", "services/common/tls_flags.h")
+
+
+def flag_helpers():
+    """{name: body} of the Add...Flags helpers that the service binaries share."""
+    helpers = {}
+    for path in FLAG_HELPERS:
+        with open(os.path.join(inv.REPO, path)) as f:
+            text = f.read()
+        for m in re.finditer(r'void (Add\w+Flags)\(.*?\n}\n', text, re.S):
+            helpers[m.group(1)] = m.group(0)
+    return helpers
+
+
+def helper_options(helpers, name, prefix):
+    """(env var names, long flag names) that helper `name` adds with env prefix `prefix`, the
+    helpers it calls included."""
+    body = helpers.get(name)
+    if not check(body is not None, f"{name}: no such flag helper in {FLAG_HELPERS}"):
+        return set(), set()
+    envs = set(re.findall(r'envname\("([A-Z0-9_]+)"\)', body))
+    envs |= {prefix + sfx for sfx in re.findall(r'envname\(env_prefix \+ "([A-Z0-9_]+)"\)', body)}
+    flags = set(re.findall(r'add_(?:option|flag)\(\s*"(--[a-z0-9-]+)', body))
+    for nested in re.findall(r'(Add\w+Flags)\(\s*app\s*,[^;]*?env_prefix[^;]*\);', body):
+        e, fl = helper_options(helpers, nested, prefix)
+        envs |= e
+        flags |= fl
+    return envs, flags
+
+
 def main_cc_options(component):
-    """(env var names, long flag names) that services/<component>/main.cc accepts, including the
-    server TLS flags that AddServerTlsFlags (services/common/tls_flags.h) adds with its prefix."""
+    """(env var names, long flag names) that services/<component>/main.cc accepts, including those
+    the shared flag helpers (services/common/server_flags.h, tls_flags.h) add with its prefix."""
     with open(os.path.join(inv.REPO, f"services/{component}/main.cc")) as f:
         text = f.read()
     envs = set(re.findall(r'envname\("([A-Z0-9_]+)"\)', text))
-    flags = set(re.findall(r'add_(?:option|flag)\("(--[a-z0-9-]+)', text))
-    prefixes = re.findall(r'AddServerTlsFlags\(\s*app\s*,[^;]*?"([A-Z0-9_]+)"\s*\)', text)
-    if prefixes:
-        with open(os.path.join(inv.REPO, "services/common/tls_flags.h")) as f:
-            helper = f.read()
-        suffixes = re.findall(r'envname\(env_prefix \+ "([A-Z0-9_]+)"\)', helper)
-        check(suffixes, "tls_flags.h: no envname(env_prefix + \"...\") found")
-        for p in prefixes:
-            envs |= {p + sfx for sfx in suffixes}
-        flags |= set(re.findall(r'add_(?:option|flag)\("(--[a-z0-9-]+)', helper))
+    flags = set(re.findall(r'add_(?:option|flag)\(\s*"(--[a-z0-9-]+)', text))
+    calls = re.findall(r'(Add\w+Flags)\(\s*app\s*,[^;]*?"([A-Z0-9_]+)"[^;]*\);', text)
+    helpers = flag_helpers() if calls else {}
+    for name, prefix in calls:
+        e, fl = helper_options(helpers, name, prefix)
+        envs |= e
+        flags |= fl
     return envs, flags
 
 
