@@ -7,6 +7,8 @@
 //   specdec-model-bench [--sizes 30M,100M] [--dtypes f32,bf16] [--context 200] [--reps 15]
 //                       [--device cpu|cuda] [--floor 5] [--json out.json]
 //   specdec-model-bench --device cuda --sizes qwen3-0.6b,qwen3-4b --dtypes bf16
+//   specdec-model-bench --sizes 100M --dtypes bf16 --ks 1 --compare-read-ahead  (and
+//       --compare-packing, --compare-row-layers: two loads' forwards alternating)
 #include <ATen/ATen.h>
 
 #include <CLI/CLI.hpp>
@@ -408,12 +410,15 @@ int main(int argc, char** argv) {
   std::string graph_modes = "on";
   app.add_option("--cuda-graphs", graph_modes,
                  "CUDA: on, off or on,off (each model measured with and without graphs)");
-  bool compare_packing = false, compare_row_layers = false;
+  bool compare_packing = false, compare_row_layers = false, compare_read_ahead = false;
   app.add_flag("--compare-packing", compare_packing,
                "bf16 on the CPU: packed against row-major weights, forwards alternating");
   app.add_flag("--compare-row-layers", compare_row_layers,
                "CPU, each of --dtypes: the row layers against ATen's operators, forwards "
                "alternating");
+  app.add_flag("--compare-read-ahead", compare_read_ahead,
+               "CPU, each of --dtypes: products reading the next matrix ahead against not, "
+               "forwards alternating");
   CLI11_PARSE(app, argc, argv);
   const int used_threads = ConfigureComputeThreads(threads);
   auto device = LoadOptions::ParseDevice(device_name);
@@ -428,9 +433,10 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  const bool compare = compare_packing || compare_row_layers;
+  const bool compare = compare_packing || compare_row_layers || compare_read_ahead;
   if (compare && gpu) {
-    std::cerr << "--compare-packing and --compare-row-layers compare CPU loads: drop --device\n";
+    std::cerr << "--compare-packing, --compare-row-layers and --compare-read-ahead compare CPU "
+                 "loads: drop --device\n";
     return 1;
   }
   double bandwidth_gbs = 0;
@@ -474,11 +480,17 @@ int main(int argc, char** argv) {
       CompareLoads(c, weights, variants, plan.ks, context, reps, used_threads, results);
       continue;
     }
-    if (compare_row_layers) {
+    if (compare_row_layers || compare_read_ahead) {
       for (const std::string& dt : std::vector<std::string>(absl::StrSplit(dtypes, ','))) {
         LoadVariant variants[2] = {{"row_layers", {}}, {"aten_layers", {}}};
         for (LoadVariant& v : variants) v.options.dtype = dt == "bf16" ? at::kBFloat16 : at::kFloat;
-        variants[1].options.row_layers = false;
+        if (compare_read_ahead) {
+          variants[0].name = "read_ahead";
+          variants[1].name = "no_read_ahead";
+          variants[1].options.read_ahead = false;
+        } else {
+          variants[1].options.row_layers = false;
+        }
         std::printf("%s, %s:\n", size.c_str(), dt.c_str());
         CompareLoads(c, weights, variants, plan.ks, context, reps, used_threads, results);
       }

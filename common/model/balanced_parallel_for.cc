@@ -38,6 +38,12 @@ bool Claim(ItemRange& range, bool from_front, int64_t* item) {
 
 void BalancedParallelFor(int64_t items, int64_t min_items_per_thread,
                          absl::FunctionRef<void(int64_t begin, int64_t end)> run) {
+  BalancedParallelFor(items, min_items_per_thread, run, [](int, int) { return ReadAhead{}; });
+}
+
+void BalancedParallelFor(int64_t items, int64_t min_items_per_thread,
+                         absl::FunctionRef<void(int64_t begin, int64_t end)> run,
+                         absl::FunctionRef<ReadAhead(int thread, int threads)> read_ahead) {
   if (items <= 0) return;
   const int64_t per_thread = std::max<int64_t>(1, min_items_per_thread);
   const int64_t threads = std::min<int64_t>(ComputeThreads(), items / per_thread);
@@ -50,13 +56,18 @@ void BalancedParallelFor(int64_t items, int64_t min_items_per_thread,
     ranges[t].front_back.store(Pack(items * t / threads, items * (t + 1) / threads),
                                std::memory_order_relaxed);
   }
-  RunOnComputeThreads(static_cast<int>(threads), [&](int t) {
-    int64_t item;
-    while (Claim(ranges[t], /*from_front=*/true, &item)) run(item, item + 1);
-    for (int64_t k = 1; k < threads; ++k) {
-      while (Claim(ranges[(t + k) % threads], /*from_front=*/false, &item)) run(item, item + 1);
-    }
-  });
+  RunOnComputeThreads(
+      static_cast<int>(threads),
+      [&](int t) {
+        int64_t item;
+        while (Claim(ranges[t], /*from_front=*/true, &item)) run(item, item + 1);
+        for (int64_t k = 1; k < threads; ++k) {
+          while (Claim(ranges[(t + k) % threads], /*from_front=*/false, &item)) {
+            run(item, item + 1);
+          }
+        }
+      },
+      [&](int t) { return read_ahead(t, static_cast<int>(threads)); });
 }
 
 }  // namespace specdec::model

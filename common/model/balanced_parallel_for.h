@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "absl/functional/function_ref.h"
+#include "common/model/compute_pool.h"
 
 namespace specdec::model {
 
@@ -18,6 +19,11 @@ namespace specdec::model {
 // or depend on which thread calls it.
 void BalancedParallelFor(int64_t items, int64_t min_items_per_thread,
                          absl::FunctionRef<void(int64_t begin, int64_t end)> run);
+// As above; once thread t of the loop's `threads` is done, it reads read_ahead(t, threads) into
+// its cache while it waits (RunOnComputeThreads). Not called when the loop runs on one thread.
+void BalancedParallelFor(int64_t items, int64_t min_items_per_thread,
+                         absl::FunctionRef<void(int64_t begin, int64_t end)> run,
+                         absl::FunctionRef<ReadAhead(int thread, int threads)> read_ahead);
 
 }  // namespace specdec::model
 

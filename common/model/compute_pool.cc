@@ -52,18 +52,31 @@ void FutexWakeOne(std::atomic<uint32_t>& word) {
           0);
 }
 
-// Spins (pausing) until done() holds. Past `spin`, or at once when the run has more threads than
-// the machine has cores, it yields the core between checks, so that a thread it waits for can
-// run there.
+// Reads one cache line of `ahead` into the L2 cache and moves past it; false when none is left.
+inline bool ReadOneLineAhead(ReadAhead& ahead) {
+  if (ahead.bytes <= 0) return false;
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_prefetch(ahead.begin, _MM_HINT_T1);
+#else
+  __builtin_prefetch(ahead.begin, 0, 2);
+#endif
+  ahead.begin += 64;
+  ahead.bytes -= 64;
+  return true;
+}
+
+// Spins (pausing, or reading a line of `ahead`) until done() holds. Past `spin`, or at once when
+// the run has more threads than the machine has cores, it yields the core between checks, so that a
+// thread it waits for can run there.
 template <typename Done>
-void SpinUntil(Done done, std::chrono::microseconds spin) {
+void SpinUntil(Done done, std::chrono::microseconds spin, ReadAhead ahead = {}) {
   const auto deadline = std::chrono::steady_clock::now() + spin;
   bool yield = spin.count() == 0;
   for (int i = 1; !done(); ++i) {
     if (yield) {
       std::this_thread::yield();
     } else {
-      CpuRelax();
+      if (!ReadOneLineAhead(ahead)) CpuRelax();
       if (i % 64 == 0 && std::chrono::steady_clock::now() > deadline) yield = true;
     }
   }
@@ -78,7 +91,8 @@ struct alignas(64) WorkerSlot {
 
 class Pool {
  public:
-  void Run(int threads, absl::FunctionRef<void(int)> run) {
+  void Run(int threads, absl::FunctionRef<void(int)> run,
+           absl::FunctionRef<ReadAhead(int)>* read_ahead) {
     std::unique_lock<std::mutex> lock(run_mu_, std::try_to_lock);
     if (threads <= 1 || t_in_run || !lock.owns_lock()) {
       RunAlone(threads, run);
@@ -88,6 +102,7 @@ class Pool {
     StartWorkers(helpers);
     spin_.store(threads > cores_ ? 0 : kSpinBeforeSleep.count(), std::memory_order_relaxed);
     run_ = &run;
+    read_ahead_ = read_ahead;
     pending_.store(helpers, std::memory_order_relaxed);
     ++runs_;
     for (int w = 0; w < helpers; ++w) {
@@ -100,7 +115,8 @@ class Pool {
     for (int t = helpers + 1; t < threads; ++t) run(t);
     t_in_run = false;
     SpinUntil([&] { return pending_.load(std::memory_order_acquire) == 0; },
-              std::chrono::microseconds(spin_.load(std::memory_order_relaxed)));
+              std::chrono::microseconds(spin_.load(std::memory_order_relaxed)),
+              read_ahead != nullptr ? (*read_ahead)(0) : ReadAhead{});
   }
 
  private:
@@ -125,21 +141,23 @@ class Pool {
   // `seen`: the run number the worker starts from (the slot may have moved on before it starts).
   [[noreturn]] void Work(int index, WorkerSlot& slot, uint32_t seen) {
     t_in_run = true;  // loops nested in a worker's share run on the worker alone
+    ReadAhead ahead;
     while (true) {
-      seen = WaitForNext(slot, seen);
+      seen = WaitForNext(slot, seen, ahead);
       (*run_)(index);
+      ahead = read_ahead_ != nullptr ? (*read_ahead_)(index) : ReadAhead{};
       pending_.fetch_sub(1, std::memory_order_release);
     }
   }
 
   // Spins until the slot's run number moves past `seen`, then sleeps on it.
-  uint32_t WaitForNext(WorkerSlot& slot, uint32_t seen) {
+  uint32_t WaitForNext(WorkerSlot& slot, uint32_t seen, ReadAhead ahead) {
     const std::chrono::microseconds spin(spin_.load(std::memory_order_relaxed));
     const auto deadline = std::chrono::steady_clock::now() + spin;
     for (int i = 1; spin.count() > 0; ++i) {
       const uint32_t r = slot.run.load(std::memory_order_acquire);
       if (r != seen) return r;
-      CpuRelax();
+      if (!ReadOneLineAhead(ahead)) CpuRelax();
       if (i % 64 == 0 && std::chrono::steady_clock::now() > deadline) break;
     }
     slot.asleep.store(true, std::memory_order_seq_cst);
@@ -157,6 +175,7 @@ class Pool {
   uint32_t runs_ = 0;                               // runs so far
   // The current run's body, published to its workers by their slots' stores.
   absl::FunctionRef<void(int)>* run_ = nullptr;
+  absl::FunctionRef<ReadAhead(int)>* read_ahead_ = nullptr;  // the current run's; may be null
   std::atomic<int64_t> spin_{0};             // microseconds an idle thread spins
   alignas(64) std::atomic<int> pending_{0};  // workers yet to finish the current run
 };
@@ -170,7 +189,12 @@ Pool& ThePool() {
 }  // namespace
 
 void RunOnComputeThreads(int threads, absl::FunctionRef<void(int thread)> run) {
-  ThePool().Run(threads, run);
+  ThePool().Run(threads, run, nullptr);
+}
+
+void RunOnComputeThreads(int threads, absl::FunctionRef<void(int thread)> run,
+                         absl::FunctionRef<ReadAhead(int thread)> read_ahead) {
+  ThePool().Run(threads, run, &read_ahead);
 }
 
 void SetComputeThreads(int threads) {

@@ -11,6 +11,8 @@
 #ifndef SPECDEC_COMMON_MODEL_COMPUTE_POOL_H_
 #define SPECDEC_COMMON_MODEL_COMPUTE_POOL_H_
 
+#include <cstdint>
+
 #include "absl/functional/function_ref.h"
 
 namespace specdec::model {
@@ -21,6 +23,18 @@ namespace specdec::model {
 // a run (nested loops), or while another thread's run holds the pool. `run` must not throw, and
 // what it computes must not depend on which thread runs it.
 void RunOnComputeThreads(int threads, absl::FunctionRef<void(int thread)> run);
+
+// Bytes a thread reads into its cache (one line at a time, prefetches only) while it waits: the
+// caller for the workers at the run's end, a worker for its next run. Used for the start of what
+// the thread's share of the next loop will read.
+struct ReadAhead {
+  const char* begin = nullptr;
+  int64_t bytes = 0;
+};
+// As above; once thread t is done with run(t), read_ahead(t) names the bytes it reads ahead (not
+// called where the run runs alone on the calling thread).
+void RunOnComputeThreads(int threads, absl::FunctionRef<void(int thread)> run,
+                         absl::FunctionRef<ReadAhead(int thread)> read_ahead);
 
 // The thread count of the model's parallel loops (1 until set). ConfigureComputeThreads
 // (runtime.h) sets it at start-up; tests set it directly.

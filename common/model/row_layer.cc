@@ -32,11 +32,22 @@ void AddInto(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
 
+// The weights a product reads ahead for `m` (none for null).
+NextWeights NextOf(const RowMatrix* m) {
+  NextWeights next;
+  if (m == nullptr) return next;
+  next.data = m->data;
+  next.out = m->out;
+  next.in = m->in;
+  next.element_bytes = m->bf16 ? 2 : 4;
+  return next;
+}
+
 }  // namespace
 
 RowLayerPass::RowLayerPass(const RowLayerShape& shape, int64_t rows, const float* cos,
-                           const float* sin)
-    : shape_(shape), rows_(rows), cos_(cos), sin_(sin) {
+                           const float* sin, bool read_ahead)
+    : shape_(shape), rows_(rows), cos_(cos), sin_(sin), read_ahead_(read_ahead) {
   const int64_t q_width = shape.heads * shape.head_dim;
   const int64_t kv_width = shape.kv_heads * shape.head_dim;
   const int64_t widest_in = std::max({shape.hidden, q_width, shape.intermediate});
@@ -53,7 +64,8 @@ RowLayerPass::RowLayerPass(const RowLayerShape& shape, int64_t rows, const float
   x_bf16_.resize(rows * widest_in);
 }
 
-void RowLayerPass::Product(const RowMatrix& m, const float* x, float* y) {
+void RowLayerPass::Product(const RowMatrix& m, const float* x, float* y, const RowMatrix* next) {
+  if (!read_ahead_) next = nullptr;
   if (!m.bf16) {
     LinearF32Problem p;
     p.x = x;
@@ -64,7 +76,7 @@ void RowLayerPass::Product(const RowMatrix& m, const float* x, float* y) {
     p.out = m.out;
     p.y = y;
     p.y_stride = m.out;
-    RunLinearF32Parallel(p);
+    RunLinearF32Parallel(p, NextOf(next));
     return;
   }
   RoundRowsToBf16(x, rows_, m.in, m.in, x_bf16_.data());
@@ -78,7 +90,7 @@ void RowLayerPass::Product(const RowMatrix& m, const float* x, float* y) {
   p.out = m.out;
   p.y_f32 = y;
   p.y_stride = m.out;
-  RunLinearParallel(p);
+  RunLinearParallel(p, NextOf(next));
 }
 
 void RowLayerPass::NormRopeQk(const RowLayerWeights& w) {
@@ -101,27 +113,28 @@ void RowLayerPass::NormRopeQk(const RowLayerWeights& w) {
   RopeRows(Heads(k_in, rows_, width, kv_heads, d), cos_, sin_, KernelDType::kF32, k_.data());
 }
 
-void RowLayerPass::Run(const RowLayerWeights& w, int64_t layer, RowAttend attend, float* x) {
+void RowLayerPass::Run(const RowLayerWeights& w, int64_t layer, RowAttend attend, float* x,
+                       const RowMatrix* after) {
   const int64_t hidden = shape_.hidden, inter = shape_.intermediate;
   const int64_t q_width = shape_.heads * shape_.head_dim;
   const int64_t kv_width = shape_.kv_heads * shape_.head_dim;
   const int64_t width = q_width + 2 * kv_width;
   RmsNormRows(Rows(x, rows_, hidden, hidden), w.input_norm, shape_.eps, KernelDType::kF32,
               h_.data());
-  Product(w.qkv, h_.data(), qkv_.data());
+  Product(w.qkv, h_.data(), qkv_.data(), &w.o);
   NormRopeQk(w);
   for (int64_t r = 0; r < rows_; ++r) {
     std::memcpy(v_.data() + r * kv_width, qkv_.data() + r * width + q_width + kv_width,
                 kv_width * sizeof(float));
   }
   attend(layer, q_.data(), k_.data(), v_.data(), attn_.data());
-  Product(w.o, attn_.data(), sums_.data());
+  Product(w.o, attn_.data(), sums_.data(), &w.gate_up);
   AddInto(x, sums_.data(), rows_ * hidden);
   RmsNormRows(Rows(x, rows_, hidden, hidden), w.post_norm, shape_.eps, KernelDType::kF32,
               h_.data());
-  Product(w.gate_up, h_.data(), gu_.data());
+  Product(w.gate_up, h_.data(), gu_.data(), &w.down);
   SwiGluRows(gu_.data(), rows_, 2 * inter, inter, KernelDType::kF32, act_.data());
-  Product(w.down, act_.data(), sums_.data());
+  Product(w.down, act_.data(), sums_.data(), after);
   AddInto(x, sums_.data(), rows_ * hidden);
 }
 

@@ -46,14 +46,21 @@ using RowAttend = absl::FunctionRef<void(int64_t layer, const float* q, const fl
 class RowLayerPass {
  public:
   // `cos` and `sin`: the rows' RoPE tables, [rows, head_dim] each; they must outlive the pass.
-  RowLayerPass(const RowLayerShape& shape, int64_t rows, const float* cos, const float* sin);
+  // `read_ahead`: whether each product's threads read the next matrix ahead as they finish
+  // (parallel_linear.h).
+  RowLayerPass(const RowLayerShape& shape, int64_t rows, const float* cos, const float* sin,
+               bool read_ahead = true);
 
   // Layer `layer` over the rows: x, the residual stream [rows, hidden], becomes its output.
-  void Run(const RowLayerWeights& w, int64_t layer, RowAttend attend, float* x);
+  // `after`: the matrix the pass multiplies by next (the next layer's qkv), read ahead while
+  // threads wait; may be null.
+  void Run(const RowLayerWeights& w, int64_t layer, RowAttend attend, float* x,
+           const RowMatrix* after = nullptr);
 
  private:
-  // y [rows, m.out] = x [rows, m.in] times m^T; bf16 matrices take x rounded to bf16.
-  void Product(const RowMatrix& m, const float* x, float* y);
+  // y [rows, m.out] = x [rows, m.in] times m^T; bf16 matrices take x rounded to bf16. The
+  // threads read `next` (the pass's next matrix, or null) ahead as they finish.
+  void Product(const RowMatrix& m, const float* x, float* y, const RowMatrix* next);
   // q_ and k_: the heads of qkv_ normed (where the layer has norms) and rotated.
   void NormRopeQk(const RowLayerWeights& w);
 
@@ -61,6 +68,7 @@ class RowLayerPass {
   int64_t rows_;
   const float* cos_;
   const float* sin_;
+  bool read_ahead_;
   std::vector<float> h_, qkv_, q_, k_, v_, normed_, attn_, sums_, gu_, act_;
   std::vector<uint16_t> x_bf16_;
 };

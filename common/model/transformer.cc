@@ -332,11 +332,13 @@ std::vector<RowLayerWeights> RowLayersOf(std::span<const DecoderLayerWeights> la
 // into its columns as its layer ends: a decoding step's features without a tensor operation.
 at::Tensor RunRowLayers(const ForwardRows& rows, const ModelConfig& c,
                         std::span<const RowLayerWeights> layers,
-                        const std::vector<int64_t>& capture_layers, at::Tensor& x) {
+                        const std::vector<int64_t>& capture_layers, bool read_ahead,
+                        at::Tensor& x) {
   const RowLayerShape shape{c.hidden_size,         c.num_attention_heads,
                             c.num_key_value_heads, c.head_dim,
                             c.intermediate_size,   static_cast<float>(c.rms_norm_eps)};
-  RowLayerPass pass(shape, rows.total, rows.cos.data_ptr<float>(), rows.sin.data_ptr<float>());
+  RowLayerPass pass(shape, rows.total, rows.cos.data_ptr<float>(), rows.sin.data_ptr<float>(),
+                    read_ahead);
   auto attend = [&](int64_t l, const float* q, const float* k, const float* v, float* out) {
     FusedAttentionRows(q, k, v, out, KernelDType::kF32, shape.heads, shape.kv_heads, shape.head_dim,
                        l, rows.kernel_inputs);
@@ -347,7 +349,8 @@ at::Tensor RunRowLayers(const ForwardRows& rows, const ModelConfig& c,
   at::Tensor features;
   if (width > 0) features = at::empty({rows.total, width}, x.options());
   for (int64_t l = 0; l < static_cast<int64_t>(layers.size()); ++l) {
-    pass.Run(layers[l], l, attend, x.data_ptr<float>());
+    const bool last = l + 1 == static_cast<int64_t>(layers.size());
+    pass.Run(layers[l], l, attend, x.data_ptr<float>(), last ? nullptr : &layers[l + 1].qkv);
     for (size_t j = 0; j < capture_layers.size(); ++j) {
       if (capture_layers[j] != l) continue;
       const float* src = x.data_ptr<float>();
@@ -658,7 +661,8 @@ absl::StatusOr<std::vector<SequenceOutput>> Transformer::Forward(
     };
     at::Tensor features;
     if (!weights_->row_layers.empty() && rows.aten_index.empty()) {
-      features = RunRowLayers(rows, c, weights_->row_layers, options.capture_layers, x);
+      features = RunRowLayers(rows, c, weights_->row_layers, options.capture_layers,
+                              options_.read_ahead, x);
     } else {
       std::vector<at::Tensor> layer_out(c.num_hidden_layers);
       for (int64_t l = 0; l < c.num_hidden_layers; ++l) {

@@ -82,6 +82,9 @@ struct LoadOptions {
   // order, so the same logits, at less cost per layer. SPECDEC_ROW_LAYERS=0 in the environment
   // turns it off.
   bool row_layers = true;
+  // Whether the row layers' products, as their threads finish, read the start of the next
+  // matrix into cache (parallel_linear.h); the logits are the same either way.
+  bool read_ahead = true;
   // Whether single-sequence passes of up to kMaxCapturedRows new rows on a CUDA device (decoding
   // steps, verifies, tree verifies) replay CUDA graphs, captured per KV cache and pass shape on
   // a shape's second use: one launch instead of hundreds, whose host cost bounds a step

@@ -71,6 +71,37 @@ TEST(ComputePoolTest, NestedRunsRunAloneOnTheCallingThread) {
   EXPECT_FALSE(InComputeRun());
 }
 
+// Each thread names what it reads ahead once, after its own share of the run; the bytes it reads
+// ahead change nothing.
+TEST(ComputePoolTest, EachThreadAsksForItsReadAheadOnceAfterItsShare) {
+  std::vector<char> buffer(1 << 20, 1);
+  for (int round = 0; round < 50; ++round) {
+    std::vector<std::atomic<int>> ran(3), asked(3), asked_before_run(3);
+    RunOnComputeThreads(
+        3, [&](int t) { ran[static_cast<size_t>(t)].fetch_add(1); },
+        [&](int t) {
+          const auto i = static_cast<size_t>(t);
+          if (ran[i].load() == 0) asked_before_run[i].fetch_add(1);
+          asked[i].fetch_add(1);
+          return ReadAhead{buffer.data() + t * (buffer.size() / 3), 64 * 1024};
+        });
+    for (size_t t = 0; t < 3; ++t) {
+      EXPECT_EQ(ran[t].load(), 1) << "index " << t;
+      EXPECT_EQ(asked[t].load(), 1) << "index " << t;
+      EXPECT_EQ(asked_before_run[t].load(), 0) << "index " << t;
+    }
+  }
+  // A run alone (one thread) asks nothing: no thread waits.
+  int asked_alone = 0;
+  RunOnComputeThreads(
+      1, [](int) {},
+      [&](int) {
+        ++asked_alone;
+        return ReadAhead{};
+      });
+  EXPECT_EQ(asked_alone, 0);
+}
+
 // Two callers at once: one runs on the pool, the other (while the pool is held) alone; every
 // index of every run still runs once.
 TEST(ComputePoolTest, ConcurrentCallersEachGetEveryIndex) {

@@ -72,7 +72,41 @@ TEST_F(ParallelLinearTest, ThreadsChangeNoBitOfAPackedProduct) {
     RunLinearParallel(p);
     EXPECT_EQ(std::memcmp(alone.data(), split.data(), alone.size() * sizeof(float)), 0)
         << rows << " rows";
+    // Reading the next matrix ahead (here the same one) changes no bit either.
+    std::vector<float> read_ahead(rows * out);
+    p.y_f32 = read_ahead.data();
+    RunLinearParallel(p, NextWeights{packed.data(), out, in, 2});
+    EXPECT_EQ(std::memcmp(alone.data(), read_ahead.data(), alone.size() * sizeof(float)), 0)
+        << rows << " rows, reading ahead";
   }
+}
+
+// Each thread reads ahead the start of its range in the next product's loop (BalancedParallelFor
+// gives thread t of T the blocks [blocks * t / T, blocks * (t + 1) / T)).
+TEST_F(ParallelLinearTest, ReadAheadIsTheStartOfEachThreadsShareOfTheNextProduct) {
+  SetComputeThreads(2);
+  std::vector<char> bytes(1);
+  const char* base = bytes.data();
+  // 10 blocks of 64 outputs of 100 bf16 inputs (12,800 bytes each): 5 blocks a thread.
+  const NextWeights small{base, 640, 100, 2};
+  ReadAhead t0 = ReadAheadShare(small, 0), t1 = ReadAheadShare(small, 1);
+  EXPECT_EQ(t0.begin, base);
+  EXPECT_EQ(t0.bytes, 5 * 12800);
+  EXPECT_EQ(t1.begin, base + 5 * 12800);
+  EXPECT_EQ(t1.bytes, 5 * 12800);
+  EXPECT_EQ(ReadAheadShare(small, 2).bytes, 0) << "the loop has two threads";
+
+  // A large matrix's shares are capped; f32 elements count 4 bytes.
+  const NextWeights large{base, 4096, 1024, 4};  // 64 blocks of 256 KiB
+  t1 = ReadAheadShare(large, 1);
+  EXPECT_EQ(t1.begin, base + 32 * 64 * 1024 * 4);
+  EXPECT_EQ(t1.bytes, kReadAheadBytes);
+
+  // Nothing when the next loop runs on one thread, or there is no next matrix.
+  EXPECT_EQ(ReadAheadShare(NextWeights{base, 64, 100, 2}, 0).bytes, 0);
+  EXPECT_EQ(ReadAheadShare(NextWeights{}, 0).bytes, 0);
+  SetComputeThreads(1);
+  EXPECT_EQ(ReadAheadShare(small, 0).bytes, 0);
 }
 
 }  // namespace
