@@ -29,8 +29,8 @@ struct NextWeights {
 // As above; once a thread is done with its part, it reads the start of its share of `next`'s
 // weights into its cache while it waits for the other threads (and a worker, for its next loop),
 // so that the serial work between two products and the ends of their loops keep reading memory.
-// The 100M bf16 shape's 1-token step at 2 threads ran 1.033x as fast (f32 1.016x; the pack's
-// verifies of 4 and 17 rows 1.03-1.08x): docs/results/2026-11-28-read-ahead.md.
+// The 100M bf16 shape's 1-token step at 2 threads ran 1.048x as fast (f32 1.030x; the pack's
+// verifies of 4 and 17 rows 1.05-1.06x): docs/results/2026-11-28-read-ahead.md.
 void RunLinearParallel(const LinearProblem& p, const NextWeights& next);
 void RunLinearF32Parallel(const LinearF32Problem& p, const NextWeights& next);
 

@@ -330,10 +330,12 @@ std::vector<RowLayerWeights> RowLayersOf(std::span<const DecoderLayerWeights> la
 // layers: x (float, contiguous) is the residual stream. Returns the captured layers' outputs side
 // by side in capture_layers' order (undefined when none is captured), each copied row by row
 // into its columns as its layer ends: a decoding step's features without a tensor operation.
+// With `read_ahead`, each product's threads read the next matrix ahead, the last layer's
+// `lm_head` (may be null).
 at::Tensor RunRowLayers(const ForwardRows& rows, const ModelConfig& c,
                         std::span<const RowLayerWeights> layers,
                         const std::vector<int64_t>& capture_layers, bool read_ahead,
-                        at::Tensor& x) {
+                        const RowMatrix* lm_head, at::Tensor& x) {
   const RowLayerShape shape{c.hidden_size,         c.num_attention_heads,
                             c.num_key_value_heads, c.head_dim,
                             c.intermediate_size,   static_cast<float>(c.rms_norm_eps)};
@@ -350,7 +352,7 @@ at::Tensor RunRowLayers(const ForwardRows& rows, const ModelConfig& c,
   if (width > 0) features = at::empty({rows.total, width}, x.options());
   for (int64_t l = 0; l < static_cast<int64_t>(layers.size()); ++l) {
     const bool last = l + 1 == static_cast<int64_t>(layers.size());
-    pass.Run(layers[l], l, attend, x.data_ptr<float>(), last ? nullptr : &layers[l + 1].qkv);
+    pass.Run(layers[l], l, attend, x.data_ptr<float>(), last ? lm_head : &layers[l + 1].qkv);
     for (size_t j = 0; j < capture_layers.size(); ++j) {
       if (capture_layers[j] != l) continue;
       const float* src = x.data_ptr<float>();
@@ -562,6 +564,7 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::FromTensors(
       MoveIntoHugePages(all);
       if (opts.row_layers && RowLayersOn() && act == at::kFloat) {
         w->row_layers = RowLayersOf(w->layers, config);
+        w->row_lm_head = RowMatrixOf(w->lm_head);
       }
     }
     return std::unique_ptr<Transformer>(new Transformer(config, opts, std::move(w)));
@@ -661,8 +664,9 @@ absl::StatusOr<std::vector<SequenceOutput>> Transformer::Forward(
     };
     at::Tensor features;
     if (!weights_->row_layers.empty() && rows.aten_index.empty()) {
-      features = RunRowLayers(rows, c, weights_->row_layers, options.capture_layers,
-                              options_.read_ahead, x);
+      features =
+          RunRowLayers(rows, c, weights_->row_layers, options.capture_layers, options_.read_ahead,
+                       weights_->row_lm_head ? &*weights_->row_lm_head : nullptr, x);
     } else {
       std::vector<at::Tensor> layer_out(c.num_hidden_layers);
       for (int64_t l = 0; l < c.num_hidden_layers; ++l) {

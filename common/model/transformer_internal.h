@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "common/model/model_config.h"
@@ -35,6 +36,9 @@ struct Transformer::Weights {
   std::vector<Layer> layers;
   // The layers as the row layers read them (row_layer.h); empty where they take ATen's operators.
   std::vector<RowLayerWeights> row_layers;
+  // lm_head as the products read it (where the row layers run), which their last layer reads
+  // ahead.
+  std::optional<RowMatrix> row_lm_head;
 };
 
 // Layer `l`'s attention of the pass's new rows: q [rows, heads, d], k and v [rows, kv_heads, d]
