@@ -61,35 +61,38 @@ void BlockCostModel::Curve::Add(double decay, double weight, int rows, double ms
   p.second += weight * ms;
 }
 
-double BlockCostModel::Curve::At(int rows, const Line& line, const Line* shape) const {
+std::vector<double> BlockCostModel::Curve::AtEach(int most, const Line& line,
+                                                  const Line* shape) const {
   constexpr double kMinWeight = 0.5;  // about one pass of weight left after decay
-  std::pair<int, double> lo, hi;
-  bool have_lo = false, have_hi = false;
+  std::vector<std::pair<int, double>> means;  // (rows, mean ms) of the points with weight
   for (const auto& [r, p] : points) {
-    if (p.first < kMinWeight) continue;
-    const double ms = p.second / p.first;
-    if (r == rows) return std::min(ms, UpperBound(rows));
-    if (r < rows) {
-      lo = {r, ms};
-      have_lo = true;
-    } else if (!have_hi) {
-      hi = {r, ms};
-      have_hi = true;
-    }
+    if (p.first >= kMinWeight) means.emplace_back(r, p.second / p.first);
   }
-  if (!have_lo || !have_hi) return std::min(line.At(rows, shape), UpperBound(rows));
-  const double t = static_cast<double>(rows - lo.first) / (hi.first - lo.first);
-  return std::min(lo.second + t * (hi.second - lo.second), UpperBound(rows));
+  // least[i]: the least mean at means[i] or beyond, the bound of every rows up to means[i]'s.
+  std::vector<double> least(means.size() + 1, std::numeric_limits<double>::infinity());
+  for (size_t i = means.size(); i-- > 0;) least[i] = std::min(means[i].second, least[i + 1]);
+  std::vector<double> out(static_cast<size_t>(std::max(most, 0)) + 1);
+  size_t i = 0;  // the first mean at `rows` rows or more
+  for (int rows = 0; rows <= most; ++rows) {
+    while (i < means.size() && means[i].first < rows) ++i;
+    double ms;
+    if (i < means.size() && means[i].first == rows) {
+      ms = means[i].second;
+    } else if (i == 0 || i == means.size()) {  // nothing measured on one side
+      ms = line.At(rows, shape);
+    } else {
+      const auto& [lo_rows, lo_ms] = means[i - 1];
+      const auto& [hi_rows, hi_ms] = means[i];
+      const double t = static_cast<double>(rows - lo_rows) / (hi_rows - lo_rows);
+      ms = lo_ms + t * (hi_ms - lo_ms);
+    }
+    out[static_cast<size_t>(rows)] = std::min(ms, least[i]);
+  }
+  return out;
 }
 
-double BlockCostModel::Curve::UpperBound(int rows) const {
-  constexpr double kMinWeight = 0.5;
-  double bound = std::numeric_limits<double>::infinity();
-  for (auto it = points.lower_bound(rows); it != points.end(); ++it) {
-    if (it->second.first >= kMinWeight)
-      bound = std::min(bound, it->second.second / it->second.first);
-  }
-  return bound;
+double BlockCostModel::Curve::At(int rows, const Line& line, const Line* shape) const {
+  return AtEach(rows, line, shape)[static_cast<size_t>(std::max(rows, 0))];
 }
 
 void BlockCostModel::ObserveStep(const StepCost& step) {
@@ -166,20 +169,18 @@ double BlockCostModel::TauLocked(int block, int acceptance_class) const {
   return tau;
 }
 
+double BlockCostModel::OverheadMsLocked(bool drafted) const {
+  const Mean& own = drafted ? spec_overhead_ : ar_overhead_;
+  const Mean& other = drafted ? ar_overhead_ : spec_overhead_;
+  if (own.w > 0) return own.sum / own.w;
+  return other.w > 0 ? other.sum / other.w : 0;
+}
+
 double BlockCostModel::StepMsLocked(int sessions, int block) const {
-  const double n = std::max(1, sessions);
-  const double rows = n * std::max(1, block);
-  double ms = verify_curve_.At(static_cast<int>(rows), verify_);
-  if (block >= 2) ms += draft_curve_.At(static_cast<int>(rows), draft_, &verify_);
-  // The rest of a step's time, as measured for steps of its kind (else of the other kind).
-  const Mean& own = block >= 2 ? spec_overhead_ : ar_overhead_;
-  const Mean& other = block >= 2 ? ar_overhead_ : spec_overhead_;
-  if (own.w > 0) {
-    ms += own.sum / own.w;
-  } else if (other.w > 0) {
-    ms += other.sum / other.w;
-  }
-  return ms;
+  const int rows = std::max(1, sessions) * std::max(1, block);
+  double ms = verify_curve_.At(rows, verify_);
+  if (block >= 2) ms += draft_curve_.At(rows, draft_, &verify_);
+  return ms + OverheadMsLocked(block >= 2);
 }
 
 double BlockCostModel::DrafterlessStepMs(int sessions, int rows) const {
@@ -188,11 +189,8 @@ double BlockCostModel::DrafterlessStepMs(int sessions, int rows) const {
 }
 
 double BlockCostModel::DrafterlessStepMsLocked(int sessions, int rows) const {
-  const double n = std::max(1, sessions);
-  double ms = verify_curve_.At(static_cast<int>(n * std::max(1, rows)), verify_);
-  const Mean& overhead = ar_overhead_.w > 0 ? ar_overhead_ : spec_overhead_;
-  if (overhead.w > 0) ms += overhead.sum / overhead.w;
-  return ms;
+  return verify_curve_.At(std::max(1, sessions) * std::max(1, rows), verify_) +
+         OverheadMsLocked(false);
 }
 
 BlockCostModel::Reading BlockCostModel::Read(int sessions, int max_block, int max_rows,
@@ -203,12 +201,17 @@ BlockCostModel::Reading BlockCostModel::Read(int sessions, int max_block, int ma
   const int positions = std::clamp(max_block - 1, 0, kMaxPositions);
   r.share.assign(static_cast<size_t>(positions), 0.0);
   r.share_weight.assign(static_cast<size_t>(positions), 0.0);
+  const size_t n = static_cast<size_t>(std::max(1, sessions));
   std::lock_guard<std::mutex> lock(mu_);
+  // Each curve at every row count once (StepMsLocked and DrafterlessStepMsLocked, term by term).
+  const int most = static_cast<int>(n) * std::max({1, max_block, max_rows});
+  const std::vector<double> verify = verify_curve_.AtEach(most, verify_);
+  const std::vector<double> draft = draft_curve_.AtEach(most, draft_, &verify_);
   for (size_t b = 1; b < r.step_ms.size(); ++b) {
-    r.step_ms[b] = StepMsLocked(sessions, static_cast<int>(b));
+    r.step_ms[b] = verify[n * b] + (b >= 2 ? draft[n * b] : 0) + OverheadMsLocked(b >= 2);
   }
   for (size_t rows = 1; rows < r.drafterless_ms.size(); ++rows) {
-    r.drafterless_ms[rows] = DrafterlessStepMsLocked(sessions, static_cast<int>(rows));
+    r.drafterless_ms[rows] = verify[n * rows] + OverheadMsLocked(false);
   }
   for (int i = 0; i < positions; ++i) {
     const size_t k = static_cast<size_t>(i);

@@ -131,10 +131,13 @@ class BlockCostModel {
   struct Curve {
     std::map<int, std::pair<double, double>> points;  // rows -> (weight, weighted ms)
     void Add(double decay, double weight, int rows, double ms);
+    // The mean cost measured at `rows` rows, else interpolated between the nearest measured row
+    // counts on either side, else `line` (with `shape`); capped by the least mean measured at
+    // `rows` rows or more: a pass never costs more than a larger one, so a stale or noisy mean is
+    // capped by the larger passes'. Points of under half a pass's weight (decayed) do not count.
     double At(int rows, const Line& line, const Line* shape = nullptr) const;
-    // The least mean cost measured at `rows` rows or more: a pass never costs more than a larger
-    // one, so a stale or noisy mean is capped by the larger passes' (the answer of At).
-    double UpperBound(int rows) const;
+    // At(rows) for every rows in [0, most], in one pass over the points.
+    std::vector<double> AtEach(int most, const Line& line, const Line* shape = nullptr) const;
   };
   struct Mean {
     double w = 0, sum = 0;
@@ -147,6 +150,9 @@ class BlockCostModel {
     double Share(int position, int acceptance_class, double* weight) const;
   };
   double TauLocked(int block, int acceptance_class) const;
+  // The rest of a step's time beyond its passes, as measured for steps of its kind (drafted or
+  // not), else of the other kind; 0 before any.
+  double OverheadMsLocked(bool drafted) const;
   double StepMsLocked(int sessions, int block) const;
   double DrafterlessStepMsLocked(int sessions, int rows) const;
 

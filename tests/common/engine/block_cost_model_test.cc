@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <utility>
 
 namespace specdec::engine {
 namespace {
@@ -58,6 +59,38 @@ TEST(BlockCostModel, CostsWithoutSpreadInRowsAreProportionalToRows) {
   for (int k = 0; k < 20; ++k) m.ObserveStep({.sessions = 16, .pass_rows = 16, .pass_ms = 4});
   EXPECT_NEAR(m.StepMs(16, 1), 4, 1e-9);
   EXPECT_NEAR(m.StepMs(16, 1) * 2, m.StepMs(32, 1), 1e-9);
+}
+
+// Between measured row counts a pass's cost is interpolated, capped by the least cost measured at
+// as many rows or more; Read gives every row count the same costs as one query each.
+TEST(BlockCostModel, InterpolatesMeasuredRowCountsCappedByLargerPasses) {
+  BlockCostModel m;
+  // 8 rows measured cheaper than 4 (a noisy mean): it caps the row counts below it.
+  for (const auto& [rows, ms] : {std::pair{1, 1.0}, {4, 2.5}, {8, 2.0}, {16, 4.0}}) {
+    m.ObserveStep({.sessions = 1, .pass_rows = rows, .pass_ms = ms});
+  }
+  const std::pair<int, double> expected[] = {{1, 1.0}, {2, 1.5}, {3, 2.0},  {4, 2.0},
+                                             {6, 2.0}, {8, 2.0}, {12, 3.0}, {16, 4.0}};
+  for (const auto& [rows, ms] : expected) {
+    EXPECT_NEAR(m.DrafterlessStepMs(1, rows), ms, 1e-9) << rows << " rows";
+  }
+  m.ObserveStep({.sessions = 1,
+                 .pass_rows = 8,
+                 .pass_ms = 2.0,
+                 .draft_rows = 8,
+                 .draft_ms = 0.5,
+                 .wall_ms = 3.0});
+  for (int sessions : {1, 2, 3}) {
+    const BlockCostModel::Reading r = m.Read(sessions, 17, 9, 0);
+    for (int b = 1; b <= 17; ++b) {
+      EXPECT_EQ(r.step_ms[static_cast<size_t>(b)], m.StepMs(sessions, b))
+          << sessions << " sessions, block " << b;
+    }
+    for (int rows = 1; rows <= 9; ++rows) {
+      EXPECT_EQ(r.drafterless_ms[static_cast<size_t>(rows)], m.DrafterlessStepMs(sessions, rows))
+          << sessions << " sessions, " << rows << " rows";
+    }
+  }
 }
 
 TEST(BlockCostModel, DraftCostsOfOneSizeScaleAsTheTargetsPasses) {
