@@ -35,7 +35,7 @@ class LocalTarget final : public TargetSide {
   absl::StatusOr<PrefillResult> Prefill(std::span<const int32_t> prompt,
                                         bool want_logits) override {
     ASSIGN_OR_RETURN(PrefillOutcome out, session_.Prefill(prompt));
-    sequence_.assign(prompt.begin(), prompt.end());
+    sequence_.Assign(prompt);
     Feed(out.features);
     PrefillResult r;
     r.first_token = out.first_token;
@@ -88,10 +88,10 @@ class LocalTarget final : public TargetSide {
   // looks up and the sequence repeats, else a single-row step.
   absl::StatusOr<StepResult> RunStep(int32_t last, const RunPlan& plan, int32_t left) {
     if (plan.lookup.max_tokens > 0) {
-      sequence_.push_back(last);
+      sequence_.Append(last);
       Draft d;
-      d.tokens = LookupDraft(sequence_, plan.lookup, left, max_context_);
-      sequence_.pop_back();
+      d.tokens = sequence_.Draft(plan.lookup, left, max_context_);
+      sequence_.PopBack();
       if (!d.tokens.empty()) {
         d.proposal = Proposal::kOneHot;
         d.positions = static_cast<int32_t>(d.tokens.size());
@@ -118,8 +118,8 @@ class LocalTarget final : public TargetSide {
   // After a step: the cache holds row 0 and the accepted rows (all committed tokens but the
   // last, which is the next step's row 0).
   void Keep(int32_t last, const std::vector<int32_t>& committed) {
-    sequence_.push_back(last);
-    sequence_.insert(sequence_.end(), committed.begin(), committed.end() - 1);
+    sequence_.Append(last);
+    sequence_.Append(std::span<const int32_t>(committed).first(committed.size() - 1));
   }
 
   void Feed(const at::Tensor& features) {
@@ -129,7 +129,7 @@ class LocalTarget final : public TargetSide {
   TargetSession session_;
   DFlashDraftSession* feed_;
   const int64_t max_context_;
-  std::vector<int32_t> sequence_;  // the cached tokens
+  LookupHistory sequence_;  // the cached tokens
 };
 
 // The small autoregressive draft model: chains (DRAFT_CHAIN) or DySpec trees (DYSPEC_TREE).

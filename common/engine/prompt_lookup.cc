@@ -6,32 +6,100 @@
 
 namespace specdec::engine {
 
-std::vector<int32_t> PromptLookup(std::span<const int32_t> tokens, int32_t max_n, int32_t min_n,
-                                  int32_t length, int32_t min_length) {
-  const int64_t size = static_cast<int64_t>(tokens.size());
-  for (int64_t n = std::min<int64_t>(max_n, size - 1); n >= min_n; --n) {
-    const std::span<const int32_t> suffix = tokens.subspan(size - n);
-    // The latest earlier occurrence with at least min_length tokens (and one) after it.
-    for (int64_t start = size - n - std::max(1, min_length); start >= 0; --start) {
-      if (!std::equal(suffix.begin(), suffix.end(), tokens.begin() + start)) continue;
-      const int64_t from = start + n;
-      const int64_t take = std::min<int64_t>(length, size - from);
-      return std::vector<int32_t>(tokens.begin() + from, tokens.begin() + from + take);
+LookupHistory::Gram LookupHistory::GramAt(int64_t start, int32_t n) const {
+  Gram g;
+  g.fill(-1);
+  std::copy_n(tokens_.begin() + start, n, g.begin());
+  return g;
+}
+
+void LookupHistory::Assign(std::span<const int32_t> tokens) {
+  tokens_.assign(tokens.begin(), tokens.end());
+  indexed_ = 0;
+  for (auto& m : latest_) m.clear();
+  for (auto& e : earlier_) e.clear();
+}
+
+void LookupHistory::Append(std::span<const int32_t> tokens) {
+  tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
+}
+
+void LookupHistory::CatchUp() {
+  if (size() - indexed_ > 1) {  // a prompt: room for all of it at once
+    for (int32_t n = 1; n <= kLookupMaxMatch; ++n) {
+      latest_[n - 1].reserve(static_cast<size_t>(size()));
+      earlier_[n - 1].reserve(static_cast<size_t>(size()));
     }
+  }
+  for (; indexed_ < size(); ++indexed_) {
+    const int64_t end = indexed_ + 1;  // the n-grams ending with token indexed_
+    for (int32_t n = 1; n <= kLookupMaxMatch && n <= end; ++n) {
+      const int32_t start = static_cast<int32_t>(end - n);
+      auto [it, inserted] = latest_[n - 1].try_emplace(GramAt(start, n), start);
+      earlier_[n - 1].push_back(inserted ? -1 : it->second);
+      it->second = start;
+    }
+  }
+}
+
+void LookupHistory::PopBack() {
+  if (indexed_ == size()) {
+    for (int32_t n = 1; n <= kLookupMaxMatch && n <= size(); ++n) {
+      const int32_t start = static_cast<int32_t>(size() - n);
+      const int32_t before = earlier_[n - 1].back();
+      earlier_[n - 1].pop_back();
+      if (before < 0) {
+        latest_[n - 1].erase(GramAt(start, n));
+      } else {
+        latest_[n - 1][GramAt(start, n)] = before;
+      }
+    }
+    --indexed_;
+  }
+  tokens_.pop_back();
+}
+
+std::vector<int32_t> LookupHistory::Lookup(int32_t max_n, int32_t min_n, int32_t length,
+                                           int32_t min_length) {
+  CatchUp();
+  const int64_t n_size = size();
+  for (int64_t n = std::min<int64_t>({max_n, kLookupMaxMatch, n_size - 1}); n >= std::max(1, min_n);
+       --n) {
+    // The latest start of the suffix is the suffix itself; earlier ones down to `last_start` have
+    // at least min_length tokens (and one) after them.
+    const int64_t last_start = n_size - n - std::max(1, min_length);
+    const auto it = latest_[n - 1].find(GramAt(n_size - n, static_cast<int32_t>(n)));
+    int64_t start = it == latest_[n - 1].end() ? -1 : it->second;
+    while (start >= 0 && start > last_start) start = earlier_[n - 1][start];
+    if (start < 0) continue;
+    const int64_t from = start + n;
+    const int64_t take = std::min<int64_t>(length, n_size - from);
+    return std::vector<int32_t>(tokens_.begin() + from, tokens_.begin() + from + take);
   }
   return {};
 }
 
-std::vector<int32_t> LookupDraft(std::span<const int32_t> sequence, const LookupShape& shape,
-                                 int32_t tokens_left, int64_t max_context) {
-  if (sequence.empty() || shape.max_tokens < 1) return {};
-  const int64_t cached = static_cast<int64_t>(sequence.size()) - 1;
-  const int32_t rows = BlockRows(shape.max_tokens + 1, tokens_left, cached, max_context);
+std::vector<int32_t> LookupHistory::Draft(const LookupShape& shape, int32_t tokens_left,
+                                          int64_t max_context) {
+  if (tokens_.empty() || shape.max_tokens < 1) return {};
+  const int32_t rows = BlockRows(shape.max_tokens + 1, tokens_left, size() - 1, max_context);
   if (rows - 1 < std::max(1, shape.min_tokens)) return {};
-  std::vector<int32_t> draft = PromptLookup(sequence, kLookupMaxMatch, std::max(1, shape.min_match),
-                                            rows - 1, shape.min_tokens);
+  std::vector<int32_t> draft =
+      Lookup(kLookupMaxMatch, std::max(1, shape.min_match), rows - 1, shape.min_tokens);
   if (static_cast<int32_t>(draft.size()) < shape.min_tokens) draft.clear();
   return draft;
+}
+
+std::vector<int32_t> PromptLookup(std::span<const int32_t> tokens, int32_t max_n, int32_t min_n,
+                                  int32_t length, int32_t min_length) {
+  LookupHistory h(tokens);
+  return h.Lookup(max_n, min_n, length, min_length);
+}
+
+std::vector<int32_t> LookupDraft(std::span<const int32_t> sequence, const LookupShape& shape,
+                                 int32_t tokens_left, int64_t max_context) {
+  LookupHistory h(sequence);
+  return h.Draft(shape, tokens_left, max_context);
 }
 
 }  // namespace specdec::engine

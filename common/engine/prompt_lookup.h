@@ -6,9 +6,12 @@
 #ifndef SPECDEC_COMMON_ENGINE_PROMPT_LOOKUP_H_
 #define SPECDEC_COMMON_ENGINE_PROMPT_LOOKUP_H_
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <vector>
+
+#include "absl/container/flat_hash_map.h"
 
 namespace specdec::engine {
 
@@ -30,16 +33,53 @@ inline LookupShape AdaptiveLookup(int32_t max_tokens) {
   return max_tokens < 2 ? LookupShape{} : LookupShape{max_tokens, 2, 2};
 }
 
-// The continuation of `tokens`' longest matching suffix (n in [min_n, max_n]) at its latest
-// earlier occurrence followed by at least `min_length` tokens (in a run of one repeated token
-// the latest occurrence is followed by one), at most `length` tokens; empty when nothing matches.
+// A token sequence (the prompt and what the request committed) with the index of its n-grams
+// (n = 1 .. kLookupMaxMatch) that prompt lookup searches: a lookup costs a few hash probes
+// however long the sequence, where a scan costs a pass over it per suffix length (on the 2-core
+// CPU of docs/results/2026-11-28-lookup-index.md, 5-8 us a step at 300 tokens and 140-155 us at
+// 30,000, against 0.3-1.5 us). The index is built on the first lookup (a sequence that never
+// looks up costs a vector), then kept as tokens come and go.
+class LookupHistory {
+ public:
+  LookupHistory() = default;
+  explicit LookupHistory(std::span<const int32_t> tokens) { Append(tokens); }
+
+  void Assign(std::span<const int32_t> tokens);
+  void Append(int32_t token) { tokens_.push_back(token); }
+  void Append(std::span<const int32_t> tokens);
+  void PopBack();  // the sequence must not be empty
+  std::span<const int32_t> tokens() const { return tokens_; }
+  int64_t size() const { return static_cast<int64_t>(tokens_.size()); }
+
+  // The continuation of the sequence's longest matching suffix (n in [min_n, max_n], max_n at
+  // most kLookupMaxMatch) at its latest earlier occurrence followed by at least `min_length`
+  // tokens (in a run of one repeated token the latest occurrence is followed by one), at most
+  // `length` tokens; empty when nothing matches.
+  std::vector<int32_t> Lookup(int32_t max_n, int32_t min_n, int32_t length, int32_t min_length = 1);
+  // The lookup draft of a step of `shape` after the sequence (everything before the step's draft:
+  // the cached tokens, then the step's row 0), cut so that the step commits at most `tokens_left`
+  // tokens and writes no row past `max_context`; empty when nothing of at least shape.min_tokens
+  // matches.
+  std::vector<int32_t> Draft(const LookupShape& shape, int32_t tokens_left, int64_t max_context);
+
+ private:
+  using Gram = std::array<int32_t, kLookupMaxMatch>;
+  Gram GramAt(int64_t start, int32_t n) const;
+  // Indexes tokens [indexed_, size): each n-gram that ends at one of them.
+  void CatchUp();
+
+  std::vector<int32_t> tokens_;
+  int64_t indexed_ = 0;  // tokens [0, indexed_) are in the index
+  // For n = i + 1: latest_[i] maps each n-gram to the latest start of it, and earlier_[i][s] is
+  // the start of the same n-gram before s (-1: none).
+  std::array<absl::flat_hash_map<Gram, int32_t>, kLookupMaxMatch> latest_;
+  std::array<std::vector<int32_t>, kLookupMaxMatch> earlier_;
+};
+
+// LookupHistory::Lookup and LookupHistory::Draft on a sequence given whole (for tests and
+// one-off lookups: each call indexes the sequence).
 std::vector<int32_t> PromptLookup(std::span<const int32_t> tokens, int32_t max_n, int32_t min_n,
                                   int32_t length, int32_t min_length = 1);
-
-// The lookup draft of a step of `shape` after `sequence` (everything before the step's draft:
-// the cached tokens, then the step's row 0), cut so that the step commits at most `tokens_left`
-// tokens and writes no row past `max_context`; empty when nothing of at least shape.min_tokens
-// matches.
 std::vector<int32_t> LookupDraft(std::span<const int32_t> sequence, const LookupShape& shape,
                                  int32_t tokens_left, int64_t max_context);
 

@@ -74,7 +74,7 @@ class StepLoop {
     stats_.prefill_ms = MsSince(t0);
     stats_.queue_ms += prefill_.queue_ms;
     stats_.network_ms += prefill_.network_ms;
-    history_.assign(prompt_.begin(), prompt_.end());
+    history_.Assign(prompt_);
     StepResult first;
     first.committed = {prefill_.first_token};
     first.verify_ms = stats_.prefill_ms;
@@ -289,11 +289,10 @@ class StepLoop {
   // DFLASH_ADAPTIVE's prompt lookup before planning (AdaptiveLookup of draft_length tokens, cut
   // to what the request and the context leave), as a one-hot chain (lossless at any
   // temperature); none when nothing matches.
-  std::optional<Draft> AdaptiveLookupDraft(int32_t left) const {
+  std::optional<Draft> AdaptiveLookupDraft(int32_t left) {
     if (!LooksUp()) return {};
     Draft d;
-    d.tokens =
-        LookupDraft(history_, AdaptiveLookup(options_.draft_length), left, parts_.max_context);
+    d.tokens = history_.Draft(AdaptiveLookup(options_.draft_length), left, parts_.max_context);
     if (d.tokens.empty()) return {};
     d.proposal = Proposal::kOneHot;
     d.positions = static_cast<int32_t>(d.tokens.size());
@@ -301,7 +300,7 @@ class StepLoop {
   }
 
   void Commit(const StepResult& step, bool prefill, int32_t block = 0) {
-    history_.insert(history_.end(), step.committed.begin(), step.committed.end());
+    history_.Append(step.committed);
     produced_ += static_cast<int64_t>(step.committed.size());
     if (!step.committed.empty()) last_ = step.committed.back();
     std::string text;
@@ -386,7 +385,7 @@ class StepLoop {
   int32_t last_ = -1;
   int64_t produced_ = 0;  // tokens the target committed, the prefill's included
   std::vector<int32_t> out_;
-  std::vector<int32_t> history_;  // the prompt and every committed token (prompt lookup)
+  LookupHistory history_;  // the prompt and every committed token (prompt lookup)
   std::string text_;  // the completion's text, when decoded
   DecodeStats stats_;
   bool any_token_ = false;

@@ -67,7 +67,7 @@ const char* OpName(v1::TargetRequest::OpCase op) {
 struct TargetEntry {
   std::unique_ptr<engine::TargetSession> target;
   std::unique_ptr<engine::DFlashDraftSession> draft;
-  std::vector<int32_t> tokens;  // the cached sequence, for runs that look up (TargetRun.lookup)
+  engine::LookupHistory tokens;  // the cached sequence, for runs that look up (TargetRun.lookup)
 };
 
 // Owns the model and the handles; runs every operation on the session loop's thread.
@@ -261,7 +261,7 @@ class TargetCore {
     }
     const v1::TargetPrefill& p = *pp.request;
     TargetEntry* e = pp.entry;
-    e->tokens = pp.tokens;
+    e->tokens.Assign(pp.tokens);
     if (e->draft) e->draft->Extend(out->features);
     auto* res = resp->mutable_prefill();
     FillHandle(pp.id, *e, res->mutable_handle());
@@ -365,14 +365,14 @@ class TargetCore {
     if (run.lookup().max_tokens() > 0) {
       // A lookup draft, where the sequence repeats, takes the place of the step's hosted block.
       p->lookup = true;
-      std::vector<int32_t>& sequence = p->entry->tokens;
-      sequence.push_back(run.last_token());
+      engine::LookupHistory& sequence = p->entry->tokens;
+      sequence.Append(run.last_token());
       const engine::LookupShape shape{run.lookup().max_tokens(),
                                       std::max(1, run.lookup().min_match()),
                                       std::max(1, run.lookup().min_tokens())};
       const std::vector<int32_t> draft =
-          engine::LookupDraft(sequence, shape, run.max_tokens(), model_->max_context());
-      sequence.pop_back();
+          sequence.Draft(shape, run.max_tokens(), model_->max_context());
+      sequence.PopBack();
       p->tokens.insert(p->tokens.end(), draft.begin(), draft.end());
       p->req.tokens = p->tokens;
       p->looked_up = !draft.empty();
@@ -429,9 +429,9 @@ class TargetCore {
   // hosted drafter's context by their features (a view into the whole pass's output, which the
   // session copies into its pending buffer).
   static void KeepCommitted(const ParsedVerify& p, const engine::VerifyOutcome& o) {
-    std::vector<int32_t>& sequence = p.entry->tokens;
-    sequence.push_back(p.tokens[0]);
-    sequence.insert(sequence.end(), o.committed.begin(), o.committed.end() - 1);
+    engine::LookupHistory& sequence = p.entry->tokens;
+    sequence.Append(p.tokens[0]);
+    sequence.Append(std::span<const int32_t>(o.committed).first(o.committed.size() - 1));
     if (p.entry->draft && o.features.defined()) p.entry->draft->Extend(o.features);
   }
 

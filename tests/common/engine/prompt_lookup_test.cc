@@ -2,12 +2,29 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <random>
 #include <vector>
 
 namespace specdec::engine {
 namespace {
 
 using V = std::vector<int32_t>;
+
+// The lookup by its definition: each suffix length from the longest, each earlier start from the
+// latest, compared token by token.
+V ScanLookup(const V& tokens, int32_t max_n, int32_t min_n, int32_t length, int32_t min_length) {
+  const int64_t size = static_cast<int64_t>(tokens.size());
+  for (int64_t n = std::min<int64_t>(max_n, size - 1); n >= min_n; --n) {
+    for (int64_t start = size - n - std::max(1, min_length); start >= 0; --start) {
+      if (!std::equal(tokens.end() - n, tokens.end(), tokens.begin() + start)) continue;
+      const int64_t from = start + n;
+      const int64_t take = std::min<int64_t>(length, size - from);
+      return V(tokens.begin() + from, tokens.begin() + from + take);
+    }
+  }
+  return {};
+}
 
 TEST(PromptLookupTest, TheLongestSuffixAtItsLatestOccurrenceWins) {
   // Suffix [1, 2, 3] occurs at 0 (followed by 4 5 6); [2, 3] also at 7 (followed by 9).
@@ -69,6 +86,59 @@ TEST(PromptLookupTest, AdaptiveLookupsNeedTwoMatchedAndTwoDraftedTokens) {
   EXPECT_EQ(AdaptiveLookup(0).max_tokens, 0);
   EXPECT_EQ(AdaptiveLookup(2).min_tokens, 2);
   EXPECT_TRUE(LookupDraft(long_tail, AdaptiveLookup(1), 100, 64).empty());
+}
+
+TEST(LookupHistoryTest, KeptIndexFindsWhatAScanOfTheSequenceFinds) {
+  // Tokens come (one at a time and in runs) and go (a step's row 0 looked up after, then taken
+  // back), on few distinct tokens so that every suffix length matches often; the index built once
+  // and kept must answer every lookup as a scan of the whole sequence does.
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 20; ++trial) {
+    LookupHistory h;
+    V mirror;
+    const int32_t vocab = 2 + trial % 5;
+    int lookups = 0;
+    for (int op = 0; op < 400; ++op) {
+      const uint32_t what = rng() % 10;
+      if (what < 5) {
+        const int32_t t = static_cast<int32_t>(rng() % vocab);
+        h.Append(t);
+        mirror.push_back(t);
+      } else if (what < 6) {
+        V run(rng() % 4);
+        for (int32_t& t : run) t = static_cast<int32_t>(rng() % vocab);
+        h.Append(run);
+        mirror.insert(mirror.end(), run.begin(), run.end());
+      } else if (what < 7 && !mirror.empty()) {
+        h.PopBack();
+        mirror.pop_back();
+      } else {
+        const int32_t min_n = 1 + static_cast<int32_t>(rng() % 3);
+        const int32_t length = 1 + static_cast<int32_t>(rng() % 6);
+        const int32_t min_length = 1 + static_cast<int32_t>(rng() % 3);
+        ASSERT_EQ(h.Lookup(kLookupMaxMatch, min_n, length, min_length),
+                  ScanLookup(mirror, kLookupMaxMatch, min_n, length, min_length))
+            << "trial " << trial << " op " << op;
+        ++lookups;
+      }
+      ASSERT_EQ(V(h.tokens().begin(), h.tokens().end()), mirror);
+    }
+    EXPECT_GT(lookups, 50);
+  }
+}
+
+TEST(LookupHistoryTest, AssignStartsOverAndAStepsRowZeroComesAndGoes) {
+  LookupHistory h(V{9, 9, 9});
+  EXPECT_EQ(h.Lookup(3, 1, 4), (V{9}));
+  h.Assign(V{10, 11, 12, 13, 10, 11});
+  EXPECT_EQ(h.size(), 6);
+  // Row 0 = 12 looked up after the cached tokens, then taken back as a verify would.
+  h.Append(12);
+  EXPECT_EQ(h.Draft(NgramLookup(3), 100, 64), (V{13, 10, 11}));
+  h.PopBack();
+  h.Append(99);
+  EXPECT_TRUE(h.Draft(NgramLookup(3), 100, 64).empty());
+  EXPECT_EQ(V(h.tokens().begin(), h.tokens().end()), (V{10, 11, 12, 13, 10, 11, 99}));
 }
 
 }  // namespace
