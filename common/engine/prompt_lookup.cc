@@ -61,6 +61,7 @@ void LookupHistory::PopBack() {
 
 std::vector<int32_t> LookupHistory::Lookup(int32_t max_n, int32_t min_n, int32_t length,
                                            int32_t min_length) {
+  if (length < 1) return {};
   CatchUp();
   const int64_t n_size = size();
   for (int64_t n = std::min<int64_t>({max_n, kLookupMaxMatch, n_size - 1}); n >= std::max(1, min_n);

@@ -54,7 +54,7 @@ class LookupHistory {
   // The continuation of the sequence's longest matching suffix (n in [min_n, max_n], max_n at
   // most kLookupMaxMatch) at its latest earlier occurrence followed by at least `min_length`
   // tokens (in a run of one repeated token the latest occurrence is followed by one), at most
-  // `length` tokens; empty when nothing matches.
+  // `length` tokens; empty when nothing matches or `length` < 1.
   std::vector<int32_t> Lookup(int32_t max_n, int32_t min_n, int32_t length, int32_t min_length = 1);
   // The lookup draft of a step of `shape` after the sequence (everything before the step's draft:
   // the cached tokens, then the step's row 0), cut so that the step commits at most `tokens_left`

@@ -43,6 +43,9 @@ TEST(PromptLookupTest, NothingMatchesNothingIsDrafted) {
   // A suffix below min_n does not count.
   EXPECT_TRUE(PromptLookup(V{4, 1, 2, 4}, 3, 2, 4).empty());
   EXPECT_EQ(PromptLookup(V{4, 1, 2, 4}, 3, 1, 4), (V{1, 2, 4}));
+  // Nothing asked for: nothing drafted, whatever matches.
+  EXPECT_TRUE(PromptLookup(V{4, 1, 2, 4}, 3, 1, 0).empty());
+  EXPECT_TRUE(PromptLookup(V{4, 1, 2, 4}, 3, 1, -1).empty());
 }
 
 TEST(PromptLookupTest, AStepDraftsWhatTheRunAndTheContextLeave) {
