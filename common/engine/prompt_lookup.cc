@@ -25,7 +25,8 @@ void LookupHistory::Append(std::span<const int32_t> tokens) {
 }
 
 void LookupHistory::CatchUp() {
-  if (size() - indexed_ > 1) {  // a prompt: room for all of it at once
+  if (indexed_ == 0) {  // the prompt: room for all of it at once (later tokens grow the index
+                        // as vectors and maps grow, not by exact reservations at every step)
     for (int32_t n = 1; n <= kLookupMaxMatch; ++n) {
       latest_[n - 1].reserve(static_cast<size_t>(size()));
       earlier_[n - 1].reserve(static_cast<size_t>(size()));
