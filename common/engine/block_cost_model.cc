@@ -12,6 +12,9 @@ size_t ClassIndex(int acceptance_class) {
       std::clamp(acceptance_class, 0, BlockCostModel::kAcceptanceClasses - 1));
 }
 
+// A lookup's match length as its acceptance's index: 1 .. kLookupMaxMatch, 0 for unknown.
+size_t MatchIndex(int match) { return static_cast<size_t>(std::clamp(match, 0, kLookupMaxMatch)); }
+
 }  // namespace
 
 BlockCostModel::BlockCostModel(Options options) : options_(options) {}
@@ -154,10 +157,10 @@ void BlockCostModel::ObserveAcceptance(int drafted, int accepted, int acceptance
   ++spec_steps_;
 }
 
-void BlockCostModel::ObserveLookup(int drafted, int accepted, int acceptance_class) {
+void BlockCostModel::ObserveLookup(int drafted, int accepted, int acceptance_class, int match) {
   if (drafted <= 0) return;
   std::lock_guard<std::mutex> lock(mu_);
-  lookup_acceptance_.Add(options_.decay, drafted, accepted, acceptance_class);
+  lookup_acceptance_[MatchIndex(match)].Add(options_.decay, drafted, accepted, acceptance_class);
 }
 
 double BlockCostModel::TauLocked(int block, int acceptance_class) const {
@@ -217,7 +220,9 @@ BlockCostModel::Reading BlockCostModel::Read(int sessions, int max_block, int ma
     const size_t k = static_cast<size_t>(i);
     r.share[k] = drafter_acceptance_.Share(i, acceptance_class, &r.share_weight[k]);
   }
-  r.lookup_share = lookup_acceptance_.Share(0, acceptance_class, &r.lookup_weight);
+  for (size_t m = 0; m < lookup_acceptance_.size(); ++m) {
+    r.lookup_share[m] = lookup_acceptance_[m].Share(0, acceptance_class, &r.lookup_weight[m]);
+  }
   return r;
 }
 
@@ -226,9 +231,10 @@ double BlockCostModel::AcceptedShare(int position, int acceptance_class, double*
   return drafter_acceptance_.Share(position, acceptance_class, weight);
 }
 
-double BlockCostModel::LookupShare(int position, int acceptance_class, double* weight) const {
+double BlockCostModel::LookupShare(int position, int acceptance_class, int match,
+                                   double* weight) const {
   std::lock_guard<std::mutex> lock(mu_);
-  return lookup_acceptance_.Share(position, acceptance_class, weight);
+  return lookup_acceptance_[MatchIndex(match)].Share(position, acceptance_class, weight);
 }
 
 double BlockCostModel::Tau(int block, int acceptance_class) const {

@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/engine/prompt_lookup.h"
+
 namespace specdec::engine {
 
 // Where a verify costs about one step (a GPU, a lone request) a lone request decodes fastest
@@ -70,9 +72,10 @@ class BlockCostModel {
   // A speculative step of a request in `acceptance_class` drafted `drafted` tokens and the target
   // accepted the first `accepted`.
   void ObserveAcceptance(int drafted, int accepted, int acceptance_class);
-  // The same for a prompt-lookup step (its acceptance is the sequence's repetition, not the
-  // drafter's: kept apart).
-  void ObserveLookup(int drafted, int accepted, int acceptance_class);
+  // The same for a prompt-lookup step whose suffix match was `match` tokens long (its acceptance
+  // is the sequence's repetition, not the drafter's: kept apart, and per match length, since a
+  // 3-token match is accepted far more often than a 1-token one; 0: unknown, kept apart too).
+  void ObserveLookup(int drafted, int accepted, int acceptance_class, int match);
 
   // Expected tokens a step with block `block` commits in `acceptance_class` (1 for block <= 1).
   double Tau(int block, int acceptance_class) const;
@@ -80,8 +83,8 @@ class BlockCostModel {
   // `acceptance_class` (every class's, where that class has none at this position), with the
   // (decayed) number of such steps in `weight`; 0 and 0 before any.
   double AcceptedShare(int position, int acceptance_class, double* weight) const;
-  // AcceptedShare of prompt-lookup steps.
-  double LookupShare(int position, int acceptance_class, double* weight) const;
+  // AcceptedShare of prompt-lookup steps of a `match`-token suffix match.
+  double LookupShare(int position, int acceptance_class, int match, double* weight) const;
   // Expected milliseconds of a step in which `sessions` requests each verify `block` rows
   // (block 1: an AR step); 0 while the model has no pass measured.
   double StepMs(int sessions, int block) const;
@@ -91,12 +94,12 @@ class BlockCostModel {
   // What a block decision weighs, read under one lock (CostAwareHook reads it once per decision
   // instead of once per candidate): StepMs(sessions, b) for b in [1, max_block],
   // DrafterlessStepMs(sessions, r) for r in [1, max_rows], AcceptedShare(i, acceptance_class)
-  // for i < max_block - 1, and LookupShare(0, acceptance_class).
+  // for i < max_block - 1, and LookupShare(0, acceptance_class, m) for every match length m.
   struct Reading {
     std::vector<double> step_ms;              // [b]; [0] unused
     std::vector<double> drafterless_ms;       // [r]; [0] unused
     std::vector<double> share, share_weight;  // [i]
-    double lookup_share = 0, lookup_weight = 0;
+    std::array<double, kLookupMaxMatch + 1> lookup_share{}, lookup_weight{};  // [match]
   };
   Reading Read(int sessions, int max_block, int max_rows, int acceptance_class) const;
   // The block in [2, max_block] with the highest Tau / StepMs for `sessions` requests in flight
@@ -162,7 +165,8 @@ class BlockCostModel {
   Curve verify_curve_, draft_curve_;
   // Decayed means of wall - pass - draft ms, of AR steps and of drafted steps.
   Mean ar_overhead_, spec_overhead_;
-  Acceptance drafter_acceptance_, lookup_acceptance_;
+  Acceptance drafter_acceptance_;
+  std::array<Acceptance, kLookupMaxMatch + 1> lookup_acceptance_;    // [match]
   std::array<std::array<int, kAcceptanceClasses>, 2> probe_wait_{};  // 0: unset
   int64_t spec_steps_ = 0;
   int64_t decisions_ = 0;

@@ -18,10 +18,13 @@
 // tau_lookup(k) / (the cost of a (k+1)-row pass without a drafter) is at least the best candidate's
 // rate. tau_lookup = 1 + sum over i < k of the chance that positions 0..i are all accepted, a
 // product of this request's per-position rates given the position before was accepted, each
-// with a prior of one step: for the first position the machine's lookup acceptance at this
-// temperature (BlockCostModel::LookupShare; before any, an accepted step), for the others an
-// accepted step (a repeated stretch tends to go on, and whether the sequence repeats is the
-// request's own, so its steps soon outweigh the priors); a request that declined `probe_every`
+// with a prior of one step: for the first position, kept per length of the suffix the lookup
+// matched (a 1-token match is right far less often than a 3-token one), the machine's lookup
+// acceptance for that length at this temperature (BlockCostModel::LookupShare; before any, an
+// accepted step); for the others, kept for all lengths together, an accepted step (a repeated
+// stretch tends to go on, and whether the sequence repeats is the request's own, so its steps
+// soon outweigh the priors). A planned run's steps look up with the shortest match length whose
+// best lookup is predicted to beat the run's own steps. A request that declined `probe_every`
 // lookups in a row verifies the next at its best length unless that is predicted at under
 // `probe_min_share` of the alternative (the wait doubles either way). Every choice is lossless: the
 // block only changes how much is drafted, never what is committed.
@@ -85,11 +88,12 @@ class CostAwareHook final : public PlanningHook {
 
   void PlanStep(const LoopView& view, StepPlan* plan) override;
   int32_t ChooseBlock(const LoopView& view, int32_t block) override;
-  int32_t LookupTokens(const LoopView& view, int32_t available) override;
-  // The k <= most with the highest PredictedLookupRate, where that rate is at least the run's own
-  // steps' (PredictedRate(run_block)); else 0. No probe: the loop's lookups before planning
-  // probe.
-  int32_t RunLookupTokens(const LoopView& view, int32_t run_block, int32_t most) override;
+  int32_t LookupTokens(const LoopView& view, int32_t available, int32_t match) override;
+  // The shortest match length m whose best k <= most (highest PredictedLookupRate(k, m)) is
+  // predicted at least at the run's own steps' rate (PredictedRate(run_block)), with max_tokens
+  // the longest such k and min_tokens the fewest tokens of match m that still pay; none where no
+  // match length pays. No probe: the loop's lookups before planning probe.
+  LookupShape RunLookupShape(const LoopView& view, int32_t run_block, int32_t most) override;
   void Observe(const StepPlan& plan, StepOrigin origin, const StepResult& step,
                bool first) override;
 
@@ -100,8 +104,8 @@ class CostAwareHook final : public PlanningHook {
   // down, a smaller one only when strictly faster); cap while nothing is measured.
   int32_t BestBlock(int32_t cap) const;
   // Predicted committed tokens per millisecond of a step verifying the first `tokens` tokens of
-  // a lookup draft; 0 while the model has no pass measured.
-  double PredictedLookupRate(int32_t tokens) const;
+  // a lookup draft found by a suffix of `match` tokens; 0 while the model has no pass measured.
+  double PredictedLookupRate(int32_t tokens, int32_t match) const;
 
  private:
   // The candidates the exploration schedule takes in turn.
@@ -118,9 +122,10 @@ class CostAwareHook final : public PlanningHook {
   // PredictedRate, BestBlock and PredictedLookupRate on a reading.
   double Rate(const BlockCostModel::Reading& r, int32_t block) const;
   int32_t BestBlockIn(const BlockCostModel::Reading& r, int32_t cap) const;
-  double LookupRate(const BlockCostModel::Reading& r, int32_t tokens) const;
+  double LookupRate(const BlockCostModel::Reading& r, int32_t tokens, int32_t match) const;
   // The k <= most with the highest LookupRate (the longest among equals), and the rate.
-  int32_t BestLookup(const BlockCostModel::Reading& r, int32_t most, double* rate) const;
+  int32_t BestLookup(const BlockCostModel::Reading& r, int32_t most, int32_t match,
+                     double* rate) const;
   double RequestTau(const BlockCostModel::Reading& r, int32_t block) const;
 
   BlockCostModel& model_;
@@ -131,8 +136,11 @@ class CostAwareHook final : public PlanningHook {
   std::array<double, BlockCostModel::kMaxPositions> drafted_{}, accepted_{};  // this request's
   std::vector<float> predicted_;  // BlockPilot's acceptance curve for this request (may be empty)
   static constexpr int kLookupPositions = 16;
-  // This request's lookup steps (decayed) that drafted a position with every earlier one
-  // accepted, and that had it accepted.
+  // This request's lookup steps (decayed), per match length (0: unknown), and of them those
+  // whose first token was accepted.
+  std::array<double, kLookupMaxMatch + 1> lookup_first_drafted_{}, lookup_first_accepted_{};
+  // This request's lookup steps (decayed) that drafted a position (after the first) with every
+  // earlier one accepted, and that had it accepted.
   std::array<double, kLookupPositions> lookup_reached_{}, lookup_accepted_{};
   int lookups_declined_ = 0;  // lookup drafts declined in a row
   int32_t decided_ = 0;     // the block PlanStep chose for the next speculative step (0: none)

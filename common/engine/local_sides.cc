@@ -90,7 +90,7 @@ class LocalTarget final : public TargetSide {
     if (plan.lookup.max_tokens > 0) {
       sequence_.Append(last);
       Draft d;
-      d.tokens = sequence_.Draft(plan.lookup, left, max_context_);
+      d.tokens = sequence_.Draft(plan.lookup, left, max_context_, &d.lookup_match);
       sequence_.PopBack();
       if (!d.tokens.empty()) {
         d.proposal = Proposal::kOneHot;
@@ -99,6 +99,7 @@ class LocalTarget final : public TargetSide {
         step.positions = d.positions;
         step.wall_ms = step.verify_ms;
         step.looked_up = true;
+        step.lookup_match = d.lookup_match;
         return step;
       }
     }

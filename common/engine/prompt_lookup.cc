@@ -61,7 +61,8 @@ void LookupHistory::PopBack() {
 }
 
 std::vector<int32_t> LookupHistory::Lookup(int32_t max_n, int32_t min_n, int32_t length,
-                                           int32_t min_length) {
+                                           int32_t min_length, int32_t* match) {
+  if (match != nullptr) *match = 0;
   if (length < 1) return {};
   CatchUp();
   const int64_t n_size = size();
@@ -76,19 +77,24 @@ std::vector<int32_t> LookupHistory::Lookup(int32_t max_n, int32_t min_n, int32_t
     if (start < 0) continue;
     const int64_t from = start + n;
     const int64_t take = std::min<int64_t>(length, n_size - from);
+    if (match != nullptr) *match = static_cast<int32_t>(n);
     return std::vector<int32_t>(tokens_.begin() + from, tokens_.begin() + from + take);
   }
   return {};
 }
 
 std::vector<int32_t> LookupHistory::Draft(const LookupShape& shape, int32_t tokens_left,
-                                          int64_t max_context) {
+                                          int64_t max_context, int32_t* match) {
+  if (match != nullptr) *match = 0;
   if (tokens_.empty() || shape.max_tokens < 1) return {};
   const int32_t rows = BlockRows(shape.max_tokens + 1, tokens_left, size() - 1, max_context);
   if (rows - 1 < std::max(1, shape.min_tokens)) return {};
   std::vector<int32_t> draft =
-      Lookup(kLookupMaxMatch, std::max(1, shape.min_match), rows - 1, shape.min_tokens);
-  if (static_cast<int32_t>(draft.size()) < shape.min_tokens) draft.clear();
+      Lookup(kLookupMaxMatch, std::max(1, shape.min_match), rows - 1, shape.min_tokens, match);
+  if (static_cast<int32_t>(draft.size()) < shape.min_tokens) {
+    draft.clear();
+    if (match != nullptr) *match = 0;
+  }
   return draft;
 }
 

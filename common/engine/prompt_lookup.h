@@ -27,10 +27,17 @@ struct LookupShape {
 };
 // NGRAM's: suffixes down to 1 token, any continuation.
 inline LookupShape NgramLookup(int32_t max_tokens) { return {max_tokens, 1, 1}; }
-// DFLASH_ADAPTIVE's: suffixes of 3 or 2 tokens, continuations of 2 tokens or more (a 1-token
-// match or draft is right too rarely to pay for its rows). Under 2 tokens: no lookup at all.
+// DFLASH_ADAPTIVE's without a cost model to weigh each lookup (CostAwareHook weighs them by the
+// matched suffix's length): suffixes of 3 or 2 tokens, continuations of 2 tokens or more (a
+// 1-token match or draft is right too rarely to pay for its rows on its own). Under 2 tokens: no
+// lookup at all.
 inline LookupShape AdaptiveLookup(int32_t max_tokens) {
   return max_tokens < 2 ? LookupShape{} : LookupShape{max_tokens, 2, 2};
+}
+// How many of a lookup draft of `available` tokens, found by a suffix of `match` tokens,
+// AdaptiveLookup's shape verifies: all of them or none.
+inline int32_t AdaptiveLookupTokens(int32_t available, int32_t match) {
+  return available >= 2 && match >= 2 ? available : 0;
 }
 
 // A token sequence (the prompt and what the request committed) with the index of its n-grams
@@ -54,13 +61,16 @@ class LookupHistory {
   // The continuation of the sequence's longest matching suffix (n in [min_n, max_n], max_n at
   // most kLookupMaxMatch) at its latest earlier occurrence followed by at least `min_length`
   // tokens (in a run of one repeated token the latest occurrence is followed by one), at most
-  // `length` tokens; empty when nothing matches or `length` < 1.
-  std::vector<int32_t> Lookup(int32_t max_n, int32_t min_n, int32_t length, int32_t min_length = 1);
+  // `length` tokens; empty when nothing matches or `length` < 1. `match`, when given, receives
+  // the matched suffix's length n (0: none).
+  std::vector<int32_t> Lookup(int32_t max_n, int32_t min_n, int32_t length, int32_t min_length = 1,
+                              int32_t* match = nullptr);
   // The lookup draft of a step of `shape` after the sequence (everything before the step's draft:
   // the cached tokens, then the step's row 0), cut so that the step commits at most `tokens_left`
   // tokens and writes no row past `max_context`; empty when nothing of at least shape.min_tokens
-  // matches.
-  std::vector<int32_t> Draft(const LookupShape& shape, int32_t tokens_left, int64_t max_context);
+  // matches. `match` as in Lookup.
+  std::vector<int32_t> Draft(const LookupShape& shape, int32_t tokens_left, int64_t max_context,
+                             int32_t* match = nullptr);
 
  private:
   using Gram = std::array<int32_t, kLookupMaxMatch>;

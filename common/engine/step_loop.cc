@@ -97,7 +97,8 @@ class StepLoop {
     // row), and looks up at every step inside them (RunLookup).
     if (std::optional<Draft> lookup = AdaptiveLookupDraft(left)) {
       const int32_t tokens =
-          parts_.hook ? parts_.hook->LookupTokens(View(), lookup->positions) : lookup->positions;
+          parts_.hook ? parts_.hook->LookupTokens(View(), lookup->positions, lookup->lookup_match)
+                      : AdaptiveLookupTokens(lookup->positions, lookup->lookup_match);
       if (tokens > 0) {
         lookup->tokens.resize(static_cast<size_t>(std::min(tokens, lookup->positions)));
         lookup->positions = static_cast<int32_t>(lookup->tokens.size());
@@ -214,8 +215,8 @@ class StepLoop {
   LookupShape RunLookup(int32_t run_block) {
     if (!LooksUp()) return {};
     const int32_t most = options_.draft_length;
-    return AdaptiveLookup(parts_.hook ? parts_.hook->RunLookupTokens(View(), run_block, most)
-                                      : most);
+    return parts_.hook ? parts_.hook->RunLookupShape(View(), run_block, most)
+                       : AdaptiveLookup(most);
   }
 
   int32_t BlockOfStep() {
@@ -277,6 +278,7 @@ class StepLoop {
     step.draft_ms = draft_ms;
     step.wall_ms = draft_ms + step.verify_ms;
     step.positions = draft.positions;
+    step.lookup_match = draft.lookup_match;
     if (origin == StepOrigin::kLookup) ++stats_.lookup_steps;
     if (parts_.hook) parts_.hook->Observe(plan, origin, step, true);
     Commit(step, false, block);
@@ -286,13 +288,15 @@ class StepLoop {
     return absl::OkStatus();
   }
 
-  // DFLASH_ADAPTIVE's prompt lookup before planning (AdaptiveLookup of draft_length tokens, cut
-  // to what the request and the context leave), as a one-hot chain (lossless at any
-  // temperature); none when nothing matches.
+  // DFLASH_ADAPTIVE's prompt lookup before planning (the longest suffix match's continuation of
+  // up to draft_length tokens, cut to what the request and the context leave; how much of it the
+  // step verifies is LookupTokens' call), as a one-hot chain (lossless at any temperature); none
+  // when nothing matches.
   std::optional<Draft> AdaptiveLookupDraft(int32_t left) {
     if (!LooksUp()) return {};
     Draft d;
-    d.tokens = history_.Draft(AdaptiveLookup(options_.draft_length), left, parts_.max_context);
+    d.tokens = history_.Draft(NgramLookup(options_.draft_length), left, parts_.max_context,
+                              &d.lookup_match);
     if (d.tokens.empty()) return {};
     d.proposal = Proposal::kOneHot;
     d.positions = static_cast<int32_t>(d.tokens.size());

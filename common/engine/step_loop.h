@@ -54,6 +54,9 @@ struct StepResult {
   int32_t draft_rows = 0;
   std::string draft_error;  // a hosted drafter failed on this step (it ran as AR)
   bool looked_up = false;   // a run's step whose draft came from prompt lookup (RunPlan::lookup)
+  // A prompt-lookup step's matched suffix length (1 .. kLookupMaxMatch; 0: unknown or none): a
+  // longer match is accepted more often, so the cost model keeps lookups' acceptance per length.
+  int32_t lookup_match = 0;
 };
 
 // A drafter's proposal after the last committed token.
@@ -65,6 +68,7 @@ struct Draft {
   std::vector<float> probs;
   Proposal proposal = Proposal::kSampled;
   int32_t positions = 0;  // chain: tokens; tree: the deepest node's depth
+  int32_t lookup_match = 0;  // a prompt-lookup draft: its matched suffix length (StepResult)
 };
 
 // How much a drafter proposes: a chain or block of `length` tokens, or a tree at most `length`
@@ -174,14 +178,18 @@ class PlanningHook {
   virtual void PlanStep(const LoopView& view, StepPlan* plan) {}
   // The block of a speculative step or run, at most `block` (the request's).
   virtual int32_t ChooseBlock(const LoopView& view, int32_t block) { return block; }
-  // DFLASH_ADAPTIVE found a prompt-lookup draft of `available` tokens: how many of them the next
-  // step verifies (0: none; the step is planned as usual instead).
-  virtual int32_t LookupTokens(const LoopView& view, int32_t available) { return available; }
+  // DFLASH_ADAPTIVE found a prompt-lookup draft of `available` tokens by a suffix of `match`
+  // tokens: how many of them the next step verifies (0: none; the step is planned as usual
+  // instead). By default AdaptiveLookup's shape.
+  virtual int32_t LookupTokens(const LoopView& view, int32_t available, int32_t match) {
+    return AdaptiveLookupTokens(available, match);
+  }
   // DFLASH_ADAPTIVE's next planned run, whose steps draft blocks of `run_block` rows (1: AR
-  // steps): how many tokens of a lookup draft, at most `most`, a step of it verifies where the
-  // sequence repeats (0: none). A prediction only: the run's lookups are observed as kLookup.
-  virtual int32_t RunLookupTokens(const LoopView& view, int32_t run_block, int32_t most) {
-    return most;
+  // steps): the lookup its steps draft where the sequence repeats, at most `most` tokens
+  // (max_tokens 0: none). A prediction only: the run's lookups are observed as kLookup. By
+  // default AdaptiveLookup's shape.
+  virtual LookupShape RunLookupShape(const LoopView& view, int32_t run_block, int32_t most) {
+    return AdaptiveLookup(most);
   }
   // After every step of a planned step or run (`first`: the first step of its run).
   virtual void Observe(const StepPlan& plan, StepOrigin origin, const StepResult& step,

@@ -212,6 +212,7 @@ absl::Status RemoteTarget::Run(int32_t last, const engine::RunPlan& plan,
     step.wall_ms = ms;
     step.draft_error = v.draft_error();
     step.looked_up = v.looked_up();
+    step.lookup_match = v.lookup_match();
     const bool more = sink(std::move(step));
     t0 = SteadyClock::now();
     if (!more || v.run_left() == 0) return absl::OkStatus();

@@ -297,6 +297,7 @@ class TargetCore {
     int32_t draft_rows = 0;        // rows to verify with a hosted draft block (>= 2), else 0
     bool lookup = false;           // a step of a run that looks up (TargetRun.lookup)
     bool looked_up = false;        // and its draft came from the lookup (it is in tokens)
+    int32_t lookup_match = 0;      // the lookup's matched suffix length
     double draft_ms = 0;
     int32_t draft_pass_rows = 0;  // rows of the batched drafter pass that drafted its block
     std::string draft_error;
@@ -371,7 +372,7 @@ class TargetCore {
                                       std::max(1, run.lookup().min_match()),
                                       std::max(1, run.lookup().min_tokens())};
       const std::vector<int32_t> draft =
-          sequence.Draft(shape, run.max_tokens(), model_->max_context());
+          sequence.Draft(shape, run.max_tokens(), model_->max_context(), &p->lookup_match);
       sequence.PopBack();
       p->tokens.insert(p->tokens.end(), draft.begin(), draft.end());
       p->req.tokens = p->tokens;
@@ -458,6 +459,7 @@ class TargetCore {
       res->set_rows_verified(static_cast<int32_t>(p.tokens.size()));
     }
     res->set_looked_up(p.looked_up);
+    res->set_lookup_match(p.lookup_match);
     if (p.draft_rows >= 2) {
       res->set_draft_ms(p.draft_ms);
       res->set_draft_error(p.draft_error);

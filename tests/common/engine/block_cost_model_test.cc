@@ -195,26 +195,40 @@ TEST(BlockCostModel, AcceptanceIsKeptPerTemperatureClass) {
 }
 
 // Prompt-lookup steps measure the sequence's repetition, not the drafter: their acceptance is
-// kept apart from the drafter's (and per class, pooled where a class has none).
+// kept apart from the drafter's, per match length (0: unknown), and per class (pooled where a
+// class has none).
 TEST(BlockCostModel, LookupAcceptanceIsKeptApartFromTheDrafters) {
   BlockCostModel m;
   ObserveLinearCosts(m);
   double weight = 0;
-  EXPECT_EQ(m.LookupShare(0, 0, &weight), 0);
+  EXPECT_EQ(m.LookupShare(0, 0, 2, &weight), 0);
   EXPECT_EQ(weight, 0);
   for (int i = 0; i < 40; ++i) {
     m.ObserveAcceptance(15, 0, 0);
-    m.ObserveLookup(4, 2, 0);
-    m.ObserveLookup(4, 0, 2);
+    m.ObserveLookup(4, 2, 0, 2);
+    m.ObserveLookup(4, 0, 2, 2);
+    m.ObserveLookup(4, 0, 0, 1);
+    m.ObserveLookup(4, 4, 0, 3);
   }
   EXPECT_NEAR(m.Tau(16, 0), 1, 1e-9);
-  EXPECT_NEAR(m.LookupShare(1, 0, &weight), 1, 1e-9);
+  EXPECT_NEAR(m.LookupShare(1, 0, 2, &weight), 1, 1e-9);
   EXPECT_GT(weight, 30);
-  EXPECT_NEAR(m.LookupShare(2, 0, &weight), 0, 1e-9);
-  EXPECT_NEAR(m.LookupShare(0, 2, &weight), 0, 1e-9);
-  EXPECT_NEAR(m.LookupShare(0, 3, &weight), 0.5, 1e-9);  // pooled
-  EXPECT_NEAR(m.LookupShare(4, 0, &weight), 0, 1e-9);    // never drafted
+  EXPECT_NEAR(m.LookupShare(2, 0, 2, &weight), 0, 1e-9);
+  EXPECT_NEAR(m.LookupShare(0, 2, 2, &weight), 0, 1e-9);
+  EXPECT_NEAR(m.LookupShare(0, 3, 2, &weight), 0.5, 1e-9);  // pooled
+  EXPECT_NEAR(m.LookupShare(4, 0, 2, &weight), 0, 1e-9);    // never drafted
   EXPECT_EQ(weight, 0);
+  // Each match length's own.
+  EXPECT_NEAR(m.LookupShare(0, 0, 1, &weight), 0, 1e-9);
+  EXPECT_GT(weight, 30);
+  EXPECT_NEAR(m.LookupShare(3, 0, 3, &weight), 1, 1e-9);
+  EXPECT_NEAR(m.LookupShare(0, 0, 0, &weight), 0, 1e-9);  // unknown: none observed
+  EXPECT_EQ(weight, 0);
+  const BlockCostModel::Reading r = m.Read(1, 2, 2, 0);
+  EXPECT_NEAR(r.lookup_share[1], 0, 1e-9);
+  EXPECT_NEAR(r.lookup_share[2], 1, 1e-9);
+  EXPECT_NEAR(r.lookup_share[3], 1, 1e-9);
+  EXPECT_EQ(r.lookup_weight[0], 0);
   EXPECT_NEAR(m.AcceptedShare(0, 0, &weight), 0, 1e-9);  // the drafter's stays its own
 }
 

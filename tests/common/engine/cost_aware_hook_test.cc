@@ -23,6 +23,14 @@ StepResult Drafted(int drafted, int accepted, double verify_ms, double draft_ms)
   return s;
 }
 
+// A prompt-lookup step found by a suffix match of `match` tokens.
+StepResult LookedUp(int drafted, int accepted, double verify_ms, int32_t match = 2) {
+  StepResult s = Drafted(drafted, accepted, verify_ms, 0);
+  s.looked_up = true;
+  s.lookup_match = match;
+  return s;
+}
+
 // Steps on a machine whose target pass costs verify(rows) and drafter pass draft(rows), at
 // blocks 1 (AR), 2, 4, 8 and 16, accepting position i with probability accept[i] (as the share
 // of steps accepting exactly the first i positions, which every block then sees alike).
@@ -103,11 +111,11 @@ TEST(CostAwareHookTest, ARequestThatSharesNoAcceptanceStillMeasuresCosts) {
     BlockCostModel m;
     CostAwareHook hook(m, {.share_acceptance = share});
     hook.Observe(StepPlan{}, StepOrigin::kDrafted, Drafted(3, 2, 4.0, 1.0), true);
-    hook.Observe(StepPlan{}, StepOrigin::kLookup, Drafted(4, 4, 3.0, 0.0), true);
+    hook.Observe(StepPlan{}, StepOrigin::kLookup, LookedUp(4, 4, 3.0), true);
     EXPECT_GT(m.StepMs(1, 4), 0);
     double drafter_weight = 0, lookup_weight = 0;
     const double drafter_share = m.AcceptedShare(0, 0, &drafter_weight);
-    const double lookup_share = m.LookupShare(0, 0, &lookup_weight);
+    const double lookup_share = m.LookupShare(0, 0, 2, &lookup_weight);
     EXPECT_EQ(m.SpeculativeSteps(), share ? 1 : 0);
     EXPECT_DOUBLE_EQ(drafter_weight, share ? 1.0 : 0.0);
     EXPECT_DOUBLE_EQ(drafter_share, share ? 1.0 : 0.0);
@@ -399,24 +407,24 @@ TEST(CostAwareHookTest, ALookupDraftIsVerifiedAsFarAsItPays) {
   const LoopView view{Method::kDflashAdaptive, 100, 16, false};
   auto observe_lookups = [](CostAwareHook& hook, int accepted) {
     for (int i = 0; i < 30; ++i) {
-      hook.Observe(StepPlan{}, StepOrigin::kLookup, Drafted(4, accepted, 5.0, 0), true);
+      hook.Observe(StepPlan{}, StepOrigin::kLookup, LookedUp(4, accepted, 5.0), true);
     }
   };
   {
     BlockCostModel m;
     Measure(m, verify, draft, {0});
     CostAwareHook hook(m, {.warmup = 0, .explore_every = 1000});
-    EXPECT_EQ(hook.LookupTokens(view, 4), 4);  // the prior: lookups are accepted
+    EXPECT_EQ(hook.LookupTokens(view, 4, 2), 4);  // the prior: lookups are accepted
     observe_lookups(hook, 4);
-    EXPECT_EQ(hook.LookupTokens(view, 4), 4);
-    EXPECT_GT(hook.PredictedLookupRate(4), hook.PredictedRate(1));
+    EXPECT_EQ(hook.LookupTokens(view, 4, 2), 4);
+    EXPECT_GT(hook.PredictedLookupRate(4, 2), hook.PredictedRate(1));
   }
   {
     BlockCostModel m;
     Measure(m, verify, draft, {0});
     CostAwareHook hook(m, {.warmup = 0, .explore_every = 1000});
     observe_lookups(hook, 1);  // only the first token is ever accepted
-    EXPECT_EQ(hook.LookupTokens(view, 4), 1);
+    EXPECT_EQ(hook.LookupTokens(view, 4, 2), 1);
   }
   {
     BlockCostModel m;
@@ -424,7 +432,7 @@ TEST(CostAwareHookTest, ALookupDraftIsVerifiedAsFarAsItPays) {
     CostAwareHook hook(m, {.probe_every = 4, .warmup = 0, .explore_every = 1000});
     observe_lookups(hook, 0);
     std::vector<int32_t> taken;
-    for (int i = 0; i < 20; ++i) taken.push_back(hook.LookupTokens(view, 4));
+    for (int i = 0; i < 20; ++i) taken.push_back(hook.LookupTokens(view, 4, 2));
     // Probes after 4, then 8, then 16 declines while lookups keep failing, each at the draft's
     // best length (1: a 2-row pass, predicted within half of AR's rate).
     std::vector<int32_t> want(20, 0);
@@ -439,10 +447,10 @@ TEST(CostAwareHookTest, ALookupDraftIsVerifiedAsFarAsItPays) {
     Measure(m, costly, draft, {0});
     CostAwareHook hook(m, {.probe_every = 4, .warmup = 0, .explore_every = 1000});
     for (int i = 0; i < 30; ++i) {
-      hook.Observe(StepPlan{}, StepOrigin::kLookup, Drafted(4, 0, costly(5), 0), true);
+      hook.Observe(StepPlan{}, StepOrigin::kLookup, LookedUp(4, 0, costly(5)), true);
     }
     std::vector<int32_t> taken;
-    for (int i = 0; i < 20; ++i) taken.push_back(hook.LookupTokens(view, 4));
+    for (int i = 0; i < 20; ++i) taken.push_back(hook.LookupTokens(view, 4, 2));
     EXPECT_EQ(taken, std::vector<int32_t>(20, 0));
   }
 }
@@ -458,22 +466,64 @@ TEST(CostAwareHookTest, ARunLooksUpOnlyWhereLookupsBeatItsOwnSteps) {
     Measure(m, verify, draft, {0});
     CostAwareHook hook(m, {.probe_every = 1, .warmup = 0, .explore_every = 1000});
     for (int i = 0; i < 30; ++i) {
-      hook.Observe(StepPlan{}, StepOrigin::kLookup, Drafted(4, accepted, 5.0, 0), true);
+      for (int32_t match = 1; match <= kLookupMaxMatch; ++match) {
+        hook.Observe(StepPlan{}, StepOrigin::kLookup, LookedUp(4, accepted, 5.0, match), true);
+      }
     }
     std::vector<int32_t> taken;
-    for (int i = 0; i < 6; ++i) taken.push_back(hook.RunLookupTokens(view, 1, 4));
+    for (int i = 0; i < 6; ++i) taken.push_back(hook.RunLookupShape(view, 1, 4).max_tokens);
     // Whole drafts when they are accepted whole; a 1-token lookup (a 2-row pass committing about
     // 2 tokens) when only the first token is; none when nothing is: no probes.
     const int32_t want = accepted == 4 ? 4 : accepted == 1 ? 1 : 0;
     EXPECT_EQ(taken, std::vector<int32_t>(6, want)) << accepted;
-    EXPECT_EQ(want > 0, hook.PredictedLookupRate(want > 0 ? want : 1) >= hook.PredictedRate(1));
+    EXPECT_EQ(want > 0, hook.PredictedLookupRate(want > 0 ? want : 1, 1) >= hook.PredictedRate(1));
+    const LookupShape shape = hook.RunLookupShape(view, 1, 4);
+    if (want > 0) {  // every match length pays, from a 1-token draft on
+      EXPECT_EQ(shape.min_match, 1);
+      EXPECT_EQ(shape.min_tokens, 1);
+    }
     // A run of blocks of 16 rows (cheap per token only if they were accepted) is the weaker
     // alternative: a lookup beats it at least as often.
-    EXPECT_GE(hook.RunLookupTokens(view, 16, 4), want);
+    EXPECT_GE(hook.RunLookupShape(view, 16, 4).max_tokens, want);
   }
   BlockCostModel unmeasured;
-  EXPECT_EQ(CostAwareHook(unmeasured).RunLookupTokens(view, 1, 0), 0);
-  EXPECT_EQ(CostAwareHook(unmeasured).RunLookupTokens(view, 1, 4), 4);  // nothing measured yet
+  EXPECT_EQ(CostAwareHook(unmeasured).RunLookupShape(view, 1, 0).max_tokens, 0);
+  // Nothing measured yet: every lookup.
+  const LookupShape first = CostAwareHook(unmeasured).RunLookupShape(view, 1, 4);
+  EXPECT_EQ(first.max_tokens, 4);
+  EXPECT_EQ(first.min_match, 1);
+}
+
+// Lookups are weighed per length of the suffix they matched: where 1-token matches fail and
+// longer ones are accepted whole, a request (and, through the machine's prior, the next request)
+// declines a 1-token match's draft and verifies a 3-token match's whole, and a planned run looks
+// up with matches of 2 tokens or more only.
+TEST(CostAwareHookTest, LookupsAreWeighedByTheLengthOfTheirMatch) {
+  auto verify = [](int rows) { return 1.0 + rows; };
+  auto draft = [](int rows) { return 0.1; };
+  BlockCostModel m;
+  Measure(m, verify, draft, {0});
+  const LoopView view{Method::kDflashAdaptive, 100, 16, false};
+  CostAwareHook earlier(m, {.warmup = 0, .explore_every = 1000});
+  for (int i = 0; i < 30; ++i) {
+    earlier.Observe(StepPlan{}, StepOrigin::kLookup, LookedUp(4, 0, 5.0, 1), true);
+    earlier.Observe(StepPlan{}, StepOrigin::kLookup, LookedUp(4, 4, 5.0, 2), true);
+    earlier.Observe(StepPlan{}, StepOrigin::kLookup, LookedUp(4, 4, 5.0, 3), true);
+  }
+  double weight = 0;
+  EXPECT_DOUBLE_EQ(m.LookupShare(0, 0, 1, &weight), 0.0);
+  EXPECT_GT(weight, 0);
+  EXPECT_DOUBLE_EQ(m.LookupShare(0, 0, 3, &weight), 1.0);
+  EXPECT_EQ(earlier.LookupTokens(view, 4, 1), 0);
+  EXPECT_EQ(earlier.LookupTokens(view, 4, 3), 4);
+  const LookupShape run = earlier.RunLookupShape(view, 1, 4);
+  EXPECT_EQ(run.max_tokens, 4);
+  EXPECT_EQ(run.min_match, 2);
+  CostAwareHook next(m, {.warmup = 0, .explore_every = 1000});
+  EXPECT_EQ(next.LookupTokens(view, 4, 1), 0);
+  EXPECT_EQ(next.LookupTokens(view, 4, 3), 4);
+  EXPECT_LT(next.PredictedLookupRate(4, 1), next.PredictedRate(1));
+  EXPECT_GT(next.PredictedLookupRate(4, 2), next.PredictedRate(1));
 }
 
 // A request's lookup prior is the machine's lookup acceptance at its temperature: once lookups
@@ -489,23 +539,23 @@ TEST(CostAwareHookTest, ARequestsLookupPriorIsTheMachinesAtItsTemperature) {
   {
     CostAwareHook earlier(m, {.warmup = 0, .explore_every = 1000});
     for (int i = 0; i < 30; ++i) {
-      earlier.LookupTokens(greedy, 4);
-      earlier.Observe(StepPlan{}, StepOrigin::kLookup, Drafted(4, 4, 5.0, 0), true);
+      earlier.LookupTokens(greedy, 4, 2);
+      earlier.Observe(StepPlan{}, StepOrigin::kLookup, LookedUp(4, 4, 5.0), true);
     }
     CostAwareHook earlier_sampled(m, {.warmup = 0, .explore_every = 1000});
     for (int i = 0; i < 30; ++i) {
-      earlier_sampled.LookupTokens(sampled, 4);
-      earlier_sampled.Observe(StepPlan{}, StepOrigin::kLookup, Drafted(4, 0, 5.0, 0), true);
+      earlier_sampled.LookupTokens(sampled, 4, 2);
+      earlier_sampled.Observe(StepPlan{}, StepOrigin::kLookup, LookedUp(4, 0, 5.0), true);
     }
   }
   double weight = 0;
-  EXPECT_DOUBLE_EQ(m.LookupShare(0, BlockCostModel::AcceptanceClass(1.0), &weight), 0.0);
+  EXPECT_DOUBLE_EQ(m.LookupShare(0, BlockCostModel::AcceptanceClass(1.0), 2, &weight), 0.0);
   EXPECT_GT(weight, 0);
-  EXPECT_DOUBLE_EQ(m.LookupShare(0, BlockCostModel::AcceptanceClass(0.0), &weight), 1.0);
+  EXPECT_DOUBLE_EQ(m.LookupShare(0, BlockCostModel::AcceptanceClass(0.0), 2, &weight), 1.0);
   CostAwareHook at_t1(m, {.warmup = 0, .explore_every = 1000});
-  EXPECT_EQ(at_t1.LookupTokens(sampled, 4), 0);
+  EXPECT_EQ(at_t1.LookupTokens(sampled, 4, 2), 0);
   CostAwareHook at_t0(m, {.warmup = 0, .explore_every = 1000});
-  EXPECT_EQ(at_t0.LookupTokens(greedy, 4), 4);
+  EXPECT_EQ(at_t0.LookupTokens(greedy, 4, 2), 4);
 }
 
 // Past the first position, a lookup's acceptance is the request's own: a request whose lookups
@@ -520,17 +570,17 @@ TEST(CostAwareHookTest, ARequestWhoseLookupsRepeatVerifiesThemWhole) {
   {
     CostAwareHook earlier(m, {.warmup = 0, .explore_every = 1000});
     for (int i = 0; i < 40; ++i) {
-      earlier.Observe(StepPlan{}, StepOrigin::kLookup, Drafted(4, i % 2 == 0 ? 4 : 0, verify(5), 0),
+      earlier.Observe(StepPlan{}, StepOrigin::kLookup, LookedUp(4, i % 2 == 0 ? 4 : 0, verify(5)),
                       true);
     }
   }
   double weight = 0;
-  EXPECT_NEAR(m.LookupShare(3, 0, &weight), 0.5, 0.05);
+  EXPECT_NEAR(m.LookupShare(3, 0, 2, &weight), 0.5, 0.05);
   CostAwareHook hook(m, {.warmup = 0, .explore_every = 1000});
   for (int i = 0; i < 3; ++i) {
-    hook.Observe(StepPlan{}, StepOrigin::kLookup, Drafted(2, 2, verify(3), 0), true);
+    hook.Observe(StepPlan{}, StepOrigin::kLookup, LookedUp(2, 2, verify(3)), true);
   }
-  EXPECT_EQ(hook.LookupTokens(view, 4), 4);
+  EXPECT_EQ(hook.LookupTokens(view, 4, 2), 4);
 }
 
 }  // namespace

@@ -13,11 +13,15 @@ using V = std::vector<int32_t>;
 
 // The lookup by its definition: each suffix length from the longest, each earlier start from the
 // latest, compared token by token.
-V ScanLookup(const V& tokens, int32_t max_n, int32_t min_n, int32_t length, int32_t min_length) {
+// `match` (when given) receives the matched suffix's length.
+V ScanLookup(const V& tokens, int32_t max_n, int32_t min_n, int32_t length, int32_t min_length,
+             int32_t* match = nullptr) {
   const int64_t size = static_cast<int64_t>(tokens.size());
+  if (match != nullptr) *match = 0;
   for (int64_t n = std::min<int64_t>(max_n, size - 1); n >= min_n; --n) {
     for (int64_t start = size - n - std::max(1, min_length); start >= 0; --start) {
       if (!std::equal(tokens.end() - n, tokens.end(), tokens.begin() + start)) continue;
+      if (match != nullptr) *match = static_cast<int32_t>(n);
       const int64_t from = start + n;
       const int64_t take = std::min<int64_t>(length, size - from);
       return V(tokens.begin() + from, tokens.begin() + from + take);
@@ -34,6 +38,17 @@ TEST(PromptLookupTest, TheLongestSuffixAtItsLatestOccurrenceWins) {
   // Two occurrences of the 3-gram: the latest wins.
   const V longer = {1, 2, 3, 4, 1, 2, 3, 8, 1, 2, 3};
   EXPECT_EQ(PromptLookup(longer, 3, 1, 2), (V{8, 1}));
+  // The match's length comes with the draft; a step's draft reports it too, 0 for none.
+  LookupHistory h(tokens);
+  int32_t match = -1;
+  EXPECT_EQ(h.Lookup(3, 1, 3, 1, &match), (V{4, 5, 6}));
+  EXPECT_EQ(match, 3);
+  EXPECT_EQ(h.Lookup(2, 1, 3, 1, &match), (V{9, 1, 2}));
+  EXPECT_EQ(match, 2);
+  EXPECT_EQ(h.Draft(NgramLookup(2), 10, 100, &match), (V{4, 5}));
+  EXPECT_EQ(match, 3);
+  EXPECT_TRUE(h.Draft(NgramLookup(0), 10, 100, &match).empty());
+  EXPECT_EQ(match, 0);
 }
 
 TEST(PromptLookupTest, NothingMatchesNothingIsDrafted) {
@@ -119,9 +134,11 @@ TEST(LookupHistoryTest, KeptIndexFindsWhatAScanOfTheSequenceFinds) {
         const int32_t min_n = 1 + static_cast<int32_t>(rng() % 3);
         const int32_t length = 1 + static_cast<int32_t>(rng() % 6);
         const int32_t min_length = 1 + static_cast<int32_t>(rng() % 3);
-        ASSERT_EQ(h.Lookup(kLookupMaxMatch, min_n, length, min_length),
-                  ScanLookup(mirror, kLookupMaxMatch, min_n, length, min_length))
+        int32_t match = -1, scanned_match = -1;
+        ASSERT_EQ(h.Lookup(kLookupMaxMatch, min_n, length, min_length, &match),
+                  ScanLookup(mirror, kLookupMaxMatch, min_n, length, min_length, &scanned_match))
             << "trial " << trial << " op " << op;
+        ASSERT_EQ(match, scanned_match) << "trial " << trial << " op " << op;
         ++lookups;
       }
       ASSERT_EQ(V(h.tokens().begin(), h.tokens().end()), mirror);

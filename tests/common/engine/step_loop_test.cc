@@ -325,6 +325,39 @@ TEST(StepLoopTest, AdaptiveDraftsByPromptLookupWhereTheSequenceRepeats) {
   EXPECT_EQ(r->stats.lookup_steps, 0);
 }
 
+// Takes every lookup the loop offers before planning, and checks that each looked-up step comes
+// back with the length of the match it was offered with.
+class MatchRecordingHook final : public PlanningHook {
+ public:
+  std::vector<int32_t> offered, observed;
+  int32_t LookupTokens(const LoopView&, int32_t available, int32_t match) override {
+    offered.push_back(match);
+    return available;
+  }
+  void Observe(const StepPlan&, StepOrigin origin, const StepResult& step, bool) override {
+    if (origin == StepOrigin::kLookup) observed.push_back(step.lookup_match);
+  }
+};
+
+// DFLASH_ADAPTIVE offers its hook every lookup draft with the length of its suffix match (1 to
+// kLookupMaxMatch), and the step verifying it reports that length back.
+TEST(StepLoopTest, AdaptiveLookupsCarryTheLengthOfTheirMatch) {
+  FakeTarget t;
+  FakeDrafter d(t, false, /*trained_block=*/5, /*good=*/1);
+  MatchRecordingHook hook;
+  LoopParts parts = Parts(&t, &d);
+  parts.hook = &hook;
+  auto r = RunStepLoop(parts, kPrompt, Options(Method::kDflashAdaptive, 150));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->tokens, TruthPrefix(150));
+  ASSERT_GT(hook.offered.size(), 10u);
+  EXPECT_EQ(hook.observed, hook.offered);
+  for (int32_t m : hook.offered) {
+    EXPECT_GE(m, 1);
+    EXPECT_LE(m, kLookupMaxMatch);
+  }
+}
+
 TEST(StepLoopTest, ADrafterThatFailsMidRequestLeavesTheRestToAr) {
   FakeTarget t;
   FakeDrafter d(t, false, 0, 4);
@@ -500,10 +533,10 @@ class RunLookupHook final : public PlanningHook {
     plan->speculate = false;
     plan->run_tokens = 8;
   }
-  int32_t LookupTokens(const LoopView&, int32_t) override { return 0; }
-  int32_t RunLookupTokens(const LoopView&, int32_t run_block, int32_t most) override {
+  int32_t LookupTokens(const LoopView&, int32_t, int32_t) override { return 0; }
+  LookupShape RunLookupShape(const LoopView&, int32_t run_block, int32_t most) override {
     run_blocks.push_back(run_block);
-    return std::min(allowed_, most);
+    return AdaptiveLookup(std::min(allowed_, most));
   }
   void Observe(const StepPlan&, StepOrigin origin, const StepResult& step, bool) override {
     if (origin != StepOrigin::kLookup) return;

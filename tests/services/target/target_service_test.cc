@@ -711,7 +711,10 @@ TEST_F(TargetServiceTest, AHostedRunThatLooksUpVerifiesLookupsInsteadOfBlocks) {
       EXPECT_GE(v.rows_verified(), 3);  // at least min_tokens drafted
       EXPECT_LE(v.rows_verified(), 7);
       EXPECT_EQ(v.draft_pass_rows(), 0);  // no block drafted for it
+      EXPECT_GE(v.lookup_match(), 2);     // at least min_match
+      EXPECT_LE(v.lookup_match(), 3);
     } else if (v.rows_verified() > 1) {
+      EXPECT_EQ(v.lookup_match(), 0);
       ++blocks;
       EXPECT_EQ(v.draft_pass_rows(), v.rows_verified());
     }
