@@ -50,8 +50,9 @@ absl::Status AdmissionQueue::Admit(std::chrono::system_clock::time_point deadlin
                        " requests in flight (--max-active-requests); retry later"));
       break;
     }
-    // Wake on a release, and every 20 ms to poll cancellation and the deadlines.
-    cv_.wait_for(lock, std::chrono::milliseconds(20));
+    // Wake on a release, at the queue timeout, and every 20 ms to poll cancellation and the
+    // client's deadline (a timeout shorter than the poll still ends on time).
+    cv_.wait_until(lock, std::min(give_up, Steady::now() + std::chrono::milliseconds(20)));
   }
   queue_.erase(std::find(queue_.begin(), queue_.end(), me));
   if (result.ok()) ++active_;
