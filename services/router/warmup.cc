@@ -47,6 +47,9 @@ absl::StatusOr<engine::DecodeResult> WarmUp(Backends& backends, engine::BlockCos
       tokenizer, static_cast<int32_t>(backends.target_info().vocab_size()), options.max_new_tokens);
   ASSIGN_OR_RETURN(std::vector<int32_t> prompt, PromptTokens(request, tokenizer));
   ASSIGN_OR_RETURN(engine::DecodeOptions decode, ConvertRequest(request, prompt, defaults));
+  // Its decisions, not lookups, measure the candidates: a lookup step decides nothing, and the
+  // made-up prompt's repetition is nobody's (the passes lookups take are measured by the blocks').
+  decode.adaptive_lookup = false;
   CancelSignal cancel;
   const CallScope scope{std::chrono::system_clock::now() + options.timeout, &cancel};
   RemoteSides sides = ConnectSides(backends, scope, decode);

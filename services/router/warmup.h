@@ -27,7 +27,8 @@ struct WarmUpOptions {
 
 // Runs the warm-up request greedily with ignore_eos: a fixed code prompt (through `tokenizer`
 // when there is one, else the ids 1..16 within the vocabulary), DFLASH_ADAPTIVE with CostAwareHook
-// on `model`, whose warm-up decisions take every candidate block in turn. Its pass costs go into
+// on `model`, whose warm-up decisions take every candidate block in turn (it drafts no prompt
+// lookups, which would take steps from those decisions). Its pass costs go into
 // `model`; its acceptance does not (the prompt is nobody's). FAILED_PRECONDITION where the
 // deployment serves no DFlash drafter (nothing to choose); otherwise the request's own status.
 absl::StatusOr<engine::DecodeResult> WarmUp(Backends& backends, engine::BlockCostModel& model,
