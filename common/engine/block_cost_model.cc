@@ -12,9 +12,6 @@ size_t ClassIndex(int acceptance_class) {
       std::clamp(acceptance_class, 0, BlockCostModel::kAcceptanceClasses - 1));
 }
 
-// A lookup's match length as its acceptance's index: 1 .. kLookupMaxMatch, 0 for unknown.
-size_t MatchIndex(int match) { return static_cast<size_t>(std::clamp(match, 0, kLookupMaxMatch)); }
-
 }  // namespace
 
 BlockCostModel::BlockCostModel(Options options) : options_(options) {}
@@ -160,7 +157,8 @@ void BlockCostModel::ObserveAcceptance(int drafted, int accepted, int acceptance
 void BlockCostModel::ObserveLookup(int drafted, int accepted, int acceptance_class, int match) {
   if (drafted <= 0) return;
   std::lock_guard<std::mutex> lock(mu_);
-  lookup_acceptance_[MatchIndex(match)].Add(options_.decay, drafted, accepted, acceptance_class);
+  lookup_acceptance_[LookupMatchIndex(match)].Add(options_.decay, drafted, accepted,
+                                                  acceptance_class);
 }
 
 double BlockCostModel::TauLocked(int block, int acceptance_class) const {
@@ -234,7 +232,7 @@ double BlockCostModel::AcceptedShare(int position, int acceptance_class, double*
 double BlockCostModel::LookupShare(int position, int acceptance_class, int match,
                                    double* weight) const {
   std::lock_guard<std::mutex> lock(mu_);
-  return lookup_acceptance_[MatchIndex(match)].Share(position, acceptance_class, weight);
+  return lookup_acceptance_[LookupMatchIndex(match)].Share(position, acceptance_class, weight);
 }
 
 double BlockCostModel::Tau(int block, int acceptance_class) const {

@@ -88,7 +88,7 @@ double CostAwareHook::LookupRate(const BlockCostModel::Reading& r, int32_t token
   // it at this temperature (before any, one accepted step). Whether a position is accepted once
   // the one before it was is the repeated stretch's: this request's lookups of every match length
   // and one step that accepted it (a repeated stretch tends to go on).
-  const size_t m = static_cast<size_t>(std::clamp(match, 0, kLookupMaxMatch));
+  const size_t m = LookupMatchIndex(match);
   double tau = 1, reached = 1;
   for (int i = 0; i < tokens && i < kLookupPositions; ++i) {
     if (i == 0) {
@@ -288,7 +288,7 @@ void CostAwareHook::Observe(const StepPlan& plan, StepOrigin origin, const StepR
       model_.ObserveLookup(step.drafted, step.accepted, acceptance_class_, step.lookup_match);
     }
     if (step.drafted > 0) {
-      const size_t m = static_cast<size_t>(std::clamp(step.lookup_match, 0, kLookupMaxMatch));
+      const size_t m = LookupMatchIndex(step.lookup_match);
       lookup_first_drafted_[m] += 1;
       if (step.accepted > 0) lookup_first_accepted_[m] += 1;
     }

@@ -7,6 +7,7 @@
 #define SPECDEC_COMMON_ENGINE_PROMPT_LOOKUP_H_
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -17,6 +18,12 @@ namespace specdec::engine {
 
 // The longest suffix tried: 3 tokens.
 inline constexpr int32_t kLookupMaxMatch = 3;
+
+// A reported match length as an index into per-length tables: 1 .. kLookupMaxMatch, 0 for
+// unknown (what a target that does not report it sends).
+inline size_t LookupMatchIndex(int32_t match) {
+  return static_cast<size_t>(match < 0 || match > kLookupMaxMatch ? 0 : match);
+}
 
 // Which lookup drafts a step: the continuation of a suffix of at least `min_match` tokens, at
 // most `max_tokens` long, drafted only when at least `min_tokens` long. max_tokens 0: none.
