@@ -270,6 +270,11 @@ int64_t BlockCostModel::NextDecision() {
   return decisions_++;
 }
 
+int64_t BlockCostModel::NextLosingRequest(int acceptance_class) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return losing_requests_[ClassIndex(acceptance_class)]++;
+}
+
 int BlockCostModel::ProbeWait(ProbeKind kind, int acceptance_class, int initial) const {
   std::lock_guard<std::mutex> lock(mu_);
   const int wait = probe_wait_[static_cast<size_t>(kind)][ClassIndex(acceptance_class)];

@@ -116,6 +116,9 @@ class BlockCostModel {
   void SetProbeWait(ProbeKind kind, int acceptance_class, int wait);
   // Numbers the block decisions taken on this model: 0, 1, 2, ... (for exploration schedules).
   int64_t NextDecision();
+  // Numbers the requests of `acceptance_class` that started while both its probe waits were at
+  // their longest: 0, 1, 2, ... (CostAwareHook::Speculates runs most of them as AR).
+  int64_t NextLosingRequest(int acceptance_class);
 
  private:
   // A weighted least-squares line y = a + c x over decayed observations.
@@ -170,6 +173,7 @@ class BlockCostModel {
   std::array<std::array<int, kAcceptanceClasses>, 2> probe_wait_{};  // 0: unset
   int64_t spec_steps_ = 0;
   int64_t decisions_ = 0;
+  std::array<int64_t, kAcceptanceClasses> losing_requests_{};
 };
 
 }  // namespace specdec::engine

@@ -247,6 +247,17 @@ int32_t CostAwareHook::Probe(const BlockCostModel::Reading& r, int32_t cap, int 
   return probe;
 }
 
+bool CostAwareHook::Speculates(const LoopView& view) {
+  Follow(view);
+  constexpr auto kBlock = BlockCostModel::ProbeKind::kBlock;
+  if (model_.ProbeWait(kBlock, acceptance_class_, options_.probe_every) <
+      options_.max_probe_every) {
+    return true;
+  }
+  const int64_t n = model_.NextLosingRequest(acceptance_class_);
+  return n % std::max(1, options_.measure_every_requests) == 0;
+}
+
 void CostAwareHook::PlanStep(const LoopView& view, StepPlan* plan) {
   // Before the request's first speculative step its block is not known yet: that step decides in
   // ChooseBlock.

@@ -80,12 +80,20 @@ class CostAwareHook final : public PlanningHook {
     // false: this request's acceptance stays its own and never reaches the shared model (a
     // warm-up request on a made-up prompt measures the machine's costs, not its acceptance).
     bool share_acceptance = true;
+    // Where the drafter's probes keep losing at a temperature class (its wait at
+    // max_probe_every), a new request of that class runs without the drafter from its prefill
+    // on, but one in this many, which speculates and probes as usual (Speculates).
+    int measure_every_requests = 8;
     int32_t ar_run_tokens = 4;       // an AR run's tokens before the next decision (not hosted)
     int32_t hosted_run_tokens = 16;  // a target-drafted run's tokens before the next decision
   };
   explicit CostAwareHook(BlockCostModel& model) : CostAwareHook(model, Options{}) {}
   CostAwareHook(BlockCostModel& model, Options options);
 
+  // False where the drafter's probes at the request's temperature class have kept losing (the
+  // block wait at max_probe_every), for all but one in measure_every_requests such requests:
+  // that one measures, and where its drafter wins, the wait shortens and the next speculate.
+  bool Speculates(const LoopView& view) override;
   void PlanStep(const LoopView& view, StepPlan* plan) override;
   int32_t ChooseBlock(const LoopView& view, int32_t block) override;
   int32_t LookupTokens(const LoopView& view, int32_t available, int32_t match) override;

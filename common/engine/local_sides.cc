@@ -33,13 +33,17 @@ class LocalTarget final : public TargetSide {
         max_context_(target.max_context()) {}
 
   absl::StatusOr<PrefillResult> Prefill(std::span<const int32_t> prompt,
-                                        bool want_logits) override {
+                                        const PrefillAsk& ask) override {
+    if (!ask.may_draft) {
+      session_.StopCapturing();
+      feed_ = nullptr;
+    }
     ASSIGN_OR_RETURN(PrefillOutcome out, session_.Prefill(prompt));
     sequence_.Assign(prompt);
     Feed(out.features);
     PrefillResult r;
     r.first_token = out.first_token;
-    if (want_logits) r.last_logits = ToVector(out.last_logits);
+    if (ask.logits) r.last_logits = ToVector(out.last_logits);
     return r;
   }
 

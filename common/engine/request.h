@@ -55,6 +55,7 @@ struct DecodeStats {
   bool block_size_from_policy = false;         // DFLASH_ADAPTIVE: the policy chose block_size
   bool policy_fallback = false;                // DFLASH_ADAPTIVE without a usable policy
   bool drafter_fallback = false;               // the drafter failed; the rest ran as AR
+  bool speculation_skipped = false;            // a planning hook ran the request as AR (Speculates)
   bool target_drafted = false;                 // blocks drafted by the target's hosted drafter
   int32_t hosted_draft_failures = 0;           // hosted-drafter steps that ran as AR instead
   int32_t planned_ar_steps = 0;                // steps a planning hook ran as AR (load awareness)

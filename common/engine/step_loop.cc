@@ -61,16 +61,22 @@ class StepLoop {
 
  private:
   bool Speculative() const { return options_.method != Method::kAr; }
-  // Whether this step may still speculate: a speculative method whose drafter has not failed.
-  bool MaySpeculate() const { return Speculative() && !drafter_failed_; }
+  // Whether this step may still speculate: a speculative method whose drafter has not failed,
+  // in a request the planning hook did not run as AR.
+  bool MaySpeculate() const {
+    return Speculative() && !drafter_failed_ && !stats_.speculation_skipped;
+  }
   int64_t CacheLength() const { return static_cast<int64_t>(prompt_.size()) + produced_ - 1; }
 
   absl::Status Prefill() {
     const auto t0 = SteadyClock::now();
-    const bool want_logits = options_.method == Method::kDflashAdaptive &&
-                             options_.block_size == 0 && parts_.policy != nullptr;
-    ASSIGN_OR_RETURN(prefill_, parts_.target->Prefill(prompt_, want_logits));
-    hosted_ = IsDflash(options_.method) && parts_.target->HostedBlockSize() > 0;
+    if (Speculative() && parts_.hook && !parts_.hook->Speculates(View())) SkipSpeculation();
+    PrefillAsk ask;
+    ask.may_draft = MaySpeculate();
+    ask.logits = ask.may_draft && options_.method == Method::kDflashAdaptive &&
+                 options_.block_size == 0 && parts_.policy != nullptr;
+    ASSIGN_OR_RETURN(prefill_, parts_.target->Prefill(prompt_, ask));
+    hosted_ = MaySpeculate() && IsDflash(options_.method) && parts_.target->HostedBlockSize() > 0;
     stats_.prefill_ms = MsSince(t0);
     stats_.queue_ms += prefill_.queue_ms;
     stats_.network_ms += prefill_.network_ms;
@@ -84,6 +90,7 @@ class StepLoop {
 
   absl::Status Step() {
     const int32_t left = stop_.tokens_left();
+    if (stats_.speculation_skipped) return RunWithoutDrafter(left);
     if (!MaySpeculate() || left <= 1) return RunAr(std::min(left, kMaxRunTokens), 0, false);
     // The request's block (BlockPilot's pick for DFLASH_ADAPTIVE) before its first plan: the
     // planning weighs AR against this request's blocks from the first step on, and a request
@@ -164,6 +171,14 @@ class StepLoop {
     stats_.block_size = std::clamp(b, kMinBlockSize, kMaxBlockSize);
   }
 
+  void SkipSpeculation() {
+    stats_.speculation_skipped = true;
+    skipped_plan_.speculate = false;
+    stats_.note =
+        "ran without the drafter: its recent probes at this temperature lost to AR on this "
+        "machine (one request in a few still measures it)";
+  }
+
   void DrafterFailed(const absl::Status& why) {
     drafter_failed_ = true;
     drafter_ = nullptr;
@@ -180,6 +195,17 @@ class StepLoop {
     run.features = planned && !hosted_ && IsDflash(options_.method) && MaySpeculate();
     if (planned && hosted_) run.lookup = RunLookup(1);
     return RunOnTarget(run, plan, StepOrigin::kArRun);
+  }
+
+  // The rest of a request the hook runs without its drafter (Speculates): one planned run of AR
+  // steps, so that the hook's model keeps measuring them, with the lookups it predicts pay.
+  absl::Status RunWithoutDrafter(int32_t left) {
+    RunPlan run;
+    run.max_tokens = std::min(left, kMaxRunTokens);
+    if (options_.method == Method::kDflashAdaptive && options_.adaptive_lookup) {
+      run.lookup = parts_.hook->RunLookupShape(View(), 1, options_.draft_length);
+    }
+    return RunOnTarget(run, &skipped_plan_, StepOrigin::kArRun);
   }
 
   // A run in which the target drafts every block with the drafter it hosts.
@@ -385,6 +411,7 @@ class StepLoop {
   std::vector<float> predicted_acceptance_;  // DFLASH_ADAPTIVE: from the policy (BlockChoice)
   bool hosted_ = false;
   bool speculation_started_ = false;
+  StepPlan skipped_plan_;  // the plan of a request the hook runs as AR (SkipSpeculation)
   bool drafter_failed_ = false;
   int32_t last_ = -1;
   int64_t produced_ = 0;  // tokens the target committed, the prefill's included

@@ -32,6 +32,14 @@ struct PrefillResult {
   double network_ms = 0;
 };
 
+// What the loop asks of a request's prefill.
+struct PrefillAsk {
+  bool logits = false;  // return the last prompt position's raw logits (DFLASH_ADAPTIVE's policy)
+  // false: the request will not draft, so the target neither keeps its rows' features for a
+  // drafter nor hosts a drafter for it.
+  bool may_draft = true;
+};
+
 // What one target pass committed, as the target side reports it.
 struct StepResult {
   std::vector<int32_t> committed;  // accepted draft tokens, then the correction/bonus token
@@ -99,7 +107,7 @@ class TargetSide {
  public:
   virtual ~TargetSide() = default;
   virtual absl::StatusOr<PrefillResult> Prefill(std::span<const int32_t> prompt,
-                                                bool want_logits) = 0;
+                                                const PrefillAsk& ask) = 0;
   // Verifies `draft` after `last` (the last committed token) in one pass. `want_features`: the
   // drafter side needs the committed rows' features.
   virtual absl::StatusOr<StepResult> Verify(int32_t last, const Draft& draft,
@@ -174,6 +182,11 @@ struct StepPlan {
 class PlanningHook {
  public:
   virtual ~PlanningHook() = default;
+  // Before the prefill of a request that could speculate: false runs the whole request without
+  // a drafter (no features kept for one, no policy) as one planned run of AR steps, which
+  // DFLASH_ADAPTIVE's lookups join where RunLookupShape predicts they pay (the drafter keeps
+  // losing at this request's temperature on this machine). By default true.
+  virtual bool Speculates(const LoopView& view) { return true; }
   // Before each step that could speculate; `plan` holds the default (speculate).
   virtual void PlanStep(const LoopView& view, StepPlan* plan) {}
   // The block of a speculative step or run, at most `block` (the request's).

@@ -91,6 +91,8 @@ class TargetSession {
                                std::span<TargetSession* const> verify_sessions,
                                std::span<const VerifyRequest> verifies);
   bool WantsFeaturesOnPrefill() const { return !capture_.empty(); }
+  // Before the prefill: this session's passes keep no features (its request will not draft).
+  void StopCapturing() { capture_.clear(); }
   const std::vector<int64_t>& capture_layers() const { return capture_; }
 
   int64_t length() const { return cache_->length(); }

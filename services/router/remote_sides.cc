@@ -51,22 +51,22 @@ RemoteTarget::RemoteTarget(Backends& backends, CallScope scope,
       try_hosted_(try_hosted) {}
 
 v1::TargetRequest RemoteTarget::PrefillRequest(std::span<const int32_t> prompt,
-                                               bool want_logits) const {
+                                               const engine::PrefillAsk& ask) const {
   v1::TargetRequest r;
   v1::TargetPrefill* p = r.mutable_prefill();
   for (int32_t t : prompt) p->add_tokens(t);
   *p->mutable_sampling() = ToProto(options_.sampling);
   p->set_reserve_tokens(options_.max_new_tokens);
-  p->set_return_logits(want_logits);
+  p->set_return_logits(ask.logits);
   p->set_hosted_draft(hosted_);
-  if (!hosted_) {
+  if (!hosted_ && ask.may_draft) {
     for (int64_t id : capture_) p->add_capture_layers(id);
   }
   return r;
 }
 
 absl::StatusOr<engine::PrefillResult> RemoteTarget::Prefill(std::span<const int32_t> prompt,
-                                                            bool want_logits) {
+                                                            const engine::PrefillAsk& ask) {
   absl::StatusOr<v1::TargetResponse> got = absl::UnavailableError("no target replica tried");
   std::vector<size_t> tried;
   auto t0 = SteadyClock::now();
@@ -78,12 +78,12 @@ absl::StatusOr<engine::PrefillResult> RemoteTarget::Prefill(std::span<const int3
                                                  "); last error: ", got.status().message()));
     }
     tried.push_back(*replica_);
-    hosted_ = try_hosted_ && backends_.hosted_dflash(*replica_).has_value();
+    hosted_ = try_hosted_ && ask.may_draft && backends_.hosted_dflash(*replica_).has_value();
     auto opened = TargetClient::Open(backends_.target_stub(*replica_), scope_);
     if (opened.ok()) {
       client_ = *std::move(opened);
       t0 = SteadyClock::now();
-      got = client_->Call(PrefillRequest(prompt, want_logits), "target prefill");
+      got = client_->Call(PrefillRequest(prompt, ask), "target prefill");
     } else {
       got = opened.status();
     }

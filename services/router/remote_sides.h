@@ -28,7 +28,7 @@ class RemoteTarget final : public engine::TargetSide {
                std::vector<int64_t> capture, bool try_hosted);
 
   absl::StatusOr<engine::PrefillResult> Prefill(std::span<const int32_t> prompt,
-                                                bool want_logits) override;
+                                                const engine::PrefillAsk& ask) override;
   absl::StatusOr<engine::StepResult> Verify(int32_t last, const engine::Draft& draft,
                                             bool want_features) override;
   absl::Status Run(int32_t last, const engine::RunPlan& plan,
@@ -39,7 +39,8 @@ class RemoteTarget final : public engine::TargetSide {
   v1::Tensor TakeFeatures();
 
  private:
-  v1::TargetRequest PrefillRequest(std::span<const int32_t> prompt, bool want_logits) const;
+  v1::TargetRequest PrefillRequest(std::span<const int32_t> prompt,
+                                   const engine::PrefillAsk& ask) const;
   absl::StatusOr<v1::TargetResponse> Call(const v1::TargetRequest& request, const char* what);
   engine::StepResult FromResult(const v1::TargetVerifyResult& result, double ms);
   absl::Status Failed(const absl::Status& status);

@@ -207,6 +207,7 @@ void RouterServer::Impl::LogRequest(const RequestRecord& r, const absl::Status& 
   if (st.drafter_fallback || st.hosted_draft_failures > 0) fallbacks.push_back("drafter");
   if (st.policy_fallback) fallbacks.push_back("policy");
   if (st.planned_ar_steps > 0) fallbacks.push_back("load_aware_ar");
+  if (st.speculation_skipped) fallbacks.push_back("drafter_skipped");
   absl::StrAppend(&fields,
                   " fallbacks=", fallbacks.empty() ? "none" : absl::StrJoin(fallbacks, ","));
   if (!status.ok()) absl::StrAppend(&fields, " message=", LogValue(status.message()));

@@ -234,6 +234,34 @@ TEST(CostAwareHookTest, ProbesThatKeepLosingMakeTheClassesNextRequestsWaitLonger
   EXPECT_EQ(m.ProbeWait(BlockCostModel::ProbeKind::kLookup, 0, 8), 8);  // no lookup probed
 }
 
+// Once the drafter's probes at a temperature class have backed off to the longest wait, the
+// class's new requests run without the drafter, but one in measure_every_requests; another
+// class, or a class whose wait a winning decision shortened, speculates.
+TEST(CostAwareHookTest, WhereTheDraftersProbesKeepLosingMostRequestsRunWithoutIt) {
+  BlockCostModel m;
+  Measure(
+      m, [](int rows) { return 1.0 + 0.5 * rows; }, [](int rows) { return 1.0; }, {0});
+  m.NextDecision();  // past the exploring decision 0
+  const CostAwareHook::Options options = {
+      .probe_every = 8, .warmup = 0, .explore_every = 1000, .measure_every_requests = 4};
+  auto speculates = [&](double temperature) {
+    CostAwareHook hook(m, options);
+    return hook.Speculates(LoopView{Method::kDflashAdaptive, 100, 0, false, {}, temperature});
+  };
+  EXPECT_TRUE(speculates(0.0));  // nothing probed yet
+  CostAwareHook first(m, options);
+  EXPECT_EQ(DraftedDecisions(first, [](int32_t) { return 2.0; }),
+            (std::vector<int>{8, 24, 56, 120}));
+  std::vector<bool> greedy;
+  for (int i = 0; i < 9; ++i) greedy.push_back(speculates(0.0));
+  EXPECT_EQ(greedy,
+            (std::vector<bool>{true, false, false, false, true, false, false, false, true}));
+  EXPECT_TRUE(speculates(1.0));
+  m.SetProbeWait(BlockCostModel::ProbeKind::kBlock, 0, 8);  // as a decision to speculate does
+  EXPECT_TRUE(speculates(0.0));
+  EXPECT_TRUE(speculates(0.0));
+}
+
 TEST(CostAwareHookTest, AProbeThatPaysEndsTheBackOff) {
   // AR: 1.1 ms a token; a block of 2 that accepts nothing 1 token in 1.4 ms, one that accepts
   // half its drafted tokens (as a single accepted probe makes it for this prior) 1.5 in 1.4.

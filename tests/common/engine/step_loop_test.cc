@@ -26,20 +26,23 @@ class FakeTarget final : public TargetSide {
   int32_t hosted_good = 0;
   int64_t produced = 0;  // tokens committed so far (the prefill's included)
   int prefills = 0, verifies = 0, runs = 0;
+  int feature_runs = 0;                     // runs asked to keep their rows' features
   std::vector<int64_t> cache_after_verify;  // the cache length each verify's rows started at
   std::vector<LookupShape> run_lookups;     // each run's RunPlan::lookup
+  std::vector<PrefillAsk> prefill_asks;
   int64_t prompt_length = 0;
   std::vector<int32_t> sequence;  // the prompt and every committed token
 
   absl::StatusOr<PrefillResult> Prefill(std::span<const int32_t> prompt,
-                                        bool want_logits) override {
+                                        const PrefillAsk& ask) override {
     ++prefills;
+    prefill_asks.push_back(ask);
     prompt_length = static_cast<int64_t>(prompt.size());
     sequence.assign(prompt.begin(), prompt.end());
     PrefillResult r;
     r.first_token = Truth(produced++);
     sequence.push_back(r.first_token);
-    if (want_logits) r.last_logits = {1.f, 2.f};
+    if (ask.logits) r.last_logits = {1.f, 2.f};
     return r;
   }
 
@@ -84,6 +87,7 @@ class FakeTarget final : public TargetSide {
   absl::Status Run(int32_t last, const RunPlan& plan, const StepSink& sink) override {
     ++runs;
     run_lookups.push_back(plan.lookup);
+    if (plan.features) ++feature_runs;
     if (plan.block_size > 0 && hosted_block == 0) return absl::InternalError("not hosted");
     int32_t left = plan.max_tokens;
     while (left > 0) {
@@ -168,7 +172,9 @@ class FakePolicy final : public BlockPolicy {
   absl::StatusOr<int32_t> block = 7;
   std::vector<float> acceptance;
   float acceptance_temperature = 0;
+  int calls = 0;
   absl::StatusOr<BlockChoice> ChooseBlockSize(std::span<const float> logits) override {
+    ++calls;
     EXPECT_EQ(logits.size(), 2u);
     if (!block.ok()) return block.status();
     return BlockChoice{*block, acceptance, acceptance_temperature};
@@ -609,6 +615,88 @@ TEST(StepLoopTest, ARequestPlannedAsArNeverOpensItsDrafterButLooksUp) {
   EXPECT_FALSE(d.opened);
   EXPECT_TRUE(d.shapes.empty());
   EXPECT_GT(r->stats.lookup_steps, 5);
+}
+
+// Runs every request without its drafter (Speculates) and lets the run's steps verify lookups
+// of at most `allowed` tokens.
+class NoDrafterHook final : public PlanningHook {
+ public:
+  explicit NoDrafterHook(int32_t allowed) : allowed_(allowed) {}
+  int plans = 0, ar_steps = 0;
+  bool Speculates(const LoopView& view) override {
+    EXPECT_EQ(view.block_size, 0);  // before the prefill: no block chosen yet
+    return false;
+  }
+  void PlanStep(const LoopView&, StepPlan*) override { ++plans; }
+  int32_t LookupTokens(const LoopView&, int32_t, int32_t) override {
+    ADD_FAILURE() << "a request without its drafter looks up inside its run only";
+    return 0;
+  }
+  LookupShape RunLookupShape(const LoopView&, int32_t run_block, int32_t most) override {
+    EXPECT_EQ(run_block, 1);
+    return AdaptiveLookup(std::min(allowed_, most));
+  }
+  void Observe(const StepPlan& plan, StepOrigin origin, const StepResult&, bool) override {
+    EXPECT_FALSE(plan.speculate);
+    if (origin == StepOrigin::kArRun) ++ar_steps;
+  }
+
+ private:
+  const int32_t allowed_;
+};
+
+// A request the hook runs without its drafter asks its prefill for no features and no logits,
+// never asks the policy or opens the drafter, commits the target's tokens in one planned run whose
+// steps the hook sees, and looks up in that run only as far as the hook allows.
+TEST(StepLoopTest, ARequestTheHookRunsWithoutItsDrafterPaysNothingForIt) {
+  for (int32_t allowed : {0, 3}) {
+    FakeTarget t;
+    FakeDrafter d(t, false, /*trained_block=*/5, 3);
+    FakePolicy p;
+    NoDrafterHook hook(allowed);
+    LoopParts parts = Parts(&t, &d, &p);
+    parts.hook = &hook;
+    auto r = RunStepLoop(parts, kPrompt, Options(Method::kDflashAdaptive, 150));
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->tokens, TruthPrefix(150));
+    ASSERT_EQ(t.prefill_asks.size(), 1u);
+    EXPECT_FALSE(t.prefill_asks[0].may_draft);
+    EXPECT_FALSE(t.prefill_asks[0].logits);
+    EXPECT_EQ(p.calls, 0);
+    EXPECT_FALSE(d.opened);
+    EXPECT_TRUE(d.shapes.empty());
+    EXPECT_EQ(t.runs, 1);
+    EXPECT_EQ(t.feature_runs, 0);
+    EXPECT_EQ(t.verifies, 0);
+    EXPECT_EQ(hook.plans, 0);
+    EXPECT_TRUE(r->stats.speculation_skipped);
+    EXPECT_EQ(r->stats.block_size, 0);
+    EXPECT_FALSE(r->stats.note.empty());
+    EXPECT_EQ(r->stats.planned_ar_steps, hook.ar_steps);
+    EXPECT_EQ(r->stats.planned_ar_steps + r->stats.lookup_steps, r->stats.verify_steps);
+    if (allowed == 0) {
+      EXPECT_EQ(r->stats.lookup_steps, 0);
+      EXPECT_EQ(r->stats.planned_ar_steps, 149);
+    } else {
+      EXPECT_GT(r->stats.lookup_steps, 10);
+    }
+  }
+}
+
+// Where the hook lets a request speculate, its prefill keeps features for the drafter and returns
+// the logits DFLASH_ADAPTIVE's policy reads.
+TEST(StepLoopTest, ARequestThatMaySpeculateAsksItsPrefillForFeaturesAndLogits) {
+  FakeTarget t;
+  FakeDrafter d(t, false, /*trained_block=*/5, 3);
+  FakePolicy p;
+  LoopParts parts = Parts(&t, &d, &p);
+  auto r = RunStepLoop(parts, kPrompt, Options(Method::kDflashAdaptive, 40));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(t.prefill_asks.size(), 1u);
+  EXPECT_TRUE(t.prefill_asks[0].may_draft);
+  EXPECT_TRUE(t.prefill_asks[0].logits);
+  EXPECT_EQ(p.calls, 1);
+  EXPECT_FALSE(r->stats.speculation_skipped);
 }
 
 class AlternatingHook final : public PlanningHook {
