@@ -89,4 +89,32 @@ bool IsValidUtf8(std::string_view text) {
   return true;
 }
 
+std::string ValidUtf8(std::string_view text) {
+  if (IsValidUtf8(text)) return std::string(text);
+  std::string out;
+  out.reserve(text.size() + 8);
+  for (size_t pos = 0; pos < text.size();) {
+    const size_t n = Utf8CharLength(text, pos);
+    const auto lead = static_cast<uint8_t>(text[pos]);
+    if (n > 1 || lead < 0x80) {
+      out.append(text.substr(pos, n));
+      pos += n;
+      continue;
+    }
+    // The maximal subpart: the lead byte and the continuation bytes that still fit it.
+    size_t end = pos + 1;
+    const size_t announced = AnnouncedLength(lead);
+    if (announced > 1 && end < text.size() && SecondByteOk(lead, static_cast<uint8_t>(text[end]))) {
+      ++end;
+      while (end < pos + announced && end < text.size() &&
+             IsContinuation(static_cast<uint8_t>(text[end]))) {
+        ++end;
+      }
+    }
+    AppendUtf8(0xFFFD, out);
+    pos = end;
+  }
+  return out;
+}
+
 }  // namespace specdec::tokenizer

@@ -25,6 +25,12 @@ void AppendUtf8(uint32_t code_point, std::string& out);
 // Returns true when `text` is entirely well-formed UTF-8.
 bool IsValidUtf8(std::string_view text);
 
+// Returns `text` as well-formed UTF-8: each maximal subpart of an ill-formed sequence (the
+// longest start of a character that some continuation could have completed, else one byte)
+// becomes U+FFFD, as Python's and Transformers' decoding with errors="replace" does. Text
+// for a wire that carries only UTF-8 (protobuf strings, JSON).
+std::string ValidUtf8(std::string_view text);
+
 }  // namespace specdec::tokenizer
 
 #endif  // SPECDEC_COMMON_TOKENIZER_UTF8_H_

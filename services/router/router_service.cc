@@ -16,6 +16,7 @@
 #include "common/engine/cost_aware_hook.h"
 #include "common/engine/step_loop.h"
 #include "common/tokenizer/tokenizer.h"
+#include "common/tokenizer/utf8.h"
 #include "common/util/clock.h"
 #include "common/util/status_macros.h"
 #include "services/common/log.h"
@@ -239,7 +240,8 @@ void RouterServer::Impl::Echo(const v1::GenerateRequest& request, std::span<cons
   v1::TokenChunk* c = r.mutable_chunk();
   c->set_prompt(true);
   for (int32_t t : prompt) c->add_token_ids(t);
-  if (request.return_text() && tokenizer) c->set_text(tokenizer->Decode(prompt));
+  if (request.return_text() && tokenizer)
+    c->set_text(tokenizer::ValidUtf8(tokenizer->Decode(prompt)));
   Push(box, std::move(r));
 }
 
@@ -303,7 +305,9 @@ engine::CommitCallback RouterServer::Impl::Streamer(const v1::GenerateRequest& r
     c->set_index(*emitted);
     *emitted += static_cast<int32_t>(tokens.size());
     for (int32_t t : tokens) c->add_token_ids(t);
-    if (return_text) c->set_text(step.text);
+    // A protobuf string carries UTF-8 only (clients refuse anything else): bytes that form no
+    // character reach the client as U+FFFD.
+    if (return_text) c->set_text(tokenizer::ValidUtf8(step.text));
     if (step.step > 0) {
       v1::StepStats* s = c->mutable_step();
       s->set_drafted(step.drafted);

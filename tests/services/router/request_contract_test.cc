@@ -13,8 +13,9 @@
 
 #include "common/engine/decoder.h"
 #include "common/tokenizer/tokenizer.h"
-#include "tests/common/tokenizer/test_util.h"
+#include "common/tokenizer/utf8.h"
 #include "specdec/v1/target.grpc.pb.h"
+#include "tests/common/tokenizer/test_util.h"
 #include "tests/services/router/cluster_fixture.h"
 
 namespace specdec::services {
@@ -282,6 +283,68 @@ TEST_F(RequestContractTest, GetInfoAndHealthDescribeEveryService) {
   ASSERT_TRUE(target_stub->GetInfo(&tctx, v1::GetInfoRequest(), &target).ok());
   EXPECT_GT(target.ar_step_ms(), 0);
   EXPECT_EQ(target.revision(), info.target().revision());
+}
+
+// A byte-level tokenizer whose id t decodes to the byte (t + 128) mod 256: the checkpoints' 67
+// ids decode to bytes 0x80..0xC2, continuation bytes and leads that form almost no character.
+std::string WriteHighByteTokenizer() {
+  const std::string dir = std::filesystem::temp_directory_path() /
+                          ("specdec_high_bytes_tok_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  testing_util::RemoveAtExit(dir);
+  tokenizer::testing::ByteLevelSpec spec;
+  spec.pre_tokenizer = tokenizer::testing::Gpt2PreTokenizer();
+  nlohmann::json json = nlohmann::json::parse(tokenizer::testing::BuildByteLevelJson(spec));
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int b = 0; b < 256; ++b) vocab[tokenizer::testing::Gpt2ByteChar(b)] = (b + 128) % 256;
+  json["model"]["vocab"] = vocab;
+  std::ofstream(dir + "/tokenizer.json") << json.dump();
+  return dir;
+}
+
+class HighByteTextTest : public ClusterTest {
+ protected:
+  void SetUp() override {
+    tokenizer_dir_ = WriteHighByteTokenizer();
+    ClusterTest::SetUp();
+  }
+};
+
+// Sampling can produce tokens whose bytes form no UTF-8 character; a protobuf string carries
+// UTF-8 only, so the router sends each ill-formed piece as U+FFFD (the prompt's echo too) and
+// the stream stays readable.
+TEST_F(HighByteTextTest, BytesThatFormNoCharacterReachTheClientAsReplacementCharacters) {
+  auto tok = tokenizer::Tokenizer::FromFile(tokenizer_dir_ + "/tokenizer.json");
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  const std::vector<int32_t> prompt = {7, 8, 9, 10};
+  ASSERT_FALSE(tokenizer::IsValidUtf8((*tok)->Decode(prompt)));
+  for (v1::Method m : {v1::AR, v1::DFLASH}) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    v1::GenerateRequest req = Request(prompt, m, 40);
+    req.set_return_text(true);
+    req.set_echo(true);
+    auto reader = stub_->Generate(&ctx, req);
+    std::string echoed, streamed;
+    std::vector<int32_t> tokens;
+    v1::GenerateResponse resp;
+    while (reader->Read(&resp)) {
+      if (!resp.has_chunk()) continue;
+      if (resp.chunk().prompt()) {
+        echoed += resp.chunk().text();
+        continue;
+      }
+      streamed += resp.chunk().text();
+      tokens.insert(tokens.end(), resp.chunk().token_ids().begin(), resp.chunk().token_ids().end());
+    }
+    const grpc::Status status = reader->Finish();
+    ASSERT_TRUE(status.ok()) << v1::Method_Name(m) << ": " << status.error_message();
+    ASSERT_EQ(tokens.size(), 40u);
+    const std::string raw = (*tok)->Decode(tokens);
+    EXPECT_FALSE(tokenizer::IsValidUtf8(raw));
+    EXPECT_EQ(streamed, tokenizer::ValidUtf8(raw)) << v1::Method_Name(m);
+    EXPECT_EQ(echoed, tokenizer::ValidUtf8((*tok)->Decode(prompt)));
+  }
 }
 
 }  // namespace
