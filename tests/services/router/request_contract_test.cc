@@ -24,16 +24,24 @@ namespace {
 using cluster_testing::Checkpoints;
 using cluster_testing::ClusterTest;
 
-// A byte-level tokenizer without merges: token id = byte value, so the checkpoints' 67 ids
-// decode to bytes 0x00..0x42.
-std::string WriteByteTokenizer() {
+// A byte-level tokenizer without merges whose id t decodes to the byte (t + first_byte) mod 256:
+// with first_byte 0 the checkpoints' 67 ids decode to bytes 0x00..0x42; with 0x80, to bytes
+// 0x80..0xC2, continuation bytes and leads that form almost no UTF-8 character.
+std::string WriteByteTokenizer(int first_byte = 0) {
   const std::string dir =
-      std::filesystem::temp_directory_path() / ("specdec_bytes_tok_" + std::to_string(::getpid()));
+      std::filesystem::temp_directory_path() /
+      ("specdec_bytes_tok_" + std::to_string(first_byte) + "_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   testing_util::RemoveAtExit(dir);
   tokenizer::testing::ByteLevelSpec spec;
   spec.pre_tokenizer = tokenizer::testing::Gpt2PreTokenizer();
-  std::ofstream(dir + "/tokenizer.json") << tokenizer::testing::BuildByteLevelJson(spec);
+  nlohmann::json json = nlohmann::json::parse(tokenizer::testing::BuildByteLevelJson(spec));
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int b = 0; b < 256; ++b) {
+    vocab[tokenizer::testing::Gpt2ByteChar(b)] = (b - first_byte + 256) % 256;
+  }
+  json["model"]["vocab"] = vocab;
+  std::ofstream(dir + "/tokenizer.json") << json.dump();
   return dir;
 }
 
@@ -285,27 +293,10 @@ TEST_F(RequestContractTest, GetInfoAndHealthDescribeEveryService) {
   EXPECT_EQ(target.revision(), info.target().revision());
 }
 
-// A byte-level tokenizer whose id t decodes to the byte (t + 128) mod 256: the checkpoints' 67
-// ids decode to bytes 0x80..0xC2, continuation bytes and leads that form almost no character.
-std::string WriteHighByteTokenizer() {
-  const std::string dir = std::filesystem::temp_directory_path() /
-                          ("specdec_high_bytes_tok_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  testing_util::RemoveAtExit(dir);
-  tokenizer::testing::ByteLevelSpec spec;
-  spec.pre_tokenizer = tokenizer::testing::Gpt2PreTokenizer();
-  nlohmann::json json = nlohmann::json::parse(tokenizer::testing::BuildByteLevelJson(spec));
-  nlohmann::json vocab = nlohmann::json::object();
-  for (int b = 0; b < 256; ++b) vocab[tokenizer::testing::Gpt2ByteChar(b)] = (b + 128) % 256;
-  json["model"]["vocab"] = vocab;
-  std::ofstream(dir + "/tokenizer.json") << json.dump();
-  return dir;
-}
-
 class HighByteTextTest : public ClusterTest {
  protected:
   void SetUp() override {
-    tokenizer_dir_ = WriteHighByteTokenizer();
+    tokenizer_dir_ = WriteByteTokenizer(0x80);
     ClusterTest::SetUp();
   }
 };
