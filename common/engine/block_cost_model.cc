@@ -270,6 +270,16 @@ int64_t BlockCostModel::NextDecision() {
   return decisions_++;
 }
 
+int64_t BlockCostModel::CountUndraftedDecision(int acceptance_class) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ++undrafted_decisions_[ClassIndex(acceptance_class)];
+}
+
+void BlockCostModel::ResetUndrafted(int acceptance_class) {
+  std::lock_guard<std::mutex> lock(mu_);
+  undrafted_decisions_[ClassIndex(acceptance_class)] = 0;
+}
+
 int64_t BlockCostModel::NextLosingRequest(int acceptance_class) {
   std::lock_guard<std::mutex> lock(mu_);
   return losing_requests_[ClassIndex(acceptance_class)]++;

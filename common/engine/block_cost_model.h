@@ -116,6 +116,12 @@ class BlockCostModel {
   void SetProbeWait(ProbeKind kind, int acceptance_class, int wait);
   // Numbers the block decisions taken on this model: 0, 1, 2, ... (for exploration schedules).
   int64_t NextDecision();
+  // Counts a decision of a request of `acceptance_class` that did not draft, returning how many
+  // such decisions the class has made since one of its steps last drafted (this one included);
+  // ResetUndrafted starts the count again. Kept per class and shared by its requests, so that
+  // short requests (a hosted run decides once per 16 tokens) still reach the probe wait.
+  int64_t CountUndraftedDecision(int acceptance_class);
+  void ResetUndrafted(int acceptance_class);
   // Numbers the requests of `acceptance_class` that started while both its probe waits were at
   // their longest: 0, 1, 2, ... (CostAwareHook::Speculates runs most of them as AR).
   int64_t NextLosingRequest(int acceptance_class);
@@ -174,6 +180,7 @@ class BlockCostModel {
   int64_t spec_steps_ = 0;
   int64_t decisions_ = 0;
   std::array<int64_t, kAcceptanceClasses> losing_requests_{};
+  std::array<int64_t, kAcceptanceClasses> undrafted_decisions_{};
 };
 
 }  // namespace specdec::engine

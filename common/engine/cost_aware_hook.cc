@@ -227,7 +227,7 @@ int32_t CostAwareHook::Decide(const LoopView& view, int32_t cap) {
     return best;
   }
   const int wait = model_.ProbeWait(kBlock, acceptance_class_, options_.probe_every);
-  if (++since_drafted_ < wait) return best;
+  if (model_.CountUndraftedDecision(acceptance_class_) < wait) return best;
   return Probe(r, cap, wait);
 }
 
@@ -240,11 +240,11 @@ int32_t CostAwareHook::Probe(const BlockCostModel::Reading& r, int32_t cap, int 
   for (int32_t b = cap - 1; b >= 2; --b) {
     if (Rate(r, b) > Rate(r, probe)) probe = b;
   }
-  if (Rate(r, probe) < options_.probe_min_share * Rate(r, 1)) {
-    since_drafted_ = 0;  // as after a probe: the next is a longer wait away
-    return 1;
-  }
-  return probe;
+  // The class's count starts again here, so that its other requests do not probe meanwhile.
+  model_.ResetUndrafted(acceptance_class_);
+  // A probe predicted far below AR does not draft, but counts as one: the next is a longer wait
+  // away.
+  return Rate(r, probe) < options_.probe_min_share * Rate(r, 1) ? 1 : probe;
 }
 
 bool CostAwareHook::Speculates(const LoopView& view) {
@@ -313,7 +313,7 @@ void CostAwareHook::Observe(const StepPlan& plan, StepOrigin origin, const StepR
     if (options_.share_acceptance) {
       model_.ObserveAcceptance(step.drafted, step.accepted, acceptance_class_);
     }
-    since_drafted_ = 0;
+    model_.ResetUndrafted(acceptance_class_);
   }
   for (int i = 0; i < step.drafted && i < BlockCostModel::kMaxPositions; ++i) {
     drafted_[i] += 1;

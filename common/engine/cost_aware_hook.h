@@ -10,8 +10,9 @@
 // request's block: BlockPilot's pick, or the drafter's training block size. So that costs and
 // acceptance stay measured at every candidate, the shared model's first `warmup` decisions and
 // one in `explore_every` after them take the candidates in turn, and a request on AR drafts its
-// best block after `probe_every` decisions (then after twice as many while AR keeps winning; the
-// wait is kept per temperature class in the shared model, so the next request goes on from it).
+// best block once its temperature class has decided `probe_every` times without drafting (then
+// after twice as many while AR keeps winning; the wait and the count are kept per class in the
+// shared model, so the next request goes on from them, however short each request is).
 // Exploration skips a candidate predicted at under half the best's rate, and a probe a block
 // predicted at under `probe_min_share` of AR's. A prompt-lookup draft is
 // weighed the same way: its first k tokens (the k with the best rate) are verified when
@@ -60,11 +61,12 @@ class CostAwareHook final : public PlanningHook {
     // a request that stopped drafting drifts back to the machine's acceptance (so that a bad
     // patch does not keep it on AR for the rest of the request).
     double request_decay = 0.95;
-    // A request that has not drafted for this many decisions drafts its best block once, so that
-    // its own acceptance stays measured; each probe after which AR still wins doubles the wait,
-    // up to max_probe_every, and a decision to speculate resets it. Lookup probes alike. The
-    // wait is its temperature class's, shared with the model's other requests
-    // (BlockCostModel::ProbeWait).
+    // Once the requests of a temperature class have decided this many times without drafting
+    // (BlockCostModel::CountUndraftedDecision), the deciding one drafts its best block once, so
+    // that acceptance stays measured; each probe after which AR still wins doubles the wait, up
+    // to max_probe_every, and a decision to speculate resets it. The wait is the class's, shared
+    // with the model's other requests (BlockCostModel::ProbeWait). Lookup probes alike, counted
+    // within a request.
     int probe_every = 8;
     int max_probe_every = 64;
     // A probe whose block is predicted at less than this share of AR's rate does not draft (the
@@ -151,8 +153,7 @@ class CostAwareHook final : public PlanningHook {
   // earlier one accepted, and that had it accepted.
   std::array<double, kLookupPositions> lookup_reached_{}, lookup_accepted_{};
   int lookups_declined_ = 0;  // lookup drafts declined in a row
-  int32_t decided_ = 0;     // the block PlanStep chose for the next speculative step (0: none)
-  int since_drafted_ = 0;   // decisions since this request last drafted
+  int32_t decided_ = 0;       // the block PlanStep chose for the next speculative step (0: none)
   bool exploring_ = false;  // the last decision explored
   int acceptance_class_ = 0;  // BlockCostModel::AcceptanceClass of the request's temperature
 };

@@ -205,9 +205,10 @@ TEST(CostAwareHookTest, ARequestOnArProbesItsBestBlockEveryFewDecisions) {
             (std::vector<int>{8, 24, 56, 120}));
 }
 
-// The wait is the temperature class's: a new request at T = 0 after one whose probes kept
-// losing first probes after that request's last wait doubled, not after probe_every; a request
-// at T = 1 still after probe_every.
+// The wait and the count of decisions that did not draft are the temperature class's: a new
+// request at T = 0 after one whose probes kept losing goes on from them (the first request
+// decided 10 times after its last probe, so the next probes at 64 - 10), not from probe_every;
+// a request at T = 1 still probes after probe_every.
 TEST(CostAwareHookTest, ProbesThatKeepLosingMakeTheClassesNextRequestsWaitLonger) {
   BlockCostModel m;
   Measure(
@@ -228,7 +229,7 @@ TEST(CostAwareHookTest, ProbesThatKeepLosingMakeTheClassesNextRequestsWaitLonger
   CostAwareHook first(m, options);
   EXPECT_EQ(DraftedDecisions(first, [](int32_t) { return 2.0; }),
             (std::vector<int>{8, 24, 56, 120}));
-  EXPECT_EQ(first_probe(0.0), 64);
+  EXPECT_EQ(first_probe(0.0), 54);
   EXPECT_EQ(first_probe(1.0), 8);
   EXPECT_EQ(m.ProbeWait(BlockCostModel::ProbeKind::kBlock, 0, 8), 64);
   EXPECT_EQ(m.ProbeWait(BlockCostModel::ProbeKind::kLookup, 0, 8), 8);  // no lookup probed
@@ -260,6 +261,33 @@ TEST(CostAwareHookTest, WhereTheDraftersProbesKeepLosingMostRequestsRunWithoutIt
   m.SetProbeWait(BlockCostModel::ProbeKind::kBlock, 0, 8);  // as a decision to speculate does
   EXPECT_TRUE(speculates(0.0));
   EXPECT_TRUE(speculates(0.0));
+}
+
+// Requests too short to reach the wait on their own (a hosted run decides once per 16 tokens)
+// probe all the same: the class counts their decisions together, and one probe resets the count
+// for all of them.
+TEST(CostAwareHookTest, ShortRequestsReachTheProbeWaitTogether) {
+  BlockCostModel m;
+  Measure(
+      m, [](int rows) { return 1.0 + 0.5 * rows; }, [](int rows) { return 1.0; }, {0});
+  m.NextDecision();  // past the exploring decision 0
+  const CostAwareHook::Options options = {.probe_every = 8, .warmup = 0, .explore_every = 1000};
+  std::vector<int> probing_requests;
+  for (int request = 0; request < 12; ++request) {
+    CostAwareHook hook(m, options);
+    for (int d = 0; d < 5; ++d) {
+      StepPlan plan;
+      plan.run_tokens = 100;
+      hook.PlanStep(LoopView{Method::kDflashAdaptive, 100, 16, false}, &plan);
+      if (!plan.speculate) continue;
+      probing_requests.push_back(request);
+      const int32_t b = hook.ChooseBlock(LoopView{}, 16);
+      hook.Observe(plan, StepOrigin::kDrafted, Drafted(b - 1, 0, 2.0, 1.0), true);
+    }
+  }
+  // Class decisions 8, 24 and 56 probe (waits 8, 16, 32): requests 1, 4 and 11 of 5 decisions.
+  EXPECT_EQ(probing_requests, (std::vector<int>{1, 4, 11}));
+  EXPECT_EQ(m.ProbeWait(BlockCostModel::ProbeKind::kBlock, 0, 8), 64);
 }
 
 TEST(CostAwareHookTest, AProbeThatPaysEndsTheBackOff) {
