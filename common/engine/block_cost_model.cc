@@ -109,10 +109,11 @@ void BlockCostModel::ObserveStep(const StepCost& step) {
     draft_curve_.Add(decay, weight, step.draft_rows, step.draft_ms);
   }
   if (step.wall_ms >= 0) {
-    const double rest = std::max(0.0, step.wall_ms - step.pass_ms - (drafted ? step.draft_ms : 0));
-    Mean& overhead = drafted ? spec_overhead_ : ar_overhead_;
-    overhead.w = overhead.w * decay + weight;
-    overhead.sum = overhead.sum * decay + weight * rest;
+    const double passes = step.pass_ms + (drafted ? step.draft_ms : 0);
+    const double rest = std::max(0.0, step.wall_ms - passes);
+    Mean& mean = step.sessions >= 2 ? shared_rest_ : drafted ? spec_overhead_ : ar_overhead_;
+    mean.w = mean.w * decay + weight;
+    mean.sum = mean.sum * decay + weight * (step.sessions >= 2 ? rest / passes : rest);
   }
 }
 
@@ -177,11 +178,18 @@ double BlockCostModel::OverheadMsLocked(bool drafted) const {
   return other.w > 0 ? other.sum / other.w : 0;
 }
 
+double BlockCostModel::WithRestLocked(int sessions, double passes_ms, bool drafted) const {
+  if (sessions >= 2 && shared_rest_.w > 0) {
+    return passes_ms * (1 + shared_rest_.sum / shared_rest_.w);
+  }
+  return passes_ms + OverheadMsLocked(drafted);
+}
+
 double BlockCostModel::StepMsLocked(int sessions, int block) const {
   const int rows = std::max(1, sessions) * std::max(1, block);
   double ms = verify_curve_.At(rows, verify_);
   if (block >= 2) ms += draft_curve_.At(rows, draft_, &verify_);
-  return ms + OverheadMsLocked(block >= 2);
+  return WithRestLocked(sessions, ms, block >= 2);
 }
 
 double BlockCostModel::DrafterlessStepMs(int sessions, int rows) const {
@@ -190,8 +198,8 @@ double BlockCostModel::DrafterlessStepMs(int sessions, int rows) const {
 }
 
 double BlockCostModel::DrafterlessStepMsLocked(int sessions, int rows) const {
-  return verify_curve_.At(std::max(1, sessions) * std::max(1, rows), verify_) +
-         OverheadMsLocked(false);
+  return WithRestLocked(
+      sessions, verify_curve_.At(std::max(1, sessions) * std::max(1, rows), verify_), false);
 }
 
 BlockCostModel::Reading BlockCostModel::Read(int sessions, int max_block, int max_rows,
@@ -209,10 +217,10 @@ BlockCostModel::Reading BlockCostModel::Read(int sessions, int max_block, int ma
   const std::vector<double> verify = verify_curve_.AtEach(most, verify_);
   const std::vector<double> draft = draft_curve_.AtEach(most, draft_, &verify_);
   for (size_t b = 1; b < r.step_ms.size(); ++b) {
-    r.step_ms[b] = verify[n * b] + (b >= 2 ? draft[n * b] : 0) + OverheadMsLocked(b >= 2);
+    r.step_ms[b] = WithRestLocked(sessions, verify[n * b] + (b >= 2 ? draft[n * b] : 0), b >= 2);
   }
   for (size_t rows = 1; rows < r.drafterless_ms.size(); ++rows) {
-    r.drafterless_ms[rows] = verify[n * rows] + OverheadMsLocked(false);
+    r.drafterless_ms[rows] = WithRestLocked(sessions, verify[n * rows], false);
   }
   for (int i = 0; i < positions; ++i) {
     const size_t k = static_cast<size_t>(i);

@@ -29,8 +29,10 @@ namespace specdec::engine {
 // (rows, ms) of the target's forward passes and of the drafter's passes (as the sides report
 // them per step): decayed means per row count, interpolated between measured counts, and beyond
 // them straight lines fitted through all of them, and never more than a larger pass's mean; O is
-// the measured rest of a step's wall time, for AR and for drafted steps apart
-// (at the router: the scheduler, the stream). Until the drafter's
+// the measured rest of a step's wall time: of a lone request, a time of its own, for AR and for
+// drafted steps apart (at the router: the scheduler, the stream); under load (n >= 2), a share
+// of the step's passes, since a request that is not ready when a pass forms waits for that pass
+// to end, so that the rest grows with the rows every request verifies. Until the drafter's
 // passes have been seen at different sizes (a lone request drafts one size), D is taken to
 // grow with rows as V does, scaled through its measured mean. Acceptance depends on the
 // sampling temperature (at T=1 a drafter's token is accepted with the target's probability of
@@ -162,9 +164,12 @@ class BlockCostModel {
     double Share(int position, int acceptance_class, double* weight) const;
   };
   double TauLocked(int block, int acceptance_class) const;
-  // The rest of a step's time beyond its passes, as measured for steps of its kind (drafted or
-  // not), else of the other kind; 0 before any.
+  // The rest of a lone request's step beyond its passes, as measured for steps of its kind
+  // (drafted or not), else of the other kind; 0 before any.
   double OverheadMsLocked(bool drafted) const;
+  // A step of `sessions` requests whose passes take `passes_ms`, with the rest of its time: a
+  // share of the passes under load where one was measured, else OverheadMsLocked.
+  double WithRestLocked(int sessions, double passes_ms, bool drafted) const;
   double StepMsLocked(int sessions, int block) const;
   double DrafterlessStepMsLocked(int sessions, int rows) const;
 
@@ -172,8 +177,10 @@ class BlockCostModel {
   mutable std::mutex mu_;
   Line verify_, draft_;
   Curve verify_curve_, draft_curve_;
-  // Decayed means of wall - pass - draft ms, of AR steps and of drafted steps.
+  // Decayed means of wall - pass - draft ms, of a lone request's AR steps and drafted steps.
   Mean ar_overhead_, spec_overhead_;
+  // Decayed mean of (wall - pass - draft) / (pass + draft) of steps in passes of 2+ sessions.
+  Mean shared_rest_;
   Acceptance drafter_acceptance_;
   std::array<Acceptance, kLookupMaxMatch + 1> lookup_acceptance_;    // [match]
   std::array<std::array<int, kAcceptanceClasses>, 2> probe_wait_{};  // 0: unset

@@ -115,6 +115,24 @@ TEST(BlockCostModel, TheRestOfAStepsWallTimeIsOverhead) {
   EXPECT_NEAR(m.StepMs(4, 1), 3 + 1.5, 1e-9);
 }
 
+TEST(BlockCostModel, UnderLoadTheRestOfAStepGrowsWithItsPasses) {
+  BlockCostModel m;
+  for (int k = 0; k < 40; ++k) {
+    // A lone request: 0.5 ms beyond its pass, whatever the pass.
+    m.ObserveStep({.sessions = 1, .pass_rows = 1, .pass_ms = 0.5, .wall_ms = 1.0});
+    // Four requests: each step waits as long again as its pass (a pass it was not ready for).
+    m.ObserveStep({.sessions = 4, .pass_rows = 4, .pass_ms = 1.0, .wall_ms = 2.0});
+    m.ObserveStep({.sessions = 4, .pass_rows = 16, .pass_ms = 2.0, .wall_ms = 4.0});
+  }
+  EXPECT_NEAR(m.StepMs(1, 1), 0.5 + 0.5, 1e-9);
+  EXPECT_NEAR(m.StepMs(4, 1), 2 * 1.0, 1e-9);
+  EXPECT_NEAR(m.DrafterlessStepMs(4, 4), 2 * 2.0, 1e-9);
+  // The same in one reading.
+  const BlockCostModel::Reading r = m.Read(4, 1, 4, 0);
+  EXPECT_NEAR(r.step_ms[1], 2.0, 1e-9);
+  EXPECT_NEAR(r.drafterless_ms[4], 4.0, 1e-9);
+}
+
 TEST(BlockCostModel, BestBlockShrinksAsTheLoadGrows) {
   BlockCostModel m;
   ObserveLinearCosts(m);
