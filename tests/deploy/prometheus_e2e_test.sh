@@ -7,7 +7,8 @@
 #      on the same target: R1 without a policy (DFLASH_ADAPTIVE falls back to the default block
 #      size), R2 without a drafter or tokenizer (speculative requests fall back to AR, text
 #      prompts get FAILED_PRECONDITION) and R3 with the policy and load-aware speculation
-#      (--load-aware, 100 ms epochs), drafting on the target (--target-drafting); the main router,
+#      (--load-aware, epochs of 10 ms, so that even warm requests of 10-40 ms span several and
+#      epochs get measured), drafting on the target (--target-drafting); the main router,
 #      R1 and R2 run without load awareness and draft on the drafter service;
 #   2. starts Prometheus (Debian package `prometheus`) on 127.0.0.1 with its own storage, a 1 s
 #      scrape and rule-evaluation interval, the shipped rule files, and
@@ -140,7 +141,7 @@ pids+=($!)
   --api-keys "$work/api_keys.json" --http-address 127.0.0.1:0 >"$work/router-nodrafter.log" 2>&1 &
 pids+=($!)
 "$router_bin" --address "$R3" --metrics-address "$M3" --target "$TARGET" --policy "$POLICY" \
-  --target-drafting true --load-aware true --load-aware-epoch-ms 100 \
+  --target-drafting true --load-aware true --load-aware-epoch-ms 10 --load-aware-max-epoch-ms 10 \
   --http-address 127.0.0.1:0 >"$work/router-loadaware.log" 2>&1 &
 pids+=($!)
 wait_port "$H0"
