@@ -78,28 +78,34 @@ int32_t CostAwareHook::BestBlockIn(const BlockCostModel::Reading& r, int32_t cap
   return best;
 }
 
+namespace {
+
+// The machine's share of lookups of each match length accepting their first token, as priors
+// (an accepted step before any was measured).
+LookupPriors PriorsOf(const BlockCostModel::Reading& r) {
+  LookupPriors priors;
+  for (size_t m = 0; m < priors.first.size(); ++m) {
+    priors.first[m] = r.lookup_weight[m] > 0 ? r.lookup_share[m] : 1;
+  }
+  return priors;
+}
+
+}  // namespace
+
+LookupWeighing RunWeighingOf(const BlockCostModel::Reading& r, double alternative_rate,
+                             const LookupOdds& odds, double decay) {
+  LookupWeighing w;
+  w.rows_ms = r.drafterless_ms;
+  w.priors = PriorsOf(r);
+  w.alternative_rate = alternative_rate;
+  w.decay = decay;
+  w.odds = odds;
+  return w;
+}
+
 double CostAwareHook::LookupRate(const BlockCostModel::Reading& r, int32_t tokens,
                                  int32_t match) const {
-  const size_t rows = static_cast<size_t>(tokens) + 1;
-  const double ms = rows < r.drafterless_ms.size() ? r.drafterless_ms[rows] : 0;
-  if (ms <= 0) return 0;
-  // Whether a lookup's first token is accepted depends on how long a suffix matched: this
-  // request's lookups of that match length and a prior of one step at the machine's share for
-  // it at this temperature (before any, one accepted step). Whether a position is accepted once
-  // the one before it was is the repeated stretch's: this request's lookups of every match length
-  // and one step that accepted it (a repeated stretch tends to go on).
-  const size_t m = LookupMatchIndex(match);
-  double tau = 1, reached = 1;
-  for (int i = 0; i < tokens && i < kLookupPositions; ++i) {
-    if (i == 0) {
-      const double prior = r.lookup_weight[m] > 0 ? r.lookup_share[m] : 1;
-      reached *= (lookup_first_accepted_[m] + prior) / (lookup_first_drafted_[m] + 1);
-    } else {
-      reached *= (lookup_accepted_[i] + 1) / (lookup_reached_[i] + 1);
-    }
-    tau += reached;
-  }
-  return tau / ms;
+  return engine::LookupRate(lookup_odds_, r.drafterless_ms, PriorsOf(r), tokens, match);
 }
 
 double CostAwareHook::PredictedRate(int32_t block) const {
@@ -118,19 +124,13 @@ void CostAwareHook::Follow(const LoopView& view) {
 
 int32_t CostAwareHook::LookupTokens(const LoopView& view, int32_t available, int32_t match) {
   Follow(view);
-  for (int i = 0; i < kLookupPositions; ++i) {
-    lookup_reached_[i] *= options_.request_decay;
-    lookup_accepted_[i] *= options_.request_decay;
-  }
-  for (size_t m = 0; m < lookup_first_drafted_.size(); ++m) {
-    lookup_first_drafted_[m] *= options_.request_decay;
-    lookup_first_accepted_[m] *= options_.request_decay;
-  }
+  lookup_odds_.Decay(options_.request_decay);
   const int32_t cap = std::max(2, view.block_size);
   const BlockCostModel::Reading r = Read(cap, available + 1);
   const double alternative = Rate(r, BestBlockIn(r, cap));
   double best_rate = 0;
-  const int32_t best = BestLookup(r, available, match, &best_rate);
+  const int32_t best =
+      BestLookup(lookup_odds_, r.drafterless_ms, PriorsOf(r), available, match, &best_rate);
   constexpr auto kLookup = BlockCostModel::ProbeKind::kLookup;
   if (alternative <= 0 || best_rate >= alternative) {
     lookups_declined_ = 0;
@@ -146,42 +146,12 @@ int32_t CostAwareHook::LookupTokens(const LoopView& view, int32_t available, int
   return best_rate >= options_.probe_min_share * alternative ? best : 0;
 }
 
-int32_t CostAwareHook::BestLookup(const BlockCostModel::Reading& r, int32_t most, int32_t match,
-                                  double* rate) const {
-  int32_t best = most;
-  *rate = LookupRate(r, most, match);
-  for (int32_t k = most - 1; k >= 1; --k) {
-    const double rate_k = LookupRate(r, k, match);
-    if (rate_k > *rate) {
-      *rate = rate_k;
-      best = k;
-    }
-  }
-  return best;
-}
-
-LookupShape CostAwareHook::RunLookupShape(const LoopView& view, int32_t run_block, int32_t most) {
+std::optional<LookupWeighing> CostAwareHook::WeighRunLookups(const LoopView& view,
+                                                             int32_t run_block, int32_t most) {
   Follow(view);
-  if (most < 1) return {};
+  if (most < 1) return std::nullopt;
   const BlockCostModel::Reading r = Read(std::max(1, run_block), most + 1);
-  const double alternative = Rate(r, std::max(1, run_block));
-  // The shortest match length whose best lookup is predicted to pay, from the longest down (a
-  // shorter match pays only where a longer one does), with the longest of their best lengths,
-  // and the fewest tokens of it that are predicted to pay.
-  LookupShape shape;
-  for (int32_t match = kLookupMaxMatch; match >= 1; --match) {
-    double rate = 0;
-    const int32_t best = BestLookup(r, most, match, &rate);
-    if (alternative > 0 && rate < alternative) break;
-    int32_t fewest = best;
-    while (fewest > 1 && (alternative <= 0 || LookupRate(r, fewest - 1, match) >= alternative)) {
-      --fewest;
-    }
-    shape.max_tokens = std::max(shape.max_tokens, best);
-    shape.min_match = match;
-    shape.min_tokens = fewest;
-  }
-  return shape;
+  return RunWeighingOf(r, Rate(r, std::max(1, run_block)), lookup_odds_, options_.request_decay);
 }
 
 std::vector<int32_t> CostAwareHook::ExploredBlocks(int32_t cap) {
@@ -298,15 +268,7 @@ void CostAwareHook::Observe(const StepPlan& plan, StepOrigin origin, const StepR
     if (options_.share_acceptance) {
       model_.ObserveLookup(step.drafted, step.accepted, acceptance_class_, step.lookup_match);
     }
-    if (step.drafted > 0) {
-      const size_t m = LookupMatchIndex(step.lookup_match);
-      lookup_first_drafted_[m] += 1;
-      if (step.accepted > 0) lookup_first_accepted_[m] += 1;
-    }
-    for (int i = 1; i < step.drafted && i < kLookupPositions; ++i) {
-      if (i <= step.accepted) lookup_reached_[i] += 1;
-      if (i < step.accepted) lookup_accepted_[i] += 1;
-    }
+    lookup_odds_.Observe(step.drafted, step.accepted, step.lookup_match);
     return;
   }
   if (step.drafted > 0) {

@@ -24,11 +24,11 @@
 // acceptance for that length at this temperature (BlockCostModel::LookupShare; before any, an
 // accepted step); for the others, kept for all lengths together, an accepted step (a repeated
 // stretch tends to go on, and whether the sequence repeats is the request's own, so its steps
-// soon outweigh the priors). A planned run's steps look up with the shortest match length whose
-// best lookup is predicted to beat the run's own steps. A request that declined `probe_every`
-// lookups in a row verifies the next at its best length unless that is predicted at under
-// `probe_min_share` of the alternative (the wait doubles either way). Every choice is lossless: the
-// block only changes how much is drafted, never what is committed.
+// soon outweigh the priors; lookup_weighing.h). A planned run weighs its steps' lookups the same
+// way itself, step by step, against the run's own steps (LookupWeighing). A request that declined
+// `probe_every` lookups in a row verifies the next at its best length unless that is predicted at
+// under `probe_min_share` of the alternative (the wait doubles either way). Every choice is
+// lossless: the block only changes how much is drafted, never what is committed.
 #ifndef SPECDEC_COMMON_ENGINE_COST_AWARE_HOOK_H_
 #define SPECDEC_COMMON_ENGINE_COST_AWARE_HOOK_H_
 
@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "common/engine/block_cost_model.h"
+#include "common/engine/lookup_weighing.h"
 #include "common/engine/step_loop.h"
 #include "common/util/clock.h"
 
@@ -51,6 +52,12 @@ BlockCostModel::StepCost StepCostOf(const StepResult& step, StepOrigin origin, b
 // or DFLASH_ADAPTIVE's lookup drafted it, its acceptance.
 void ObserveStepIn(BlockCostModel& model, const StepResult& step, StepOrigin origin, bool first,
                    int acceptance_class);
+
+// A planned run's weighing of its lookups (LookupWeighing) from a reading of the model, with
+// drafter-less step costs up to the reading's max_rows, the machine's share of lookups accepting
+// their first token per match length as priors, and `odds` (the request's lookups so far).
+LookupWeighing RunWeighingOf(const BlockCostModel::Reading& r, double alternative_rate,
+                             const LookupOdds& odds, double decay);
 
 class CostAwareHook final : public PlanningHook {
  public:
@@ -99,11 +106,12 @@ class CostAwareHook final : public PlanningHook {
   void PlanStep(const LoopView& view, StepPlan* plan) override;
   int32_t ChooseBlock(const LoopView& view, int32_t block) override;
   int32_t LookupTokens(const LoopView& view, int32_t available, int32_t match) override;
-  // The shortest match length m whose best k <= most (highest PredictedLookupRate(k, m)) is
-  // predicted at least at the run's own steps' rate (PredictedRate(run_block)), with max_tokens
-  // the longest such k and min_tokens the fewest tokens of match m that still pay; none where no
-  // match length pays. No probe: the loop's lookups before planning probe.
-  LookupShape RunLookupShape(const LoopView& view, int32_t run_block, int32_t most) override;
+  // The run weighs each of its lookups as LookupTokens would without a probe (the loop's lookups
+  // before planning probe): from this request's lookup odds, the machine's first-token prior per
+  // match length and the costs of drafter-less steps now, against the run's own steps' rate
+  // (PredictedRate(run_block)); nullopt where most < 1.
+  std::optional<LookupWeighing> WeighRunLookups(const LoopView& view, int32_t run_block,
+                                                int32_t most) override;
   void Observe(const StepPlan& plan, StepOrigin origin, const StepResult& step,
                bool first) override;
 
@@ -133,9 +141,6 @@ class CostAwareHook final : public PlanningHook {
   double Rate(const BlockCostModel::Reading& r, int32_t block) const;
   int32_t BestBlockIn(const BlockCostModel::Reading& r, int32_t cap) const;
   double LookupRate(const BlockCostModel::Reading& r, int32_t tokens, int32_t match) const;
-  // The k <= most with the highest LookupRate (the longest among equals), and the rate.
-  int32_t BestLookup(const BlockCostModel::Reading& r, int32_t most, int32_t match,
-                     double* rate) const;
   double RequestTau(const BlockCostModel::Reading& r, int32_t block) const;
 
   BlockCostModel& model_;
@@ -145,13 +150,7 @@ class CostAwareHook final : public PlanningHook {
   std::optional<SteadyClock::time_point> last_step_end_;
   std::array<double, BlockCostModel::kMaxPositions> drafted_{}, accepted_{};  // this request's
   std::vector<float> predicted_;  // BlockPilot's acceptance curve for this request (may be empty)
-  static constexpr int kLookupPositions = 16;
-  // This request's lookup steps (decayed), per match length (0: unknown), and of them those
-  // whose first token was accepted.
-  std::array<double, kLookupMaxMatch + 1> lookup_first_drafted_{}, lookup_first_accepted_{};
-  // This request's lookup steps (decayed) that drafted a position (after the first) with every
-  // earlier one accepted, and that had it accepted.
-  std::array<double, kLookupPositions> lookup_reached_{}, lookup_accepted_{};
+  LookupOdds lookup_odds_;        // this request's lookup steps (decayed like its drafted steps)
   int lookups_declined_ = 0;  // lookup drafts declined in a row
   int32_t decided_ = 0;       // the block PlanStep chose for the next speculative step (0: none)
   bool exploring_ = false;  // the last decision explored

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "common/engine/draft_session.h"
@@ -77,10 +78,15 @@ class LocalTarget final : public TargetSide {
       return absl::FailedPreconditionError("the in-process target hosts no drafter");
     }
     const auto begun = SteadyClock::now();
+    std::optional<LookupWeighing> weighing = plan.lookup_weighing;  // the run's own
     for (int32_t done = 0; done < plan.max_tokens;) {
-      ASSIGN_OR_RETURN(StepResult step, RunStep(last, plan, plan.max_tokens - done));
+      ASSIGN_OR_RETURN(StepResult step, RunStep(last, plan, plan.max_tokens - done,
+                                                weighing ? &*weighing : nullptr));
       done += static_cast<int32_t>(step.committed.size());
       last = step.committed.back();
+      if (weighing) {
+        weighing->AfterStep(step.looked_up, step.drafted, step.accepted, step.lookup_match);
+      }
       if (!sink(std::move(step))) break;
       if (plan.max_ms > 0 && MsSince(begun) >= plan.max_ms) break;
     }
@@ -89,13 +95,19 @@ class LocalTarget final : public TargetSide {
 
  private:
   // One step of a run that may commit `left` tokens: a lookup draft's verify where the plan
-  // looks up and the sequence repeats, else a single-row step.
-  absl::StatusOr<StepResult> RunStep(int32_t last, const RunPlan& plan, int32_t left) {
+  // looks up and the sequence repeats (the tokens `weighing` gives, where the run weighs its
+  // lookups), else a single-row step.
+  absl::StatusOr<StepResult> RunStep(int32_t last, const RunPlan& plan, int32_t left,
+                                     const LookupWeighing* weighing) {
     if (plan.lookup.max_tokens > 0) {
       sequence_.Append(last);
       Draft d;
       d.tokens = sequence_.Draft(plan.lookup, left, max_context_, &d.lookup_match);
       sequence_.PopBack();
+      if (weighing != nullptr) {
+        const auto found = static_cast<int32_t>(d.tokens.size());
+        d.tokens.resize(static_cast<size_t>(weighing->Tokens(found, d.lookup_match)));
+      }
       if (!d.tokens.empty()) {
         d.proposal = Proposal::kOneHot;
         d.positions = static_cast<int32_t>(d.tokens.size());

@@ -101,7 +101,7 @@ class StepLoop {
     // DFLASH_ADAPTIVE: where the sequence repeats, a lookup draft costs one short target pass and
     // no drafter pass, whatever the planning would choose, from the first step on. A target that
     // drafts itself takes a verify between its runs too (its hosted drafter keeps every committed
-    // row), and looks up at every step inside them (RunLookup).
+    // row), and looks up at every step inside them (SetRunLookup).
     if (std::optional<Draft> lookup = AdaptiveLookupDraft(left)) {
       const int32_t tokens =
           parts_.hook ? parts_.hook->LookupTokens(View(), lookup->positions, lookup->lookup_match)
@@ -193,7 +193,7 @@ class StepLoop {
     run.max_ms = max_ms;
     // A DFlash drafter that will draft later needs the features of what AR steps commit.
     run.features = planned && !hosted_ && IsDflash(options_.method) && MaySpeculate();
-    if (planned && hosted_) run.lookup = RunLookup(1);
+    if (planned && hosted_) SetRunLookup(1, &run);
     return RunOnTarget(run, plan, StepOrigin::kArRun);
   }
 
@@ -203,7 +203,7 @@ class StepLoop {
     RunPlan run;
     run.max_tokens = std::min(left, kMaxRunTokens);
     if (options_.method == Method::kDflashAdaptive && options_.adaptive_lookup) {
-      run.lookup = parts_.hook->RunLookupShape(View(), 1, options_.draft_length);
+      SetLookupOf(1, &run);
     }
     return RunOnTarget(run, &skipped_plan_, StepOrigin::kArRun);
   }
@@ -215,7 +215,7 @@ class StepLoop {
     run.max_tokens = std::min({plan.run_tokens, stop_.tokens_left(), kMaxRunTokens});
     run.block_size = BlockOfStep();
     run.max_ms = plan.run_max_ms;
-    run.lookup = RunLookup(run.block_size);
+    SetRunLookup(run.block_size, &run);
     return RunOnTarget(run, &plan, StepOrigin::kTargetDraftedRun);
   }
 
@@ -238,11 +238,21 @@ class StepLoop {
   // Such runs are long (the loop decides once per run, and in the cluster each decision costs a
   // round trip). Where the loop drafts, its AR runs are short and it decides each lookup between
   // them itself, probes included: lookups inside those runs too were measured to cost at T = 1.
-  LookupShape RunLookup(int32_t run_block) {
-    if (!LooksUp()) return {};
+  void SetRunLookup(int32_t run_block, RunPlan* run) {
+    if (LooksUp()) SetLookupOf(run_block, run);
+  }
+
+  // The lookups of a planned run whose steps are blocks of `run_block` rows: weighed by the run
+  // where the hook weighs them, else the hook's shape (AdaptiveLookup's without a hook).
+  void SetLookupOf(int32_t run_block, RunPlan* run) {
     const int32_t most = options_.draft_length;
-    return parts_.hook ? parts_.hook->RunLookupShape(View(), run_block, most)
-                       : AdaptiveLookup(most);
+    if (parts_.hook == nullptr) {
+      run->lookup = AdaptiveLookup(most);
+      return;
+    }
+    run->lookup_weighing = parts_.hook->WeighRunLookups(View(), run_block, most);
+    run->lookup = run->lookup_weighing ? NgramLookup(most)
+                                       : parts_.hook->RunLookupShape(View(), run_block, most);
   }
 
   int32_t BlockOfStep() {

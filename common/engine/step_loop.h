@@ -8,11 +8,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/engine/lookup_weighing.h"
 #include "common/engine/prompt_lookup.h"
 #include "common/engine/request.h"
 #include "common/engine/verify.h"
@@ -97,6 +99,10 @@ struct RunPlan {
   // prompt-lookup draft of this shape (prompt_lookup.h) one-hot, instead of a single row or a
   // hosted block (NGRAM's runs; DFLASH_ADAPTIVE's planned runs).
   LookupShape lookup;
+  // Set: the run weighs each lookup draft of that shape itself and verifies the tokens
+  // LookupWeighing::Tokens gives (none: the step's single row or hosted block), the weighing
+  // taking every step of the run (LookupWeighing::AfterStep).
+  std::optional<LookupWeighing> lookup_weighing;
   std::span<const int32_t> stop_token_ids;  // the run ends after committing one of these
 };
 // Takes one step of a run; false ends the run.
@@ -184,8 +190,9 @@ class PlanningHook {
   virtual ~PlanningHook() = default;
   // Before the prefill of a request that could speculate: false runs the whole request without
   // a drafter (no features kept for one, no policy) as one planned run of AR steps, which
-  // DFLASH_ADAPTIVE's lookups join where RunLookupShape predicts they pay (the drafter keeps
-  // losing at this request's temperature on this machine). By default true.
+  // DFLASH_ADAPTIVE's lookups join where the run's weighing (WeighRunLookups; else
+  // RunLookupShape) lets them (the drafter keeps losing at this request's temperature on this
+  // machine). By default true.
   virtual bool Speculates(const LoopView& view) { return true; }
   // Before each step that could speculate; `plan` holds the default (speculate).
   virtual void PlanStep(const LoopView& view, StepPlan* plan) {}
@@ -203,6 +210,13 @@ class PlanningHook {
   // default AdaptiveLookup's shape.
   virtual LookupShape RunLookupShape(const LoopView& view, int32_t run_block, int32_t most) {
     return AdaptiveLookup(most);
+  }
+  // The same run's lookups weighed by the run itself, step by step (RunPlan::lookup_weighing),
+  // instead of a shape fixed for the whole run: then its steps look up suffixes down to 1 token
+  // and verify what the weighing gives. By default nullopt (RunLookupShape).
+  virtual std::optional<LookupWeighing> WeighRunLookups(const LoopView& view, int32_t run_block,
+                                                        int32_t most) {
+    return std::nullopt;
   }
   // After every step of a planned step or run (`first`: the first step of its run).
   virtual void Observe(const StepPlan& plan, StepOrigin origin, const StepResult& step,

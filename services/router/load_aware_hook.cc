@@ -43,9 +43,31 @@ int32_t LoadAwareHook::ChooseBlock(const engine::LoopView& view, int32_t block) 
   return best;
 }
 
+namespace {
+constexpr double kLookupDecay = 0.95;  // the weight the request's lookup odds keep per step
+}  // namespace
+
+std::optional<engine::LookupWeighing> LoadAwareHook::WeighRunLookups(const engine::LoopView& view,
+                                                                     int32_t run_block,
+                                                                     int32_t most) {
+  acceptance_class_ = engine::BlockCostModel::AcceptanceClass(view.temperature);
+  if (most < 1) return std::nullopt;
+  const int sessions = std::max(1, static_cast<int>(load_aware_.in_flight()));
+  const int32_t block = std::max(1, run_block);
+  const engine::BlockCostModel::Reading r =
+      block_model_.Read(sessions, block, most + 1, acceptance_class_);
+  const double step_ms = static_cast<size_t>(block) < r.step_ms.size() ? r.step_ms[block] : 0;
+  const double alternative = step_ms > 0 ? block_model_.Tau(block, acceptance_class_) / step_ms : 0;
+  return engine::RunWeighingOf(r, alternative, lookup_odds_, kLookupDecay);
+}
+
 void LoadAwareHook::Observe(const engine::StepPlan& plan, engine::StepOrigin origin,
                             const engine::StepResult& step, bool first) {
   engine::ObserveStepIn(block_model_, step, origin, first, acceptance_class_);
+  lookup_odds_.Decay(kLookupDecay);
+  if (origin == engine::StepOrigin::kLookup) {
+    lookup_odds_.Observe(step.drafted, step.accepted, step.lookup_match);
+  }
   // A lookup step (taken before the loop plans, or inside a run where the sequence repeats) is
   // no arm's choice: both arms' runs look up alike, so neither arm's count or epochs take it.
   if (origin == engine::StepOrigin::kLookup) return;

@@ -7,8 +7,10 @@
 #define SPECDEC_SERVICES_ROUTER_LOAD_AWARE_HOOK_H_
 
 #include <cstdint>
+#include <optional>
 
 #include "common/engine/block_cost_model.h"
+#include "common/engine/lookup_weighing.h"
 #include "common/engine/step_loop.h"
 #include "services/router/load_aware.h"
 #include "services/router/router_metrics.h"
@@ -34,6 +36,11 @@ class LoadAwareHook final : public engine::PlanningHook {
 
   void PlanStep(const engine::LoopView& view, engine::StepPlan* plan) override;
   int32_t ChooseBlock(const engine::LoopView& view, int32_t block) override;
+  // The run weighs its lookups against its own steps' rate as the cost model predicts it at the
+  // requests in flight now (AR, or the machine's tau of the run's block over its step), from the
+  // request's lookups so far (engine::RunWeighingOf).
+  std::optional<engine::LookupWeighing> WeighRunLookups(const engine::LoopView& view,
+                                                        int32_t run_block, int32_t most) override;
   void Observe(const engine::StepPlan& plan, engine::StepOrigin origin,
                const engine::StepResult& step, bool first) override;
 
@@ -48,6 +55,7 @@ class LoadAwareHook final : public engine::PlanningHook {
   LoadAwareSpeculation::Step planned_;  // the arm of the step or run being taken
   uint64_t last_epoch_ = 0;             // the epoch this request's previous step counted in
   int acceptance_class_ = 0;  // BlockCostModel::AcceptanceClass of the request's temperature
+  engine::LookupOdds lookup_odds_;  // the request's lookup steps, decayed per step
 };
 
 }  // namespace specdec::services

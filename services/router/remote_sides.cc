@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/util/clock.h"
 #include "common/util/status_macros.h"
+#include "services/common/lookup_weighing_proto.h"
 #include "services/common/tensor_proto.h"
 
 namespace specdec::services {
@@ -196,6 +197,9 @@ absl::Status RemoteTarget::Run(int32_t last, const engine::RunPlan& plan,
     run->mutable_lookup()->set_max_tokens(plan.lookup.max_tokens);
     run->mutable_lookup()->set_min_match(plan.lookup.min_match);
     run->mutable_lookup()->set_min_tokens(plan.lookup.min_tokens);
+    if (plan.lookup_weighing) {
+      WeighingToProto(*plan.lookup_weighing, run->mutable_lookup()->mutable_weighing());
+    }
   }
   auto t0 = SteadyClock::now();
   if (absl::Status s = client_->Send(r, what); !s.ok()) return Failed(s);

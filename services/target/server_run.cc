@@ -1,5 +1,6 @@
 #include "services/target/server_run.h"
 
+#include <algorithm>
 #include <cmath>
 #include <span>
 
@@ -8,6 +9,7 @@
 #include "common/engine/request_limits.h"
 #include "common/engine/stop_rule.h"
 #include "common/util/status_macros.h"
+#include "services/common/lookup_weighing_proto.h"
 
 namespace specdec::services {
 
@@ -27,6 +29,7 @@ absl::Status ValidateLookup(const v1::PromptLookup& l) {
         absl::StrCat("run.lookup.min_tokens must be in [1, max_tokens = ", l.max_tokens(),
                      "] (0: 1), got ", l.min_tokens()));
   }
+  if (l.has_weighing()) RETURN_IF_ERROR(WeighingFromProto(l.weighing()).status());
   return absl::OkStatus();
 }
 
@@ -71,6 +74,15 @@ std::optional<v1::TargetRequest> NextRunStep(const v1::TargetRun& run,
   n->set_last_token(result.next_token());
   n->set_max_tokens(stop.tokens_left());
   n->set_max_ms(max_ms);
+  if (run.lookup().has_weighing()) {
+    // The run's weighing takes this step (its odds decay, and take the step's lookup).
+    absl::StatusOr<engine::LookupWeighing> weighing = WeighingFromProto(run.lookup().weighing());
+    if (weighing.ok()) {
+      weighing->AfterStep(result.looked_up(), std::max(0, result.rows_verified() - 1),
+                          result.num_accepted(), result.lookup_match());
+      WeighingToProto(*weighing, n->mutable_lookup()->mutable_weighing());
+    }
+  }
   *run_left = stop.tokens_left();
   return next;
 }

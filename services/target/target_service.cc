@@ -26,6 +26,7 @@
 #include "common/util/clock.h"
 #include "common/util/status_macros.h"
 #include "services/common/handle_table.h"
+#include "services/common/lookup_weighing_proto.h"
 #include "services/common/model_info.h"
 #include "services/common/run_server.h"
 #include "services/common/server.h"
@@ -371,12 +372,20 @@ class TargetCore {
       const engine::LookupShape shape{run.lookup().max_tokens(),
                                       std::max(1, run.lookup().min_match()),
                                       std::max(1, run.lookup().min_tokens())};
-      const std::vector<int32_t> draft =
+      std::vector<int32_t> draft =
           sequence.Draft(shape, run.max_tokens(), model_->max_context(), &p->lookup_match);
       sequence.PopBack();
+      if (run.lookup().has_weighing() && !draft.empty()) {
+        // The run verifies what its weighing predicts pays (ValidateRun checked it).
+        ASSIGN_OR_RETURN(const engine::LookupWeighing weighing,
+                         WeighingFromProto(run.lookup().weighing()));
+        const auto found = static_cast<int32_t>(draft.size());
+        draft.resize(static_cast<size_t>(weighing.Tokens(found, p->lookup_match)));
+      }
       p->tokens.insert(p->tokens.end(), draft.begin(), draft.end());
       p->req.tokens = p->tokens;
       p->looked_up = !draft.empty();
+      if (!p->looked_up) p->lookup_match = 0;
     }
     if (run.draft_block_size() == 0 || p->looked_up) return absl::OkStatus();
     if (!p->entry->draft) {

@@ -511,9 +511,10 @@ TEST(CostAwareHookTest, ALookupDraftIsVerifiedAsFarAsItPays) {
   }
 }
 
-// A planned run's steps verify lookups of the length that pays against the run's own steps, and
-// none where lookups fail (asking never probes).
-TEST(CostAwareHookTest, ARunLooksUpOnlyWhereLookupsBeatItsOwnSteps) {
+// A planned run weighs its lookups against the run's own steps from the request's odds: whole
+// drafts where they are accepted, their first token where only it is, none where nothing is (the
+// run does not probe; the loop's lookups before planning do).
+TEST(CostAwareHookTest, ARunWeighsItsLookupsAgainstItsOwnSteps) {
   auto verify = [](int rows) { return 1.0 + rows; };
   auto draft = [](int rows) { return 0.1; };
   const LoopView view{Method::kDflashAdaptive, 100, 16, false};
@@ -526,34 +527,32 @@ TEST(CostAwareHookTest, ARunLooksUpOnlyWhereLookupsBeatItsOwnSteps) {
         hook.Observe(StepPlan{}, StepOrigin::kLookup, LookedUp(4, accepted, 5.0, match), true);
       }
     }
-    std::vector<int32_t> taken;
-    for (int i = 0; i < 6; ++i) taken.push_back(hook.RunLookupShape(view, 1, 4).max_tokens);
+    const std::optional<LookupWeighing> run = hook.WeighRunLookups(view, 1, 4);
+    ASSERT_TRUE(run.has_value());
     // Whole drafts when they are accepted whole; a 1-token lookup (a 2-row pass committing about
-    // 2 tokens) when only the first token is; none when nothing is: no probes.
+    // 2 tokens) when only the first token is; none when nothing is.
     const int32_t want = accepted == 4 ? 4 : accepted == 1 ? 1 : 0;
-    EXPECT_EQ(taken, std::vector<int32_t>(6, want)) << accepted;
-    EXPECT_EQ(want > 0, hook.PredictedLookupRate(want > 0 ? want : 1, 1) >= hook.PredictedRate(1));
-    const LookupShape shape = hook.RunLookupShape(view, 1, 4);
-    if (want > 0) {  // every match length pays, from a 1-token draft on
-      EXPECT_EQ(shape.min_match, 1);
-      EXPECT_EQ(shape.min_tokens, 1);
+    for (int32_t match = 1; match <= kLookupMaxMatch; ++match) {
+      EXPECT_EQ(run->Tokens(4, match), want) << accepted << " " << match;
     }
+    EXPECT_EQ(want > 0, hook.PredictedLookupRate(want > 0 ? want : 1, 1) >= hook.PredictedRate(1));
+    EXPECT_DOUBLE_EQ(run->alternative_rate, hook.PredictedRate(1));
     // A run of blocks of 16 rows (cheap per token only if they were accepted) is the weaker
     // alternative: a lookup beats it at least as often.
-    EXPECT_GE(hook.RunLookupShape(view, 16, 4).max_tokens, want);
+    EXPECT_GE(hook.WeighRunLookups(view, 16, 4)->Tokens(4, 1), want);
   }
   BlockCostModel unmeasured;
-  EXPECT_EQ(CostAwareHook(unmeasured).RunLookupShape(view, 1, 0).max_tokens, 0);
-  // Nothing measured yet: every lookup.
-  const LookupShape first = CostAwareHook(unmeasured).RunLookupShape(view, 1, 4);
-  EXPECT_EQ(first.max_tokens, 4);
-  EXPECT_EQ(first.min_match, 1);
+  EXPECT_FALSE(CostAwareHook(unmeasured).WeighRunLookups(view, 1, 0).has_value());
+  // Nothing measured yet: every lookup, whole.
+  const std::optional<LookupWeighing> first = CostAwareHook(unmeasured).WeighRunLookups(view, 1, 4);
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->Tokens(4, 1), 4);
 }
 
 // Lookups are weighed per length of the suffix they matched: where 1-token matches fail and
 // longer ones are accepted whole, a request (and, through the machine's prior, the next request)
-// declines a 1-token match's draft and verifies a 3-token match's whole, and a planned run looks
-// up with matches of 2 tokens or more only.
+// declines a 1-token match's draft and verifies a 3-token match's whole, and so does a planned
+// run.
 TEST(CostAwareHookTest, LookupsAreWeighedByTheLengthOfTheirMatch) {
   auto verify = [](int rows) { return 1.0 + rows; };
   auto draft = [](int rows) { return 0.1; };
@@ -572,9 +571,10 @@ TEST(CostAwareHookTest, LookupsAreWeighedByTheLengthOfTheirMatch) {
   EXPECT_DOUBLE_EQ(m.LookupShare(0, 0, 3, &weight), 1.0);
   EXPECT_EQ(earlier.LookupTokens(view, 4, 1), 0);
   EXPECT_EQ(earlier.LookupTokens(view, 4, 3), 4);
-  const LookupShape run = earlier.RunLookupShape(view, 1, 4);
-  EXPECT_EQ(run.max_tokens, 4);
-  EXPECT_EQ(run.min_match, 2);
+  const std::optional<LookupWeighing> run = earlier.WeighRunLookups(view, 1, 4);
+  ASSERT_TRUE(run.has_value());
+  EXPECT_EQ(run->Tokens(4, 1), 0);
+  EXPECT_EQ(run->Tokens(4, 3), 4);
   CostAwareHook next(m, {.warmup = 0, .explore_every = 1000});
   EXPECT_EQ(next.LookupTokens(view, 4, 1), 0);
   EXPECT_EQ(next.LookupTokens(view, 4, 3), 4);

@@ -29,6 +29,7 @@ class FakeTarget final : public TargetSide {
   int feature_runs = 0;                     // runs asked to keep their rows' features
   std::vector<int64_t> cache_after_verify;  // the cache length each verify's rows started at
   std::vector<LookupShape> run_lookups;     // each run's RunPlan::lookup
+  std::vector<bool> run_weighed;            // each run's RunPlan::lookup_weighing is set
   std::vector<PrefillAsk> prefill_asks;
   int64_t prompt_length = 0;
   std::vector<int32_t> sequence;  // the prompt and every committed token
@@ -87,13 +88,19 @@ class FakeTarget final : public TargetSide {
   absl::Status Run(int32_t last, const RunPlan& plan, const StepSink& sink) override {
     ++runs;
     run_lookups.push_back(plan.lookup);
+    run_weighed.push_back(plan.lookup_weighing.has_value());
+    std::optional<LookupWeighing> weighing = plan.lookup_weighing;
     if (plan.features) ++feature_runs;
     if (plan.block_size > 0 && hosted_block == 0) return absl::InternalError("not hosted");
     int32_t left = plan.max_tokens;
     while (left > 0) {
       StepResult s;
       // `sequence` ends with the step's row 0 (the last committed token).
-      const std::vector<int32_t> lookup = LookupDraft(sequence, plan.lookup, left, 512);
+      std::vector<int32_t> lookup = LookupDraft(sequence, plan.lookup, left, 512);
+      if (weighing) {
+        const auto found = static_cast<int32_t>(lookup.size());
+        lookup.resize(static_cast<size_t>(weighing->Tokens(found, kLookupMaxMatch)));
+      }
       if (!lookup.empty()) {
         Draft d;
         d.tokens = lookup;
@@ -110,6 +117,7 @@ class FakeTarget final : public TargetSide {
         Keep(s.committed);
       }
       left -= static_cast<int32_t>(s.committed.size());
+      if (weighing) weighing->AfterStep(s.looked_up, s.drafted, s.accepted, kLookupMaxMatch);
       if (!sink(std::move(s))) break;
     }
     return absl::OkStatus();
@@ -679,6 +687,53 @@ TEST(StepLoopTest, ARequestTheHookRunsWithoutItsDrafterPaysNothingForIt) {
       EXPECT_EQ(r->stats.planned_ar_steps, 149);
     } else {
       EXPECT_GT(r->stats.lookup_steps, 10);
+    }
+  }
+}
+
+// Runs every request without its drafter and lets its run weigh its own lookups with `weighing`.
+class WeighingHook final : public PlanningHook {
+ public:
+  explicit WeighingHook(LookupWeighing weighing) : weighing_(std::move(weighing)) {}
+  bool Speculates(const LoopView&) override { return false; }
+  LookupShape RunLookupShape(const LoopView&, int32_t, int32_t) override {
+    ADD_FAILURE() << "a hook that weighs a run's lookups gives no fixed shape";
+    return {};
+  }
+  std::optional<LookupWeighing> WeighRunLookups(const LoopView&, int32_t run_block,
+                                                int32_t most) override {
+    EXPECT_EQ(run_block, 1);
+    return weighing_;
+  }
+
+ private:
+  const LookupWeighing weighing_;
+};
+
+// A run the hook weighs looks up suffixes down to 1 token, up to the request's draft length, and
+// verifies what its weighing gives: every lookup where any pays, none where none does.
+TEST(StepLoopTest, ARunTheHookWeighsVerifiesWhatItsWeighingGives) {
+  for (double alternative : {0.0, 100.0}) {
+    FakeTarget t;
+    FakeDrafter d(t, false, /*trained_block=*/5, 3);
+    LookupWeighing w;
+    w.rows_ms = {0, 1, 1, 1, 1, 1};
+    w.alternative_rate = alternative;  // tokens per ms of the run's own step
+    WeighingHook hook(w);
+    LoopParts parts = Parts(&t, &d, nullptr);
+    parts.hook = &hook;
+    auto r = RunStepLoop(parts, kPrompt, Options(Method::kDflashAdaptive, 150));
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->tokens, TruthPrefix(150));
+    ASSERT_EQ(t.runs, 1);
+    EXPECT_TRUE(t.run_weighed[0]);
+    EXPECT_EQ(t.run_lookups[0].min_match, 1);
+    EXPECT_EQ(t.run_lookups[0].min_tokens, 1);
+    EXPECT_EQ(t.run_lookups[0].max_tokens, Options(Method::kDflashAdaptive, 150).draft_length);
+    if (alternative == 0) {
+      EXPECT_GT(r->stats.lookup_steps, 10);
+    } else {
+      EXPECT_EQ(r->stats.lookup_steps, 0);
     }
   }
 }

@@ -36,15 +36,22 @@ engine::StepResult StepOf(int32_t committed, int32_t drafted) {
   return step;
 }
 
-TEST(LoadAwareHookTest, PlannedStepsCountForTheirArmAndLookupsForNeither) {
+// A hook over a fresh learner and cost model, and a DFLASH_ADAPTIVE request's view.
+class LoadAwareHookTest : public ::testing::Test {
+ protected:
+  LoadAwareHookTest() {
+    view.method = engine::Method::kDflashAdaptive;
+    view.tokens_left = 64;
+  }
   prometheus::Registry registry;
-  RouterMetrics metrics(registry);
+  RouterMetrics metrics{registry};
   LoadAwareSpeculation load_aware;
   engine::BlockCostModel model;
-  LoadAwareHook hook(load_aware, model, metrics, /*adapt_block=*/false);
+  LoadAwareHook hook{load_aware, model, metrics, /*adapt_block=*/false};
   engine::LoopView view;
-  view.method = engine::Method::kDflashAdaptive;
-  view.tokens_left = 64;
+};
+
+TEST_F(LoadAwareHookTest, PlannedStepsCountForTheirArmAndLookupsForNeither) {
   view.block_size = 8;
 
   engine::StepPlan plan;
@@ -63,6 +70,34 @@ TEST(LoadAwareHookTest, PlannedStepsCountForTheirArmAndLookupsForNeither) {
   hook.Observe(plan, plan.speculate ? engine::StepOrigin::kDrafted : engine::StepOrigin::kArRun,
                StepOf(2, plan.speculate ? 7 : 0), true);
   EXPECT_EQ(Steps(registry), 2);
+}
+
+// A planned run weighs its lookups against AR's measured step (a run of AR steps), from the
+// request's own lookups: after lookups that failed at their first token, the run declines them.
+TEST_F(LoadAwareHookTest, ARunWeighsItsLookupsFromTheRequestsOwn) {
+  EXPECT_FALSE(hook.WeighRunLookups(view, 1, 0).has_value());
+  // AR steps of 1 ms, and 5-row passes of 1.2 ms, measured.
+  for (int i = 0; i < 40; ++i) {
+    engine::StepResult ar = StepOf(1, 0);
+    ar.pass_rows = 1;
+    ar.pass_ms = 1;
+    hook.Observe(engine::StepPlan{}, engine::StepOrigin::kArRun, ar, false);
+    engine::StepResult lookup = StepOf(1, 4);
+    lookup.pass_rows = 5;
+    lookup.pass_ms = 1.2;
+    lookup.verify_ms = 1.2;
+    lookup.looked_up = true;
+    lookup.lookup_match = 3;
+    hook.Observe(engine::StepPlan{}, engine::StepOrigin::kLookup, lookup, false);
+  }
+  const std::optional<engine::LookupWeighing> w = hook.WeighRunLookups(view, 1, 4);
+  ASSERT_TRUE(w.has_value());
+  EXPECT_GT(w->alternative_rate, 0);
+  EXPECT_GT(w->odds.first_drafted[3], 1);
+  EXPECT_EQ(w->Tokens(4, 3), 0);
+  // A new request starts from the machine's lookups alone: they failed too.
+  LoadAwareHook fresh(load_aware, model, metrics, /*adapt_block=*/false);
+  EXPECT_EQ(fresh.WeighRunLookups(view, 1, 4)->Tokens(4, 3), 0);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "common/engine/target_session.h"
 #include "common/model/dflash_drafter.h"
 #include "common/model/transformer.h"
+#include "services/common/lookup_weighing_proto.h"
 #include "specdec/v1/target.grpc.pb.h"
 #include "tests/services/test_checkpoints.h"
 
@@ -677,6 +678,50 @@ TEST_F(TargetServiceTest, ALookupRunCommitsExactlyTheStepwiseTokens) {
     EXPECT_EQ(e.error().code(), grpc::StatusCode::INVALID_ARGUMENT) << bad.field;
     EXPECT_NE(e.error().message().find(bad.field), std::string::npos) << e.error().message();
   }
+  o.stream->WritesDone();
+  EXPECT_TRUE(o.stream->Finish().ok());
+  EXPECT_TRUE(WaitForHandles(0));
+}
+
+// A run that weighs its lookups commits the stepwise tokens, and verifies lookups only where its
+// weighing predicts they pay: all where any pays, none where none does.
+TEST_F(TargetServiceTest, AWeighedLookupRunVerifiesWhatItsWeighingGives) {
+  StartServer();
+  const std::vector<int32_t> prompt{3, 9, 27, 20, 1, 3, 9, 27};
+  const std::vector<int32_t> want = StepwiseTokens(stub_.get(), prompt, 0.f, 20);
+  for (double alternative : {0.0, 1000.0}) {
+    Open o = OpenStream();
+    v1::TargetResponse r = Call(o.stream.get(), Prefill(1, prompt));
+    ASSERT_TRUE(r.has_prefill()) << r.error().message();
+    v1::TargetRequest run = Run(2, r.prefill().handle().id(), r.prefill().first_token(), 20);
+    run.mutable_run()->mutable_lookup()->set_max_tokens(4);
+    engine::LookupWeighing w;
+    w.rows_ms = {0, 1, 1, 1, 1, 1};
+    w.alternative_rate = alternative;
+    WeighingToProto(w, run.mutable_run()->mutable_lookup()->mutable_weighing());
+    ASSERT_TRUE(o.stream->Write(run));
+    std::vector<int32_t> got;
+    int drafted = 0, accepted = 0;
+    ReadRun(o.stream.get(), &got, &drafted, &accepted);
+    EXPECT_EQ(got, want) << alternative;
+    if (alternative == 0) {
+      EXPECT_GT(drafted, 0);  // the random model's greedy output repeats itself
+    } else {
+      EXPECT_EQ(drafted, 0);
+    }
+    o.stream->WritesDone();
+    EXPECT_TRUE(o.stream->Finish().ok());
+  }
+  // A malformed weighing is refused up front, naming the field.
+  Open o = OpenStream();
+  v1::TargetResponse plain = Call(o.stream.get(), Prefill(1, {1, 2, 3}));
+  v1::TargetRequest bad = Run(2, plain.prefill().handle().id(), 4, 8);
+  bad.mutable_run()->mutable_lookup()->set_max_tokens(4);
+  bad.mutable_run()->mutable_lookup()->mutable_weighing()->add_first_prior(0.5f);
+  v1::TargetResponse e = Call(o.stream.get(), bad);
+  EXPECT_EQ(e.error().code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(e.error().message().find("run.lookup.weighing.first_prior"), std::string::npos)
+      << e.error().message();
   o.stream->WritesDone();
   EXPECT_TRUE(o.stream->Finish().ok());
   EXPECT_TRUE(WaitForHandles(0));
