@@ -288,9 +288,27 @@ void BlockCostModel::ResetUndrafted(int acceptance_class) {
   undrafted_decisions_[ClassIndex(acceptance_class)] = 0;
 }
 
-int64_t BlockCostModel::NextLosingRequest(int acceptance_class) {
+bool BlockCostModel::NextLosingRequestMeasures(int acceptance_class, int initial, int longest) {
   std::lock_guard<std::mutex> lock(mu_);
-  return losing_requests_[ClassIndex(acceptance_class)]++;
+  const size_t c = ClassIndex(acceptance_class);
+  int64_t& wait = measure_wait_[c];
+  int64_t& since = losing_requests_[c];
+  if (wait == 0) {
+    wait = std::max(1, initial);
+    since = 0;
+    return true;
+  }
+  if (++since < wait) return false;
+  since = 0;
+  wait = std::min<int64_t>(2 * wait, std::max(initial, longest));
+  return true;
+}
+
+void BlockCostModel::ResetLosing(int acceptance_class) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const size_t c = ClassIndex(acceptance_class);
+  measure_wait_[c] = 0;
+  losing_requests_[c] = 0;
 }
 
 int BlockCostModel::ProbeWait(ProbeKind kind, int acceptance_class, int initial) const {

@@ -124,9 +124,14 @@ class BlockCostModel {
   // short requests (a hosted run decides once per 16 tokens) still reach the probe wait.
   int64_t CountUndraftedDecision(int acceptance_class);
   void ResetUndrafted(int acceptance_class);
-  // Numbers the requests of `acceptance_class` that started while both its probe waits were at
-  // their longest: 0, 1, 2, ... (CostAwareHook::Speculates runs most of them as AR).
-  int64_t NextLosingRequest(int acceptance_class);
+  // Whether a request of `acceptance_class` that starts while both its probe waits are at their
+  // longest measures the drafter (speculates and probes; CostAwareHook::Speculates runs the others
+  // without it): the first such request does, then the first after `initial` more, each wait
+  // after that twice the one before up to `longest` (a request that meets the waits at their
+  // longest again finds that the last measuring request's probes lost too); ResetLosing (a
+  // decision to speculate shortened the class's wait) starts again.
+  bool NextLosingRequestMeasures(int acceptance_class, int initial, int longest);
+  void ResetLosing(int acceptance_class);
 
  private:
   // A weighted least-squares line y = a + c x over decayed observations.
@@ -186,7 +191,9 @@ class BlockCostModel {
   std::array<std::array<int, kAcceptanceClasses>, 2> probe_wait_{};  // 0: unset
   int64_t spec_steps_ = 0;
   int64_t decisions_ = 0;
-  std::array<int64_t, kAcceptanceClasses> losing_requests_{};
+  // Per class: requests without the drafter since the last measuring one, and the wait before
+  // the next (0: none measured since ResetLosing).
+  std::array<int64_t, kAcceptanceClasses> losing_requests_{}, measure_wait_{};
   std::array<int64_t, kAcceptanceClasses> undrafted_decisions_{};
 };
 

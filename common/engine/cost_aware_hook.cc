@@ -222,10 +222,11 @@ bool CostAwareHook::Speculates(const LoopView& view) {
   constexpr auto kBlock = BlockCostModel::ProbeKind::kBlock;
   if (model_.ProbeWait(kBlock, acceptance_class_, options_.probe_every) <
       options_.max_probe_every) {
+    model_.ResetLosing(acceptance_class_);
     return true;
   }
-  const int64_t n = model_.NextLosingRequest(acceptance_class_);
-  return n % std::max(1, options_.measure_every_requests) == 0;
+  return model_.NextLosingRequestMeasures(acceptance_class_, options_.measure_every_requests,
+                                          options_.max_measure_every_requests);
 }
 
 void CostAwareHook::PlanStep(const LoopView& view, StepPlan* plan) {

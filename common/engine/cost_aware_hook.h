@@ -91,8 +91,10 @@ class CostAwareHook final : public PlanningHook {
     bool share_acceptance = true;
     // Where the drafter's probes keep losing at a temperature class (its wait at
     // max_probe_every), a new request of that class runs without the drafter from its prefill
-    // on, but one in this many, which speculates and probes as usual (Speculates).
+    // on, but the first, and then one after this many, which speculates and probes as usual
+    // (Speculates); while those keep losing, each wait doubles up to the longest.
     int measure_every_requests = 8;
+    int max_measure_every_requests = 64;
     int32_t ar_run_tokens = 4;       // an AR run's tokens before the next decision (not hosted)
     int32_t hosted_run_tokens = 16;  // a target-drafted run's tokens before the next decision
   };
@@ -100,8 +102,8 @@ class CostAwareHook final : public PlanningHook {
   CostAwareHook(BlockCostModel& model, Options options);
 
   // False where the drafter's probes at the request's temperature class have kept losing (the
-  // block wait at max_probe_every), for all but one in measure_every_requests such requests:
-  // that one measures, and where its drafter wins, the wait shortens and the next speculate.
+  // block wait at max_probe_every), for all but the measuring ones (measure_every_requests): one
+  // measures, and where its drafter wins, the wait shortens and the next speculate.
   bool Speculates(const LoopView& view) override;
   void PlanStep(const LoopView& view, StepPlan* plan) override;
   int32_t ChooseBlock(const LoopView& view, int32_t block) override;

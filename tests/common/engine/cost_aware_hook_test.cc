@@ -236,8 +236,8 @@ TEST(CostAwareHookTest, ProbesThatKeepLosingMakeTheClassesNextRequestsWaitLonger
 }
 
 // Once the drafter's probes at a temperature class have backed off to the longest wait, the
-// class's new requests run without the drafter, but one in measure_every_requests; another
-// class, or a class whose wait a winning decision shortened, speculates.
+// class's new requests run without the drafter, but the measuring ones, ever rarer while they
+// lose; another class, or a class whose wait a winning decision shortened, speculates.
 TEST(CostAwareHookTest, WhereTheDraftersProbesKeepLosingMostRequestsRunWithoutIt) {
   BlockCostModel m;
   Measure(
@@ -253,14 +253,23 @@ TEST(CostAwareHookTest, WhereTheDraftersProbesKeepLosingMostRequestsRunWithoutIt
   CostAwareHook first(m, options);
   EXPECT_EQ(DraftedDecisions(first, [](int32_t) { return 2.0; }),
             (std::vector<int>{8, 24, 56, 120}));
-  std::vector<bool> greedy;
-  for (int i = 0; i < 9; ++i) greedy.push_back(speculates(0.0));
-  EXPECT_EQ(greedy,
-            (std::vector<bool>{true, false, false, false, true, false, false, false, true}));
+  // The first measures, then one after 4 more, after 8, after 16, ... while they keep losing.
+  std::vector<int> measuring;
+  for (int i = 0; i < 40; ++i) {
+    if (speculates(0.0)) measuring.push_back(i);
+  }
+  EXPECT_EQ(measuring, (std::vector<int>{0, 4, 12, 28}));
   EXPECT_TRUE(speculates(1.0));
   m.SetProbeWait(BlockCostModel::ProbeKind::kBlock, 0, 8);  // as a decision to speculate does
   EXPECT_TRUE(speculates(0.0));
   EXPECT_TRUE(speculates(0.0));
+  // Once the probes lose again, the class starts measuring from the shortest wait.
+  m.SetProbeWait(BlockCostModel::ProbeKind::kBlock, 0, 64);
+  measuring.clear();
+  for (int i = 0; i < 6; ++i) {
+    if (speculates(0.0)) measuring.push_back(i);
+  }
+  EXPECT_EQ(measuring, (std::vector<int>{0, 4}));
 }
 
 // Requests too short to reach the wait on their own (a hosted run decides once per 16 tokens)
