@@ -28,6 +28,11 @@ void BlockCostModel::Line::Add(double decay, double weight, double xi, double yi
   y = y * decay + weight * yi;
   xx = xx * decay + weight * xi * xi;
   xy = xy * decay + weight * xi * yi;
+  double a = 0, c = 0;
+  if (Fit(&a, &c)) {
+    kept_a = a;
+    kept_c = c;
+  }
 }
 
 bool BlockCostModel::Line::Fit(double* a, double* c) const {
@@ -45,6 +50,9 @@ double BlockCostModel::Line::At(double xi, const Line* shape) const {
   double a = 0, c = 0;
   if (Fit(&a, &c)) return a + c * xi;
   const double mx = x / w, my = y / w;
+  if (kept_c >= 0 && kept_a + kept_c * mx > 0) {
+    return my * (kept_a + kept_c * xi) / (kept_a + kept_c * mx);
+  }
   if (shape != nullptr && shape->Fit(&a, &c) && a + c * mx > 0) {
     return my * (a + c * xi) / (a + c * mx);
   }
@@ -101,8 +109,10 @@ void BlockCostModel::ObserveStep(const StepCost& step) {
   const double weight = 1.0 / std::max(1, step.sessions);
   const double decay = std::pow(options_.decay, weight);
   std::lock_guard<std::mutex> lock(mu_);
-  verify_.Add(decay, weight, step.pass_rows, step.pass_ms);
-  verify_curve_.Add(decay, weight, step.pass_rows, step.pass_ms);
+  if (step.prompt_rows <= 0) {
+    verify_.Add(decay, weight, step.pass_rows, step.pass_ms);
+    verify_curve_.Add(decay, weight, step.pass_rows, step.pass_ms);
+  }
   const bool drafted = step.draft_rows > 0 && step.draft_ms > 0;
   if (drafted) {
     draft_.Add(decay, weight, step.draft_rows, step.draft_ms);

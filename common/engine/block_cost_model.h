@@ -61,10 +61,14 @@ class BlockCostModel {
   // forward pass of `pass_rows` rows that took `pass_ms`; a speculative step's block was drafted
   // in a batched drafter pass of `draft_rows` rows that took `draft_ms` (0 and 0 for an AR step).
   // `wall_ms` is the step's time at the router (< 0: unknown, e.g. the first step of a run,
-  // which includes the request's round trip).
+  // which includes the request's round trip). `prompt_rows` of the pass's rows were new
+  // requests' prompts that joined it: such a pass does not price the sequences' rows (a prompt's
+  // rows cost less each than as many rows spread over the sequences, 0.05 against 0.075 ms on
+  // the pack at 16 requests, so its passes made lookups under load look cheap), only the rest.
   struct StepCost {
     int sessions = 1;
     int pass_rows = 0;
+    int prompt_rows = 0;
     double pass_ms = 0;
     int draft_rows = 0;
     double draft_ms = 0;
@@ -137,11 +141,16 @@ class BlockCostModel {
   // A weighted least-squares line y = a + c x over decayed observations.
   struct Line {
     double w = 0, x = 0, y = 0, xx = 0, xy = 0;
+    // The last fit the passes allowed (kept_c < 0: none yet). A lone request that stops drafting
+    // runs 1-row passes only: its spread decays away within about a second, and a line through
+    // the origin then priced a 2-row step at twice a 1-row one (1.3 times on the pack's CPU), so
+    // that its lookups stopped for good.
+    double kept_a = 0, kept_c = -1;
     void Add(double decay, double weight, double xi, double yi);
     // False when x has too little spread for a slope (or the fit is not a cost: a < 0 or c < 0).
     bool Fit(double* a, double* c) const;
-    // The fitted line at xi; without a fit, `shape` (a cost curve known up to scale) scaled
-    // through the mean, or else the line through the origin and the mean.
+    // The fitted line at xi; without a fit, the last fit's shape scaled through the mean, else
+    // `shape`'s (a cost curve known up to scale), else the line through the origin and the mean.
     double At(double xi, const Line* shape = nullptr) const;
   };
   // Decayed mean costs per row count: a pass's cost is not a straight line in its rows (on a

@@ -12,6 +12,7 @@ BlockCostModel::StepCost StepCostOf(const StepResult& step, StepOrigin origin, b
   BlockCostModel::StepCost c;
   c.sessions = std::max(1, step.batch_size);
   c.pass_rows = step.pass_rows > 0 ? step.pass_rows : step.drafted + 1;
+  c.prompt_rows = step.pass_prompt_rows;
   c.pass_ms = step.pass_ms > 0 ? step.pass_ms : step.verify_ms;
   c.draft_rows = !drafted ? 0 : step.draft_rows > 0 ? step.draft_rows : step.drafted + 1;
   c.draft_ms = drafted ? step.draft_ms : 0;

@@ -60,6 +60,7 @@ struct StepResult {
   // rows and compute time of the target's forward pass (all its sequences'), and the rows of the
   // drafter pass that drafted the step.
   int32_t pass_rows = 0;
+  int32_t pass_prompt_rows = 0;  // of pass_rows, new requests' prompts that joined the pass
   double pass_ms = 0;
   int32_t draft_rows = 0;
   std::string draft_error;  // a hosted drafter failed on this step (it ran as AR)

@@ -139,6 +139,7 @@ engine::StepResult RemoteTarget::FromResult(const v1::TargetVerifyResult& v, dou
   step.verify_ms = ms;
   step.batch_size = std::max(1, v.batch_size());
   step.pass_rows = v.pass_rows();
+  step.pass_prompt_rows = v.pass_prompt_rows();
   step.pass_ms = v.compute_ms();
   step.draft_rows = v.draft_pass_rows();
   step.queue_ms = v.queue_ms();

@@ -304,6 +304,7 @@ class TargetCore {
     std::string draft_error;
     double pass_ms = 0;     // compute of the forward pass that verified it
     int64_t pass_rows = 0;  // rows of that pass
+    int64_t pass_prompt_rows = 0;  // of them, rows of prompts that joined the pass
   };
 
   // The next step of a server-side run, or nullopt when the run is over (server_run.h).
@@ -463,6 +464,7 @@ class TargetCore {
     res->set_batch_size(batch_size);
     res->set_compute_ms(p.pass_ms);
     res->set_pass_rows(static_cast<int32_t>(p.pass_rows));
+    res->set_pass_prompt_rows(static_cast<int32_t>(p.pass_prompt_rows));
     res->set_draft_pass_rows(p.draft_pass_rows);
     if (p.draft_rows >= 2 || p.lookup) {
       res->set_rows_verified(static_cast<int32_t>(p.tokens.size()));
@@ -540,9 +542,11 @@ class TargetCore {
     std::vector<engine::TargetSession*> psessions, vsessions;
     std::vector<std::span<const int32_t>> prompts;
     std::vector<engine::VerifyRequest> reqs;
+    int64_t prompt_rows = 0;
     for (size_t i : pass) {
       if (ops[i].request->has_prefill()) {
         pi.push_back(i);
+        prompt_rows += static_cast<int64_t>(b.prefills[i].tokens.size());
         psessions.push_back(b.prefills[i].entry->target.get());
         prompts.push_back(b.prefills[i].tokens);
       } else {
@@ -564,6 +568,7 @@ class TargetCore {
       ParsedVerify& v = b.verifies[vi[k]];
       v.pass_ms = pass_ms;
       v.pass_rows = pass_rows;
+      v.pass_prompt_rows = prompt_rows;
       ops[vi[k]].status = results.verifies[k].status();
       if (!results.verifies[k].ok()) continue;
       KeepCommitted(v, *results.verifies[k]);

@@ -54,6 +54,40 @@ TEST(BlockCostModel, FitsStraightLinesThroughThePassCosts) {
   EXPECT_NEAR(m.StepMs(4, 8), (2 + 3.2) + (1 + 1.6), 1e-6);
 }
 
+// Under load, prompts that joined a pass make it wide and cheap per row (one sequence's long
+// chunk): a lookup that gives every request 3 rows is priced by the sequences' own passes, not
+// by those.
+TEST(BlockCostModel, PassesThatPromptsJoinedDoNotPriceTheSequencesRows) {
+  BlockCostModel m;
+  for (int k = 0; k < 40; ++k) {
+    for (int rows = 16; rows <= 24; ++rows) {  // 16 sequences, lookups adding 0-8 rows
+      m.ObserveStep({.sessions = 16, .pass_rows = rows, .pass_ms = 1.2 + 0.075 * rows});
+    }
+    for (int prompt = 84; prompt <= 184; prompt += 50) {  // and a prompt joining them
+      m.ObserveStep({.sessions = 16,
+                     .pass_rows = 16 + prompt,
+                     .prompt_rows = prompt,
+                     .pass_ms = 2.4 + 0.05 * prompt});
+    }
+  }
+  EXPECT_NEAR(m.DrafterlessStepMs(16, 1), 1.2 + 0.075 * 16, 0.01);
+  EXPECT_NEAR(m.DrafterlessStepMs(16, 3), 1.2 + 0.075 * 48, 0.05);
+}
+
+// A lone request whose lookups stopped runs 1-row passes only: once the multi-row passes have
+// decayed away, a 2-row pass keeps the shape they had, scaled to today's 1-row cost.
+TEST(BlockCostModel, PassesWithoutSpreadKeepTheShapeOfTheLastFit) {
+  BlockCostModel m;
+  for (int k = 0; k < 40; ++k) {
+    for (int rows = 1; rows <= 5; ++rows) {
+      m.ObserveStep({.sessions = 1, .pass_rows = rows, .pass_ms = 0.14 + 0.065 * rows});
+    }
+  }
+  for (int k = 0; k < 5000; ++k) m.ObserveStep({.sessions = 1, .pass_rows = 1, .pass_ms = 0.205});
+  EXPECT_NEAR(m.DrafterlessStepMs(1, 1), 0.205, 1e-6);
+  EXPECT_NEAR(m.DrafterlessStepMs(1, 2), 0.14 + 0.13, 1e-3);  // through the origin: 0.41
+}
+
 TEST(BlockCostModel, CostsWithoutSpreadInRowsAreProportionalToRows) {
   BlockCostModel m;
   for (int k = 0; k < 20; ++k) m.ObserveStep({.sessions = 16, .pass_rows = 16, .pass_ms = 4});

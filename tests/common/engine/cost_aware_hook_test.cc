@@ -64,9 +64,11 @@ TEST(CostAwareHookTest, StepCostsComeFromThePassesOrElseFromTheStep) {
   s.pass_ms = 9.0;
   s.draft_rows = 64;
   s.batch_size = 10;
+  s.pass_prompt_rows = 25;
   c = StepCostOf(s, StepOrigin::kTargetDraftedRun, true);
   EXPECT_EQ(c.sessions, 10);
   EXPECT_EQ(c.pass_rows, 40);
+  EXPECT_EQ(c.prompt_rows, 25);
   EXPECT_DOUBLE_EQ(c.pass_ms, 9.0);
   EXPECT_EQ(c.draft_rows, 64);
   EXPECT_LT(c.wall_ms, 0);

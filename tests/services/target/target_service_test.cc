@@ -331,6 +331,8 @@ TargetServiceTest::Sharing TargetServiceTest::PrefillsBesideARun() {
     while (a.stream->Read(&step)) {
       got.push_back(step.verify().next_token());
       EXPECT_GE(step.verify().pass_rows(), 1);
+      // The run's own row is one of its pass's rows; the others are prompts that joined it.
+      EXPECT_EQ(step.verify().pass_prompt_rows(), step.verify().pass_rows() - 1);
       wide += step.verify().pass_rows() > 1;
     }
     EXPECT_TRUE(a.stream->Finish().ok());
