@@ -22,13 +22,14 @@
 // with a prior of one step: for the first position, kept per length of the suffix the lookup
 // matched (a 1-token match is right far less often than a 3-token one), the machine's lookup
 // acceptance for that length at this temperature (BlockCostModel::LookupShare; before any, an
-// accepted step); for the others, kept for all lengths together, an accepted step (a repeated
-// stretch tends to go on, and whether the sequence repeats is the request's own, so its steps
-// soon outweigh the priors; lookup_weighing.h). A planned run weighs its steps' lookups the same
-// way itself, step by step, against the run's own steps (LookupWeighing). A request that declined
-// `probe_every` lookups in a row verifies the next at its best length unless that is predicted at
-// under `probe_min_share` of the alternative (the wait doubles either way). Every choice is
-// lossless: the block only changes how much is drafted, never what is committed.
+// accepted step); for the others, kept for all lengths together, the request's own chance of
+// the first position (whether the sequence repeats is the request's own, and every lookup
+// measures its first position, so its steps soon outweigh the priors; lookup_weighing.h). A planned
+// run weighs its steps' lookups the same way itself, step by step, against the run's own steps
+// (LookupWeighing). A request that declined `probe_every` lookups in a row verifies the next at its
+// best length unless that is predicted at under `probe_min_share` of the alternative (the wait
+// doubles either way). Every choice is lossless: the block only changes how much is drafted, never
+// what is committed.
 #ifndef SPECDEC_COMMON_ENGINE_COST_AWARE_HOOK_H_
 #define SPECDEC_COMMON_ENGINE_COST_AWARE_HOOK_H_
 

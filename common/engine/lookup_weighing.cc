@@ -26,10 +26,10 @@ void LookupOdds::Observe(int32_t drafted, int32_t accepted_tokens, int32_t match
 
 double LookupOdds::Tau(int32_t tokens, int32_t match, const LookupPriors& priors) const {
   const size_t m = LookupMatchIndex(match);
+  const double first = (first_accepted[m] + priors.first[m]) / (first_drafted[m] + 1);
   double tau = 1, all_accepted = 1;
   for (int i = 0; i < tokens && i < kPositions; ++i) {
-    all_accepted *= i == 0 ? (first_accepted[m] + priors.first[m]) / (first_drafted[m] + 1)
-                           : (accepted[i] + 1) / (reached[i] + 1);
+    all_accepted *= i == 0 ? first : (accepted[i] + first) / (reached[i] + 1);
     tau += all_accepted;
   }
   return tau;

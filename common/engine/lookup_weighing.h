@@ -21,10 +21,12 @@ inline constexpr int kLookupPositions = 16;  // the lookup draft positions weigh
 
 // The prior of a lookup's first token, of one step, per suffix-match length (index
 // LookupMatchIndex: 0 unknown, 1..kLookupMaxMatch): the share of lookups whose first token is
-// accepted; 1 (an accepted step) where nothing was measured. A later position's prior is an
-// accepted step: a repeated stretch tends to go on, and whether the sequence repeats is the
-// request's own (a machine's share there cut lookups short of positions that nothing then
-// measured again; docs/design.md §2.8).
+// accepted; 1 (an accepted step) where nothing was measured. A later position's prior is the
+// request's own chance of the first position (LookupOdds::Tau): whether the sequence repeats is
+// the request's own, and every lookup measures its first position, so the prior follows the
+// request (a machine's share there cut lookups short of positions that nothing then measured
+// again; a prior of an accepted step sent every new run at T = 1 into 4-token lookups whose
+// later positions were accepted about half as often; docs/design.md §2.8).
 struct LookupPriors {
   std::array<double, kLookupMaxMatch + 1> first{1, 1, 1, 1};
 };
@@ -40,7 +42,7 @@ struct LookupOdds {
   // Expected tokens a step verifying the first `tokens` tokens of a draft found by a `match`-
   // token suffix commits: 1 + the sum over i < tokens of the chance that positions 0..i are all
   // accepted, each position's chance given the one before was accepted with a prior of one step
-  // (priors.first[match] for the first, an accepted step for the others).
+  // (priors.first[match] for the first, the first position's chance for the others).
   double Tau(int32_t tokens, int32_t match, const LookupPriors& priors) const;
 };
 

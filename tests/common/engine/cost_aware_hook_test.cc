@@ -626,7 +626,7 @@ TEST(CostAwareHookTest, ARequestsLookupPriorIsTheMachinesAtItsTemperature) {
 }
 
 // Past the first position, a lookup's acceptance is the request's own: a request whose lookups
-// were accepted so far verifies the whole next one, although the machine's lookups (half
+// were accepted whole so far verifies the whole next one, although the machine's lookups (half
 // accepted whole, half not at all) accept each position half the time.
 TEST(CostAwareHookTest, ARequestWhoseLookupsRepeatVerifiesThemWhole) {
   auto verify = [](int rows) { return 1.0 + rows; };
@@ -645,7 +645,7 @@ TEST(CostAwareHookTest, ARequestWhoseLookupsRepeatVerifiesThemWhole) {
   EXPECT_NEAR(m.LookupShare(3, 0, 2, &weight), 0.5, 0.05);
   CostAwareHook hook(m, {.warmup = 0, .explore_every = 1000});
   for (int i = 0; i < 3; ++i) {
-    hook.Observe(StepPlan{}, StepOrigin::kLookup, LookedUp(2, 2, verify(3)), true);
+    hook.Observe(StepPlan{}, StepOrigin::kLookup, LookedUp(4, 4, verify(5)), true);
   }
   EXPECT_EQ(hook.LookupTokens(view, 4, 2), 4);
 }
