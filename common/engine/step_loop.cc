@@ -175,8 +175,9 @@ class StepLoop {
     stats_.speculation_skipped = true;
     skipped_plan_.speculate = false;
     stats_.note =
-        "ran without the drafter: its recent probes at this temperature lost to AR on this "
-        "machine (one request in a few still measures it)";
+        "ran without the drafter: speculation has been losing to AR on this machine (its recent "
+        "probes at this temperature, or the load-aware learner at this load), and a few requests "
+        "still measure it";
   }
 
   void DrafterFailed(const absl::Status& why) {

@@ -257,6 +257,18 @@ LoadAwareSpeculation::Step LoadAwareSpeculation::Next(Clock::time_point now) {
     s.new_epoch = true;
   }
   ++started_;
+  const Step open = OpenStepLocked(now);
+  s.arm = open.arm;
+  s.epoch = open.epoch;
+  s.level = open.level;
+  s.ends = open.ends;
+  s.holds = open.holds;
+  s.run_for = open.run_for;
+  return s;
+}
+
+LoadAwareSpeculation::Step LoadAwareSpeculation::OpenStepLocked(Clock::time_point now) const {
+  Step s;
   s.arm = arm_;
   s.epoch = epoch_;
   s.level = level_;
@@ -265,6 +277,12 @@ LoadAwareSpeculation::Step LoadAwareSpeculation::Next(Clock::time_point now) {
   s.run_for = capped_ ? std::max(0, options_.max_hold) * length_
                       : std::max(Clock::duration::zero(), s.holds - now);
   return s;
+}
+
+std::optional<LoadAwareSpeculation::Step> LoadAwareSpeculation::Peek(Clock::time_point now) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!open_ || now >= end_) return std::nullopt;
+  return OpenStepLocked(now);
 }
 
 void LoadAwareSpeculation::Observe(const Step& step, bool clean) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <optional>
 
 namespace specdec::services {
 
@@ -114,6 +115,9 @@ class LoadAwareSpeculation {
   };
   // The arm of the next step of a load-aware request.
   Step Next(Clock::time_point now);
+  // What Next would answer at `now` within the open epoch, without counting a step; nullopt when
+  // no epoch is open then (Next would begin one).
+  std::optional<Step> Peek(Clock::time_point now) const;
   // That step ended; `clean` when the request's previous step ran in the same epoch. A clean step
   // counts for the epoch it began in, if it ends before the epoch after that one closes: an
   // epoch with fewer than `min_steps` of them was too slow to measure.
@@ -183,6 +187,7 @@ class LoadAwareSpeculation {
     int64_t started = 0;  // steps begun
   };
   void AdvanceLoadLocked(Clock::time_point now);
+  Step OpenStepLocked(Clock::time_point now) const;
   void MeasureLocked(const Closed& e);
   Arm ChooseLocked(int level);
   // An exploring epoch at `level` lost (or could not be measured), or won.

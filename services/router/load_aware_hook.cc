@@ -18,6 +18,20 @@ LoadAwareSpeculation::Step LoadAwareHook::Next() {
   return s;
 }
 
+bool NeedsDrafter(const std::optional<LoadAwareSpeculation::Step>& open,
+                  LoadAwareSpeculation::Clock::time_point now,
+                  LoadAwareSpeculation::Clock::duration lifetime) {
+  return !open || open->arm != LoadAwareSpeculation::Arm::kAr || open->holds - now < lifetime;
+}
+
+bool LoadAwareHook::Speculates(const engine::LoopView& view) {
+  acceptance_class_ = engine::BlockCostModel::AcceptanceClass(view.temperature);
+  const LoadAwareSpeculation::Clock::time_point now = LoadAwareSpeculation::Clock::now();
+  if (NeedsDrafter(load_aware_.Peek(now), now, load_aware_.EpochLength())) return true;
+  planned_ = Next();  // its one run's first step counts here
+  return false;
+}
+
 void LoadAwareHook::PlanStep(const engine::LoopView& view, engine::StepPlan* plan) {
   acceptance_class_ = engine::BlockCostModel::AcceptanceClass(view.temperature);
   planned_ = Next();

@@ -22,6 +22,14 @@ namespace specdec::services {
 // Step::holds), so that the request follows the next arm promptly.
 inline constexpr int32_t kLoadAwareMaxRunTokens = 512;
 
+// Whether a request beginning at `now`, expected to live `lifetime`, needs its drafter: not when
+// the epoch open now (`open`; nullopt: none) runs AR and holds AR past the request's expected
+// end, since it would then never run the speculative arm, and a drafter session, the features
+// of every row and a policy call would be spent on nothing.
+bool NeedsDrafter(const std::optional<LoadAwareSpeculation::Step>& open,
+                  LoadAwareSpeculation::Clock::time_point now,
+                  LoadAwareSpeculation::Clock::duration lifetime);
+
 // One request's hook over the router's shared learner and cost model. Not thread-safe (one
 // request's loop); the shared objects are.
 class LoadAwareHook final : public engine::PlanningHook {
@@ -34,6 +42,9 @@ class LoadAwareHook final : public engine::PlanningHook {
         metrics_(metrics),
         adapt_block_(adapt_block) {}
 
+  // False where NeedsDrafter says so for the open epoch and the requests' mean lifetime (the
+  // learner's EpochLength): the request then runs as one AR run, its steps counted for AR.
+  bool Speculates(const engine::LoopView& view) override;
   void PlanStep(const engine::LoopView& view, engine::StepPlan* plan) override;
   int32_t ChooseBlock(const engine::LoopView& view, int32_t block) override;
   // The run weighs its lookups against its own steps' rate as the cost model predicts it at the

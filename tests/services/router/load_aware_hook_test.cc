@@ -51,6 +51,33 @@ class LoadAwareHookTest : public ::testing::Test {
   engine::LoopView view;
 };
 
+// A request needs its drafter unless the open epoch runs AR and holds AR past the request's
+// expected end.
+TEST(NeedsDrafter, OnlyWhereTheArmHoldsArPastTheRequestsEnd) {
+  using Clock = LoadAwareSpeculation::Clock;
+  const Clock::time_point now = Clock::now();
+  const auto lifetime = std::chrono::milliseconds(500);
+  LoadAwareSpeculation::Step ar;
+  ar.arm = LoadAwareSpeculation::Arm::kAr;
+  ar.holds = now + std::chrono::milliseconds(900);
+  EXPECT_FALSE(NeedsDrafter(ar, now, lifetime));
+  ar.holds = now + std::chrono::milliseconds(400);  // the level explores within its life
+  EXPECT_TRUE(NeedsDrafter(ar, now, lifetime));
+  LoadAwareSpeculation::Step speculative = ar;
+  speculative.arm = LoadAwareSpeculation::Arm::kSpeculative;
+  speculative.holds = now + std::chrono::seconds(2);
+  EXPECT_TRUE(NeedsDrafter(speculative, now, lifetime));
+  EXPECT_TRUE(NeedsDrafter(std::nullopt, now, lifetime)) << "no epoch open: the next is unknown";
+}
+
+// A fresh learner alternates from the speculative arm: its first request speculates.
+TEST_F(LoadAwareHookTest, ARequestSpeculatesWhileTheLearnerMayRunTheSpeculativeArm) {
+  EXPECT_TRUE(hook.Speculates(view));
+  engine::StepPlan plan;
+  hook.PlanStep(view, &plan);
+  EXPECT_TRUE(hook.Speculates(view));
+}
+
 TEST_F(LoadAwareHookTest, PlannedStepsCountForTheirArmAndLookupsForNeither) {
   view.block_size = 8;
 

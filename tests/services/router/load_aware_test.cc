@@ -258,6 +258,24 @@ TEST(LoadAwareSpeculation, OneArmPerEpochThenANewEpoch) {
   EXPECT_EQ(c.epoch, a.epoch + 1);
 }
 
+// Peek answers what Next would within the open epoch, and neither begins an epoch nor counts a
+// step: the epoch after it still begins at Next, and its step count is Next's alone.
+TEST(LoadAwareSpeculation, PeekSaysTheOpenEpochWithoutTakingAStep) {
+  LoadAwareSpeculation la;
+  const auto t0 = Clock::now();
+  la.RequestStarted(t0);
+  EXPECT_FALSE(la.Peek(t0).has_value()) << "no epoch is open before the first Next";
+  const auto a = la.Next(t0);
+  const std::optional<LoadAwareSpeculation::Step> p = la.Peek(t0 + milliseconds(100));
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->epoch, a.epoch);
+  EXPECT_EQ(p->arm, a.arm);
+  EXPECT_EQ(p->holds, a.holds);
+  EXPECT_FALSE(p->new_epoch);
+  EXPECT_FALSE(la.Peek(t0 + milliseconds(260)).has_value()) << "the epoch has ended";
+  EXPECT_TRUE(la.Next(t0 + milliseconds(260)).new_epoch);
+}
+
 TEST(LoadAwareSpeculation, LearnsThatArWinsUnderLoadAndSpeculationAlone) {
   LoadAwareSpeculation la;
   Sim sim{la, Clock::now()};
