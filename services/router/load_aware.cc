@@ -221,7 +221,7 @@ LoadAwareSpeculation::Arm LoadAwareSpeculation::ChooseLocked(int level) {
 
 LoadAwareSpeculation::Step LoadAwareSpeculation::Next(Clock::time_point now) {
   std::lock_guard<std::mutex> lock(mu_);
-  Step s;
+  bool new_epoch = false;
   if (!open_ || now >= end_) {
     // The level of the next epoch: the load averaged over the epoch that just ended when it ran
     // until now, else (first epoch, or after an idle spell) the requests in flight now.
@@ -254,16 +254,11 @@ LoadAwareSpeculation::Step LoadAwareSpeculation::Next(Clock::time_point now) {
     load_integral_ = 0;
     tokens_ = 0;
     steps_ = started_ = 0;
-    s.new_epoch = true;
+    new_epoch = true;
   }
   ++started_;
-  const Step open = OpenStepLocked(now);
-  s.arm = open.arm;
-  s.epoch = open.epoch;
-  s.level = open.level;
-  s.ends = open.ends;
-  s.holds = open.holds;
-  s.run_for = open.run_for;
+  Step s = OpenStepLocked(now);
+  s.new_epoch = new_epoch;
   return s;
 }
 
