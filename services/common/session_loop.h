@@ -17,6 +17,8 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -36,6 +38,11 @@ class SessionLoop {
     const Req* request;
     Resp* response;
     absl::Status status;
+    // Set by execute_batch for an operation it leaves to the next iteration (e.g. a prompt
+    // beyond the iteration's prefill budget): not answered now; it runs first in the next
+    // iteration, ahead of what was queued since, and its stream's later operations wait behind
+    // it.
+    bool deferred = false;
   };
   struct Hooks {
     // Runs one operation for stream `owner` on the scheduler thread; a non-OK status becomes an
@@ -43,7 +50,8 @@ class SessionLoop {
     std::function<absl::Status(uint64_t owner, const Req&, Resp*)> execute;
     // Optional continuous batching: runs the queued operations of different streams (each stream
     // at most once, in queue order, at most max_batch) together, e.g. as one batched forward
-    // pass, setting every op's status and response. Unset: `execute` runs them one at a time.
+    // pass, setting every op's status and response (or deferring it, Op::deferred). Unset:
+    // `execute` runs them one at a time.
     std::function<void(std::vector<Op>& ops)> execute_batch;
     size_t max_batch = 32;
     // With execute_batch: the longest a batch is held for streams expected back soon (see
@@ -219,11 +227,12 @@ class SessionLoop {
     if (hooks_.thread_start) hooks_.thread_start();
     auto last_periodic = Clock::now();
     while (true) {
-      std::deque<Work> items;
+      std::deque<Work> items = std::exchange(carried_, {});
+      deferred_owners_.clear();
       {
         std::unique_lock<std::mutex> lock(mu_);
         cv_.wait_for(lock, std::chrono::milliseconds(200),
-                     [&] { return stopping_ || !queue_.empty(); });
+                     [&] { return stopping_ || !queue_.empty() || !items.empty(); });
         if (stopping_ && queue_.empty()) return;
         TakeQueueLocked(items);
         // Hold the batch briefly for streams expected back within a fraction of a step.
@@ -254,6 +263,10 @@ class SessionLoop {
         for (Work* b : batch) seen = seen || b->owner == w.owner;
         // A stream's next operation depends on its previous one: it goes in the next batch.
         if (seen || batch.size() >= std::max<size_t>(1, hooks_.max_batch)) RunBatch(batch);
+        if (deferred_owners_.contains(w.owner)) {
+          carried_.push_back(std::move(w));  // behind its stream's deferred operation
+          continue;
+        }
         batch.push_back(&w);
       }
       RunBatch(batch);
@@ -285,6 +298,11 @@ class SessionLoop {
     coalescer_.Computed(std::chrono::duration<double>(Clock::now() - t0).count());
     for (size_t i = 0; i < batch.size(); ++i) {
       Work& w = *batch[i];
+      if (ops[i].deferred) {
+        deferred_owners_.insert(w.owner);
+        carried_.push_back(std::move(w));
+        continue;
+      }
       Resp& resp = resps[i];
       const absl::Status& s = ops[i].status;
       const double queued = std::chrono::duration<double>(t0 - w.enqueued).count();
@@ -322,6 +340,10 @@ class SessionLoop {
 
   Hooks hooks_;
   BatchCoalescer coalescer_;  // scheduler thread only
+  // Operations execute_batch deferred, and those of their streams queued behind them: the next
+  // iteration's first. Scheduler thread only.
+  std::deque<Work> carried_;
+  std::unordered_set<uint64_t> deferred_owners_;  // streams with an operation in carried_
   std::atomic<uint64_t> next_stream_{1};
   std::mutex mu_;
   std::condition_variable cv_;

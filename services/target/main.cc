@@ -20,6 +20,11 @@ int main(int argc, char** argv) {
          "a prefill joins the batched pass while it stays within this many rows (0 = never)")
       ->check(CLI::Range(0, 1 << 20))
       ->envname("SPECDEC_BATCH_PREFILL_MAX_ROWS");
+  app.add_option("--iteration-prefill-max-rows", o.iteration_prefill_max_rows,
+                 "prompt rows one scheduler iteration prefills at most, at least one prompt; the "
+                 "others wait for the next iteration (0 = every queued prompt at once)")
+      ->check(CLI::Range(0, 1 << 20))
+      ->envname("SPECDEC_ITERATION_PREFILL_MAX_ROWS");
   app.add_option("--drain-ms", o.drain_ms, "graceful shutdown budget")->envname("SPECDEC_DRAIN_MS");
   CLI11_PARSE(app, argc, argv);
   return specdec::services::RunTargetServer(o);

@@ -28,4 +28,14 @@ void PassPlanner::Place(size_t index, const PassItem& item) {
   rows_[pass] += item.rows;
 }
 
+bool PrefillBudget::Take(int64_t rows) {
+  if (closed_ || (any_ && taken_ + rows > max_rows_)) {
+    closed_ = true;
+    return false;
+  }
+  any_ = true;
+  taken_ += rows;
+  return true;
+}
+
 }  // namespace specdec::services

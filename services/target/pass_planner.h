@@ -40,6 +40,23 @@ class PassPlanner {
   std::vector<int64_t> rows_;
 };
 
+// The prompts one scheduler iteration prefills: in queue order, while their rows total at most
+// `max_rows`, and at least the first. Every later prompt waits for the next iteration (first in
+// its queue), so a burst of new requests costs the running sequences about one pass of prompts
+// per step instead of all of them at once, and the burst's first tokens come out one pass apart
+// instead of all after the last prompt's pass.
+class PrefillBudget {
+ public:
+  explicit PrefillBudget(int64_t max_rows) : max_rows_(max_rows) {}
+  // Whether a prompt of `rows` rows is prefilled in this iteration; once one is not, none is.
+  bool Take(int64_t rows);
+
+ private:
+  const int64_t max_rows_;
+  int64_t taken_ = 0;
+  bool any_ = false, closed_ = false;
+};
+
 }  // namespace specdec::services
 
 #endif  // SPECDEC_SERVICES_TARGET_PASS_PLANNER_H_

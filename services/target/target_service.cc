@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <deque>
 #include <iostream>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -78,13 +79,16 @@ class TargetCore {
   // `drafter` (optional) is bound to `model`: target-hosted drafting.
   TargetCore(std::unique_ptr<model::Transformer> model,
              std::unique_ptr<model::DFlashDrafter> drafter,
-             HandleTable<TargetEntry>::Options table_options, TargetMetrics* metrics, int max_batch,
-             int batch_wait_max_us, int batch_prefill_max_rows)
+             HandleTable<TargetEntry>::Options table_options, TargetMetrics* metrics,
+             const TargetServerOptions& batching)
       : model_(std::move(model)),
         drafter_(std::move(drafter)),
         table_(std::move(table_options)),
         metrics_(metrics),
-        batch_prefill_max_rows_(batch_prefill_max_rows) {
+        batch_prefill_max_rows_(batching.batch_prefill_max_rows),
+        iteration_prefill_max_rows_(batching.iteration_prefill_max_rows > 0
+                                        ? batching.iteration_prefill_max_rows
+                                        : std::numeric_limits<int64_t>::max()) {
     SessionLoop<v1::TargetRequest, v1::TargetResponse>::Hooks h;
     h.execute = [this](uint64_t owner, const v1::TargetRequest& r, v1::TargetResponse* resp) {
       absl::Status s = Execute(owner, r, resp);
@@ -96,8 +100,8 @@ class TargetCore {
       ExecuteBatch(ops);
       UpdateGauges();
     };
-    h.max_batch = static_cast<size_t>(std::max(1, max_batch));
-    h.batch_wait_max = std::chrono::microseconds(std::max(0, batch_wait_max_us));
+    h.max_batch = static_cast<size_t>(std::max(1, batching.max_batch));
+    h.batch_wait_max = std::chrono::microseconds(std::max(0, batching.batch_wait_max_us));
     h.observe = [this](const v1::TargetRequest& r, const absl::Status& s, double queued,
                        double compute, v1::TargetResponse* resp) {
       // The wait in the queue, for the router's StageTimings.queue_ms, and a prefill's compute
@@ -515,11 +519,15 @@ class TargetCore {
   }
 
   // Decodes every operation and places the forward passes' items (verifies first, so that
-  // prompts fill the room they leave); other operations run now.
+  // prompts fill the room they leave); prompts beyond the iteration's PrefillBudget wait for the
+  // next one; other operations run now.
   void PlanBatch(std::vector<Loop::Op>& ops, Batch* b) {
+    PrefillBudget budget(iteration_prefill_max_rows_);
     for (size_t i = 0; i < ops.size(); ++i) {
       Loop::Op& op = ops[i];
       if (op.request->has_prefill() && batch_prefill_max_rows_ > 0) {
+        op.deferred = !budget.Take(op.request->prefill().tokens_size());
+        if (op.deferred) continue;
         op.status = ParsePrefill(op.owner, op.request->prefill(), &b->prefills[i]);
       } else if (IsStep(*op.request)) {
         op.status = ParseStep(op.owner, *op.request, &b->verifies[i]);
@@ -529,7 +537,8 @@ class TargetCore {
       }
     }
     for (size_t i = 0; i < ops.size(); ++i) {
-      if (ops[i].request->has_prefill() && batch_prefill_max_rows_ > 0 && ops[i].status.ok()) {
+      if (ops[i].request->has_prefill() && batch_prefill_max_rows_ > 0 && ops[i].status.ok() &&
+          !ops[i].deferred) {
         b->planner.Place(i, ItemOf(*b, ops[i], i));
       }
     }
@@ -579,7 +588,8 @@ class TargetCore {
   // Continuous batching: the verify passes of different sessions run as batched forward passes
   // (PassPlanner: sessions that need different feature layers go in separate passes, a new
   // request's prompt joins a pass within batch_prefill_max_rows_ rows instead of costing the
-  // running requests a pass of its own); every other operation runs on its own.
+  // running requests a pass of its own, and the prompts beyond iteration_prefill_max_rows_ wait
+  // for the next iteration: PrefillBudget); every other operation runs on its own.
   void ExecuteBatch(std::vector<Loop::Op>& ops) {
     Batch b{std::vector<ParsedVerify>(ops.size()), std::vector<ParsedPrefill>(ops.size()),
             PassPlanner(batch_prefill_max_rows_)};
@@ -602,6 +612,7 @@ class TargetCore {
   std::atomic<double> ar_step_ms_{0};  // written on the scheduler thread only
   TargetMetrics* metrics_;
   const int64_t batch_prefill_max_rows_;
+  const int64_t iteration_prefill_max_rows_;  // no limit: int64 max
   std::unique_ptr<Loop> loop_;  // last: stops first
 };
 
@@ -672,9 +683,8 @@ absl::StatusOr<std::unique_ptr<TargetServer>> TargetServer::Start(
   to.replica = options.replica;
   to.budget_bytes = options.kv_budget_bytes;
   to.lease = std::chrono::milliseconds(options.lease_ms);
-  impl->core = std::make_unique<TargetCore>(
-      std::move(m), std::move(drafter), to, impl->metrics.get(), options.max_batch,
-      options.batch_wait_max_us, options.batch_prefill_max_rows);
+  impl->core = std::make_unique<TargetCore>(std::move(m), std::move(drafter), to,
+                                            impl->metrics.get(), options);
   ASSIGN_OR_RETURN(std::string revision, WeightsRevision(options.model_dir));
   std::string dflash_revision;
   if (!options.dflash_dir.empty()) {

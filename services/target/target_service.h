@@ -40,9 +40,15 @@ struct TargetServerOptions {
   int batch_wait_max_us = 2000;
   // A prefill joins the batched pass of the operations queued with it while that pass stays
   // within this many rows (prompt tokens plus verified rows); otherwise, or with 0, it runs in a
-  // forward pass of its own before the batch's verify pass. Passes of more rows cost more than
+  // forward pass of its own beside the batch's verify pass. Passes of more rows cost more than
   // their parts on the CPU (measured with specdec-batch-bench --new-prompts).
   int batch_prefill_max_rows = 256;
+  // With batch_prefill_max_rows > 0: the prompts one scheduler iteration prefills total at most
+  // this many rows (at least one prompt is taken); the others wait for the next iteration, first
+  // in its queue. So a burst of new requests holds the running requests' steps behind about one
+  // pass of prompts per step, not behind all of them, and the burst's first tokens come out one
+  // pass apart instead of all after its last prompt. 0: every queued prompt in one iteration.
+  int iteration_prefill_max_rows = 256;
 };
 
 // A running target server. Start/Shutdown from one thread; the service is thread-safe.

@@ -12,6 +12,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "services/common/server.h"
 #include "specdec/v1/target.grpc.pb.h"
@@ -22,7 +23,8 @@ namespace {
 using Loop = SessionLoop<v1::TargetRequest, v1::TargetResponse>;
 using namespace std::chrono_literals;
 
-// Records what the loop ran; the operation on handle "hold" blocks until Release().
+// Records what the loop ran, in order; the operation on handle "hold" blocks until Release(),
+// and a batch defers the first operation on handle "defer" it sees.
 class Recorder {
  public:
   Loop::Hooks Hooks() {
@@ -31,10 +33,24 @@ class Recorder {
       const std::string& handle = r.release().handle();
       std::unique_lock<std::mutex> lock(mu_);
       ran_.insert(handle);
+      order_.push_back(handle);
       cv_.notify_all();
       if (handle == "hold") cv_.wait(lock, [&] { return released_; });
       resp->mutable_released()->set_id(handle);
       return absl::OkStatus();
+    };
+    h.execute_batch = [this](std::vector<Loop::Op>& ops) {
+      for (Loop::Op& op : ops) {
+        const std::string& handle = op.request->release().handle();
+        std::lock_guard<std::mutex> lock(mu_);
+        if (handle == "defer" && !deferred_) {
+          deferred_ = op.deferred = true;
+          continue;
+        }
+        ran_.insert(handle);
+        order_.push_back(handle);
+        op.response->mutable_released()->set_id(handle);
+      }
     };
     h.stream_done = [this](uint64_t owner) {
       std::lock_guard<std::mutex> lock(mu_);
@@ -63,8 +79,9 @@ class Recorder {
   std::mutex mu_;
   std::condition_variable cv_;
   std::set<std::string> ran_;
+  std::vector<std::string> order_;
   int streams_done_ = 0, open_streams_ = 0;
-  bool released_ = false;
+  bool released_ = false, deferred_ = false;
 };
 
 class TestTarget final : public v1::Target::CallbackService {
@@ -129,6 +146,55 @@ TEST(SessionLoopTest, AnOperationOfACancelledStreamIsDroppedUnrun) {
   EXPECT_EQ(resp.released().id(), "next");
   a->WritesDone();
   EXPECT_TRUE(a->Finish().ok());
+  started->server->Shutdown();
+}
+
+TEST(SessionLoopTest, ADeferredOperationRunsNextIterationOnceAndItsStreamWaitsBehindIt) {
+  Recorder rec;
+  TestTarget service(rec.Hooks());
+  auto started = StartServer("127.0.0.1:0", {&service}, {"specdec.v1.Target"});
+  ASSERT_TRUE(started.ok()) << started.status();
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", started->port),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = v1::Target::NewStub(channel);
+
+  // Stream H's operation occupies the scheduler thread while A (two operations, the first one
+  // deferred) and B queue behind it, to be taken in one iteration: A1, B, A2.
+  grpc::ClientContext ctx_h, ctx_a, ctx_b;
+  auto h = stub->Session(&ctx_h);
+  ASSERT_TRUE(h->Write(ReleaseOp("hold", 1)));
+  ASSERT_TRUE(rec.WaitFor([&] { return rec.ran_.count("hold") == 1; }));
+  auto a = stub->Session(&ctx_a);
+  auto b = stub->Session(&ctx_b);
+  ASSERT_TRUE(a->Write(ReleaseOp("defer", 1)));
+  ASSERT_TRUE(b->Write(ReleaseOp("b", 1)));
+  ASSERT_TRUE(rec.WaitFor([&] { return rec.open_streams_ == 3; }));
+  // For the server to read them (loopback: well under 1 ms), A1 and B before A2.
+  std::this_thread::sleep_for(300ms);
+  ASSERT_TRUE(a->Write(ReleaseOp("a2", 2)));
+  std::this_thread::sleep_for(300ms);
+  rec.Release();
+
+  v1::TargetResponse resp;
+  ASSERT_TRUE(h->Read(&resp));
+  ASSERT_TRUE(b->Read(&resp));
+  EXPECT_EQ(resp.released().id(), "b");
+  // A's answers come once each, in its order, the deferred one first.
+  ASSERT_TRUE(a->Read(&resp));
+  EXPECT_EQ(resp.seq(), 1u);
+  EXPECT_EQ(resp.released().id(), "defer");
+  ASSERT_TRUE(a->Read(&resp));
+  EXPECT_EQ(resp.seq(), 2u);
+  EXPECT_EQ(resp.released().id(), "a2");
+  for (auto* s : {&h, &a, &b}) {
+    (*s)->WritesDone();
+    EXPECT_TRUE((*s)->Finish().ok());
+  }
+  {
+    std::lock_guard<std::mutex> lock(rec.mu_);
+    EXPECT_TRUE(rec.deferred_);
+    EXPECT_EQ(rec.order_, (std::vector<std::string>{"hold", "b", "defer", "a2"}));
+  }
   started->server->Shutdown();
 }
 

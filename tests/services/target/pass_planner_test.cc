@@ -47,5 +47,19 @@ TEST(PassPlannerTest, DifferentCaptureLayersGoInDifferentPasses) {
   EXPECT_EQ(p.passes(), (Passes{{0, 2}, {1, 3}}));
 }
 
+TEST(PrefillBudgetTest, PromptsInQueueOrderWithinTheRowsAndAtLeastTheFirst) {
+  PrefillBudget b(10);
+  EXPECT_TRUE(b.Take(4));
+  EXPECT_TRUE(b.Take(6));   // 10 in all
+  EXPECT_FALSE(b.Take(1));  // 11 would not fit
+  EXPECT_FALSE(b.Take(0));  // and no later prompt jumps the queue
+}
+
+TEST(PrefillBudgetTest, AFirstPromptLongerThanTheBudgetRunsAlone) {
+  PrefillBudget b(10);
+  EXPECT_TRUE(b.Take(25));
+  EXPECT_FALSE(b.Take(1));
+}
+
 }  // namespace
 }  // namespace specdec::services

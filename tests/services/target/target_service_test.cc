@@ -79,6 +79,7 @@ class TargetServiceTest : public ::testing::Test {
     o.lease_ms = lease_ms;
     o.threads = 1;
     o.batch_prefill_max_rows = batch_prefill_max_rows_;
+    o.iteration_prefill_max_rows = iteration_prefill_max_rows_;
     auto s = TargetServer::Start(o);
     ASSERT_TRUE(s.ok()) << s.status();
     server_ = *std::move(s);
@@ -150,6 +151,7 @@ class TargetServiceTest : public ::testing::Test {
   Sharing PrefillsBesideARun();
 
   int batch_prefill_max_rows_ = 256;
+  int iteration_prefill_max_rows_ = 256;
   std::unique_ptr<TargetServer> server_;
   std::unique_ptr<v1::Target::Stub> stub_;
 };
@@ -393,6 +395,19 @@ TEST_F(TargetServiceTest, PrefillsRunInPassesOfTheirOwnWithARowBudgetOfZero) {
   const Sharing sharing = PrefillsBesideARun();
   EXPECT_EQ(sharing.joined, 0);
   EXPECT_EQ(sharing.wide, 0);
+}
+
+TEST_F(TargetServiceTest, PromptsBeyondAnIterationsBudgetWaitAndAnswerAsAlone) {
+  // With a 4-row budget, prompts queued together spread over several scheduler iterations: each
+  // is answered once, as alone, beside a run whose tokens stay stepwise decoding's, and every
+  // handle is freed (PrefillsBesideARun).
+  iteration_prefill_max_rows_ = 4;
+  StartServer();
+  Sharing sharing;
+  for (int attempt = 0; attempt < 5 && sharing.wide == 0; ++attempt) {
+    sharing = PrefillsBesideARun();
+  }
+  EXPECT_GT(sharing.wide, 0);
 }
 
 TEST_F(TargetServiceTest, ARunEndsAtAStopTokenOrAFullCacheAndValidatesItsShape) {
