@@ -321,8 +321,8 @@ def check_render(scenario, docs, notes):
             check(a.split("=", 1)[0] in flags, f"{where(dep)}: argument {a} is not a flag of specdec-{c}")
         if c == "target":
             check(data.get("SPECDEC_MAX_BATCH") == max_batch, f"{where(cm)}: SPECDEC_MAX_BATCH={data.get('SPECDEC_MAX_BATCH')}")
-            check(data.get("SPECDEC_BATCH_PREFILL_MAX_ROWS") == "256",
-                  f"{where(cm)}: SPECDEC_BATCH_PREFILL_MAX_ROWS={data.get('SPECDEC_BATCH_PREFILL_MAX_ROWS')}")
+            for key in ("SPECDEC_BATCH_PREFILL_MAX_ROWS", "SPECDEC_ITERATION_PREFILL_MAX_ROWS"):
+                check(data.get(key) == "256", f"{where(cm)}: {key}={data.get(key)}")
         if c == "router":
             check(data.get("SPECDEC_HEALTH_INTERVAL_MS") == health_ms,
                   f"{where(cm)}: SPECDEC_HEALTH_INTERVAL_MS={data.get('SPECDEC_HEALTH_INTERVAL_MS')}")
