@@ -103,14 +103,29 @@ v1::TargetRequest ReleaseOp(const std::string& handle, uint64_t seq) {
   return r;
 }
 
-TEST(SessionLoopTest, AnOperationOfACancelledStreamIsDroppedUnrun) {
-  Recorder rec;
-  TestTarget service(rec.Hooks());
-  auto started = StartServer("127.0.0.1:0", {&service}, {"specdec.v1.Target"});
-  ASSERT_TRUE(started.ok()) << started.status();
-  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", started->port),
-                                     grpc::InsecureChannelCredentials());
-  auto stub = v1::Target::NewStub(channel);
+// A Target service of the loop over the Recorder's hooks, served on a free port.
+class SessionLoopTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto started = StartServer("127.0.0.1:0", {&service_}, {"specdec.v1.Target"});
+    ASSERT_TRUE(started.ok()) << started.status();
+    server_ = std::move(started->server);
+    stub_ = v1::Target::NewStub(grpc::CreateChannel(absl::StrCat("127.0.0.1:", started->port),
+                                                    grpc::InsecureChannelCredentials()));
+  }
+  void TearDown() override {
+    if (server_) server_->Shutdown();
+  }
+
+  Recorder rec_;
+  TestTarget service_{rec_.Hooks()};
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<v1::Target::Stub> stub_;
+};
+
+TEST_F(SessionLoopTest, AnOperationOfACancelledStreamIsDroppedUnrun) {
+  Recorder& rec = rec_;
+  v1::Target::Stub* stub = stub_.get();
 
   // Stream A's operation occupies the scheduler thread.
   grpc::ClientContext ctx_a;
@@ -146,17 +161,11 @@ TEST(SessionLoopTest, AnOperationOfACancelledStreamIsDroppedUnrun) {
   EXPECT_EQ(resp.released().id(), "next");
   a->WritesDone();
   EXPECT_TRUE(a->Finish().ok());
-  started->server->Shutdown();
 }
 
-TEST(SessionLoopTest, ADeferredOperationRunsNextIterationOnceAndItsStreamWaitsBehindIt) {
-  Recorder rec;
-  TestTarget service(rec.Hooks());
-  auto started = StartServer("127.0.0.1:0", {&service}, {"specdec.v1.Target"});
-  ASSERT_TRUE(started.ok()) << started.status();
-  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", started->port),
-                                     grpc::InsecureChannelCredentials());
-  auto stub = v1::Target::NewStub(channel);
+TEST_F(SessionLoopTest, ADeferredOperationRunsNextIterationOnceAndItsStreamWaitsBehindIt) {
+  Recorder& rec = rec_;
+  v1::Target::Stub* stub = stub_.get();
 
   // Stream H's operation occupies the scheduler thread while A (two operations, the first one
   // deferred) and B queue behind it, to be taken in one iteration: A1, B, A2.
@@ -195,7 +204,6 @@ TEST(SessionLoopTest, ADeferredOperationRunsNextIterationOnceAndItsStreamWaitsBe
     EXPECT_TRUE(rec.deferred_);
     EXPECT_EQ(rec.order_, (std::vector<std::string>{"hold", "b", "defer", "a2"}));
   }
-  started->server->Shutdown();
 }
 
 }  // namespace
