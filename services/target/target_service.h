@@ -48,6 +48,8 @@ struct TargetServerOptions {
   // in its queue. So a burst of new requests holds the running requests' steps behind about one
   // pass of prompts per step, not behind all of them, and the burst's first tokens come out one
   // pass apart instead of all after its last prompt. 0: every queued prompt in one iteration.
+  // (An iteration of more than max_batch operations runs them as several batches, each with its
+  // own budget.)
   int iteration_prefill_max_rows = 256;
 };
 
