@@ -15,6 +15,11 @@ std::vector<float> ToVector(const at::Tensor& t) {
   return std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
 }
 
+absl::Status PrefillUnfinished() {
+  return absl::FailedPreconditionError(
+      "the session's prompt is still being prefilled in parts; its last part comes first");
+}
+
 }  // namespace
 
 TargetSession::TargetSession(const model::Transformer& target,
@@ -28,36 +33,64 @@ TargetSession::TargetSession(const model::Transformer& target,
 
 TargetSession::~TargetSession() { target_.RecycleCache(std::move(cache_)); }
 
-absl::Status TargetSession::PreparePrefill(std::span<const int32_t> prompt) const {
-  if (cache_->length() != 0) return absl::FailedPreconditionError("session already prefilled");
-  if (prompt.empty()) return absl::InvalidArgumentError("prefill: the prompt is empty");
-  const int64_t vocab = target_.config().vocab_size;
-  for (size_t i = 0; i < prompt.size(); ++i) {
-    if (prompt[i] < 0 || prompt[i] >= vocab) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "prefill: token id ", prompt[i], " at position ", i, " is outside [0, ", vocab, ")"));
+absl::StatusOr<std::span<const int32_t>> TargetSession::PreparePrefill(
+    std::span<const int32_t> prompt, int64_t rows) const {
+  const int64_t done = cache_->length();
+  const int64_t length = static_cast<int64_t>(prompt.size());
+  if (prompt_length_ > 0) {
+    // The rest of a prompt prefilled in parts: checked whole with its first part.
+    if (length != prompt_length_) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("prefill: the session holds the first ", done, " tokens of a prompt of ",
+                       prompt_length_, " tokens; its rest was expected, not a prompt of ", length));
+    }
+  } else {
+    if (done != 0) return absl::FailedPreconditionError("session already prefilled");
+    if (prompt.empty()) return absl::InvalidArgumentError("prefill: the prompt is empty");
+    const int64_t vocab = target_.config().vocab_size;
+    for (size_t i = 0; i < prompt.size(); ++i) {
+      if (prompt[i] < 0 || prompt[i] >= vocab) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "prefill: token id ", prompt[i], " at position ", i, " is outside [0, ", vocab, ")"));
+      }
+    }
+    if (length > target_.max_context()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("prefill: ", length, " prompt tokens exceed the maximum context of ",
+                       target_.max_context()));
     }
   }
-  if (static_cast<int64_t>(prompt.size()) > target_.max_context()) {
-    return absl::InvalidArgumentError(absl::StrCat("prefill: ", prompt.size(),
-                                                   " prompt tokens exceed the maximum context of ",
-                                                   target_.max_context()));
-  }
-  return absl::OkStatus();
+  const int64_t rest = length - done;
+  return prompt.subspan(static_cast<size_t>(done),
+                        static_cast<size_t>(rows > 0 ? std::min(rows, rest) : rest));
 }
 
 PrefillOutcome TargetSession::FinishPrefill(const at::Tensor& logits, const at::Tensor& features) {
   PrefillOutcome r;
   r.last_logits = logits.select(0, 0);
   r.features = features;
+  if (!prompt_features_.empty() && features.defined()) {
+    prompt_features_.push_back(features);
+    r.features = at::cat(prompt_features_, 0);
+  }
+  prompt_length_ = 0;
+  prompt_features_.clear();
   std::vector<float> row = ToVector(r.last_logits);
   r.first_token = sampling::SampleToken(row, sampling_, rng_);
   return r;
 }
 
+PrefillOutcome TargetSession::PartDone(int64_t prompt_length, const at::Tensor& features) {
+  prompt_length_ = prompt_length;
+  if (features.defined()) prompt_features_.push_back(features);
+  PrefillOutcome r;
+  r.complete = false;
+  return r;
+}
+
 absl::StatusOr<PrefillOutcome> TargetSession::Prefill(std::span<const int32_t> prompt) {
-  RETURN_IF_ERROR(PreparePrefill(prompt));
-  model::SequenceInput in{cache_.get(), prompt, {}, {}, model::LogitsMode::kLast};
+  ASSIGN_OR_RETURN(std::span<const int32_t> rest, PreparePrefill(prompt));
+  model::SequenceInput in{cache_.get(), rest, {}, {}, model::LogitsMode::kLast};
   model::ForwardOptions fo;
   fo.capture_layers = capture_;
   ASSIGN_OR_RETURN(auto out, target_.Forward(std::span<const model::SequenceInput>(&in, 1), fo));
@@ -65,6 +98,7 @@ absl::StatusOr<PrefillOutcome> TargetSession::Prefill(std::span<const int32_t> p
 }
 
 absl::StatusOr<int32_t> TargetSession::Step(int32_t last, at::Tensor* features) {
+  if (prompt_length_ > 0) return PrefillUnfinished();
   model::SequenceInput in{cache_.get(), std::span<const int32_t>(&last, 1)};
   model::ForwardOptions fo;
   if (features != nullptr) fo.capture_layers = capture_;
@@ -85,6 +119,7 @@ absl::StatusOr<TargetSession::Prepared> TargetSession::PrepareVerify(
   const int64_t vocab = target_.config().vocab_size;
   const bool tree = !req.tree_parents.empty();
   const bool greedy = sampling_.temperature == 0.f;
+  if (prompt_length_ > 0) return PrefillUnfinished();
   if (rows < 1) return absl::InvalidArgumentError("verify needs at least the last token");
   if (tree &&
       (static_cast<int64_t>(req.tree_parents.size()) != rows || req.tree_parents[0] != -1)) {
@@ -200,19 +235,23 @@ std::vector<absl::StatusOr<VerifyOutcome>> TargetSession::VerifyBatch(
 TargetSession::BatchResults TargetSession::RunBatch(
     std::span<TargetSession* const> prefill_sessions,
     std::span<const std::span<const int32_t>> prompts,
-    std::span<TargetSession* const> verify_sessions, std::span<const VerifyRequest> verifies) {
+    std::span<TargetSession* const> verify_sessions, std::span<const VerifyRequest> verifies,
+    std::span<const int64_t> prefill_rows) {
   BatchResults r;
   r.prefills.assign(prefill_sessions.size(), absl::InternalError("not run"));
   r.verifies.assign(verify_sessions.size(), absl::InternalError("not run"));
   std::vector<size_t> run_prefills, run_verifies;  // indices that passed validation
+  std::vector<std::span<const int32_t>> parts(prefill_sessions.size());
   const std::vector<int64_t>* capture = nullptr;
   const model::Transformer* target = nullptr;
   for (size_t i = 0; i < prefill_sessions.size(); ++i) {
-    absl::Status s = prefill_sessions[i]->PreparePrefill(prompts[i]);
-    if (!s.ok()) {
-      r.prefills[i] = s;
+    auto part =
+        prefill_sessions[i]->PreparePrefill(prompts[i], prefill_rows.empty() ? 0 : prefill_rows[i]);
+    if (!part.ok()) {
+      r.prefills[i] = part.status();
       continue;
     }
+    parts[i] = *part;
     if (prefill_sessions[i]->WantsFeaturesOnPrefill()) capture = &prefill_sessions[i]->capture_;
     target = &prefill_sessions[i]->target_;
     run_prefills.push_back(i);
@@ -231,9 +270,14 @@ TargetSession::BatchResults TargetSession::RunBatch(
   }
   if (target == nullptr) return r;
   std::vector<model::SequenceInput> inputs;
+  std::vector<bool> last_part(prefill_sessions.size());
   for (size_t i : run_prefills) {
-    inputs.push_back(model::SequenceInput{
-        prefill_sessions[i]->cache_.get(), prompts[i], {}, {}, model::LogitsMode::kLast});
+    TargetSession* s = prefill_sessions[i];
+    last_part[i] = s->cache_->length() + static_cast<int64_t>(parts[i].size()) ==
+                   static_cast<int64_t>(prompts[i].size());
+    const model::LogitsMode logits =
+        last_part[i] ? model::LogitsMode::kLast : model::LogitsMode::kNone;
+    inputs.push_back(model::SequenceInput{s->cache_.get(), parts[i], {}, {}, logits});
   }
   for (size_t i : run_verifies) {
     inputs.push_back(model::SequenceInput{verify_sessions[i]->cache_.get(), verifies[i].tokens,
@@ -253,7 +297,9 @@ TargetSession::BatchResults TargetSession::RunBatch(
   for (size_t i : run_prefills) {
     const at::Tensor features =
         prefill_sessions[i]->WantsFeaturesOnPrefill() ? (*out)[k].features : at::Tensor();
-    r.prefills[i] = prefill_sessions[i]->FinishPrefill((*out)[k].logits, features);
+    r.prefills[i] = last_part[i] ? prefill_sessions[i]->FinishPrefill((*out)[k].logits, features)
+                                 : prefill_sessions[i]->PartDone(
+                                       static_cast<int64_t>(prompts[i].size()), features);
     ++k;
   }
   for (size_t i : run_verifies) {

@@ -23,6 +23,9 @@ class Transformer;
 namespace specdec::engine {
 
 struct PrefillOutcome {
+  // False after a part of the prompt that left more of it to run (RunBatch's prefill_rows): the
+  // fields below are then unset, and the session takes only the rest of the same prompt next.
+  bool complete = true;
   int32_t first_token = -1;  // sampled from the last position: the first committed token
   at::Tensor last_logits;    // raw float32 [vocab] of the last prompt position
   at::Tensor features;       // [prompt_len, F] of the capture layers (undefined if none)
@@ -56,6 +59,7 @@ class TargetSession {
                 std::vector<int64_t> capture_layers);
   ~TargetSession();
 
+  // Prefills `prompt` into the fresh cache (a session begun in parts by RunBatch: its rest).
   absl::StatusOr<PrefillOutcome> Prefill(std::span<const int32_t> prompt);
   // Runs `last` through the target and samples the next token. With `features`, also returns
   // `last`'s capture-layer features there (the row a verify of no draft would return, without
@@ -82,6 +86,12 @@ class TargetSession {
   // validation gets its own error and leaves its session untouched. Sessions that want features
   // (a prefill does when its session has capture layers) must share their capture layers (see
   // WantsFeaturesOnPrefill and CanShareBatch).
+  //
+  // A prompt may be prefilled in parts (chunked prefill): `prefill_rows[i]` > 0 runs only that
+  // many of prompt i's rows not yet in its session's cache, and the session then expects the
+  // rest of the same prompt in a later RunBatch (a verify on it fails until the last part has
+  // run). The last part's outcome equals a prefill of the whole prompt at once, bit for bit;
+  // features are those of every prompt row. Empty `prefill_rows`, or 0: the whole rest.
   struct BatchResults {
     std::vector<absl::StatusOr<PrefillOutcome>> prefills;
     std::vector<absl::StatusOr<VerifyOutcome>> verifies;
@@ -89,7 +99,8 @@ class TargetSession {
   static BatchResults RunBatch(std::span<TargetSession* const> prefill_sessions,
                                std::span<const std::span<const int32_t>> prompts,
                                std::span<TargetSession* const> verify_sessions,
-                               std::span<const VerifyRequest> verifies);
+                               std::span<const VerifyRequest> verifies,
+                               std::span<const int64_t> prefill_rows = {});
   bool WantsFeaturesOnPrefill() const { return !capture_.empty(); }
   // Before the prefill: this session's passes keep no features (its request will not draft).
   void StopCapturing() { capture_.clear(); }
@@ -104,14 +115,22 @@ class TargetSession {
   absl::StatusOr<Prepared> PrepareVerify(const VerifyRequest& req) const;
   absl::StatusOr<VerifyOutcome> FinishVerify(const Prepared& prep, const VerifyRequest& req,
                                              const at::Tensor& logits, const at::Tensor& features);
-  absl::Status PreparePrefill(std::span<const int32_t> prompt) const;
+  // The rows of `prompt` this pass runs (the whole rest when `rows` is 0 or more than that), or
+  // the error that keeps them from running.
+  absl::StatusOr<std::span<const int32_t>> PreparePrefill(std::span<const int32_t> prompt,
+                                                          int64_t rows = 0) const;
   PrefillOutcome FinishPrefill(const at::Tensor& logits, const at::Tensor& features);
+  // Keeps a part's features; returns the outcome of a part that leaves more of the prompt.
+  PrefillOutcome PartDone(int64_t prompt_length, const at::Tensor& features);
 
   const model::Transformer& target_;
   sampling::SamplingParams sampling_;
   std::vector<int64_t> capture_;
   std::unique_ptr<model::KvCache> cache_;
   sampling::Rng rng_;
+  // While a prompt is prefilled in parts: its length (0 otherwise) and its parts' features.
+  int64_t prompt_length_ = 0;
+  std::vector<at::Tensor> prompt_features_;
 };
 
 }  // namespace specdec::engine

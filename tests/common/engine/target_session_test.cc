@@ -9,6 +9,8 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include "common/engine/draft_session.h"
 #include "common/model/dflash_drafter.h"
 #include "common/model/ops.h"
@@ -260,6 +262,56 @@ TEST(RunBatch, PrefillsJoinTheVerifyPassAndEqualEachAlone) {
     SPECDEC_ASSERT_OK_AND_ASSIGN(VerifyOutcome b, mine->Verify(v));
     EXPECT_EQ(a.committed, b.committed) << k;
   }
+}
+
+// Chunked prefill: a prompt run in parts, beside other sessions' verifies, ends with the outcome
+// of the whole prompt at once (first token, last logits and every row's features, bit for bit);
+// until its last part the session refuses verifies and any other prompt.
+TEST(RunBatch, APromptInPartsEndsAsTheWholePromptAtOnce) {
+  auto target = Target();
+  const auto cs = Cases();
+  const std::vector<int32_t> prompt = {3, 14, 15, 9, 26, 5, 35, 8, 9, 7, 9, 32, 38, 4, 6};
+  TargetSession whole(*target, cs[3].sampling, {0, 2});
+  SPECDEC_ASSERT_OK_AND_ASSIGN(PrefillOutcome want, whole.Prefill(prompt));
+  auto others = Prefilled(*target, {cs[0], cs[1]});
+  TargetSession parted(*target, cs[3].sampling, {0, 2});
+  TargetSession* pptr = &parted;
+  const std::span<const int32_t> prompts[] = {prompt};
+  int64_t length = 0;
+  std::optional<PrefillOutcome> last;
+  for (int64_t rows : {4, 1, 6, 100}) {
+    std::vector<TargetSession*> vptrs = {others[0].get()};
+    std::vector<VerifyRequest> reqs = {Req(cs[0])};
+    reqs[0].tokens = std::span<const int32_t>(cs[0].tokens).first(1);  // an AR step beside it
+    const int64_t part_rows[] = {rows};
+    auto r = TargetSession::RunBatch({&pptr, 1}, prompts, vptrs, reqs, part_rows);
+    ASSERT_TRUE(r.prefills[0].ok()) << r.prefills[0].status();
+    ASSERT_TRUE(r.verifies[0].ok()) << r.verifies[0].status();
+    length = std::min<int64_t>(length + rows, static_cast<int64_t>(prompt.size()));
+    EXPECT_EQ(parted.length(), length);
+    if (r.prefills[0]->complete) {
+      last = *r.prefills[0];
+      break;
+    }
+    EXPECT_EQ(r.prefills[0]->first_token, -1);
+    SPECDEC_EXPECT_STATUS(parted.Verify(Req(cs[1])), absl::StatusCode::kFailedPrecondition,
+                          "still being prefilled");
+    const std::vector<int32_t> other = {1, 2};
+    const std::span<const int32_t> wrong[] = {other};
+    auto bad = TargetSession::RunBatch({&pptr, 1}, wrong, {}, {});
+    SPECDEC_EXPECT_STATUS(bad.prefills[0], absl::StatusCode::kFailedPrecondition,
+                          "its rest was expected");
+  }
+  ASSERT_TRUE(last.has_value());
+  EXPECT_EQ(last->first_token, want.first_token);
+  EXPECT_TRUE(last->last_logits.equal(want.last_logits));
+  ASSERT_TRUE(last->features.defined());
+  EXPECT_TRUE(last->features.equal(want.features));
+  // The same caches: the next verifies agree.
+  SPECDEC_ASSERT_OK_AND_ASSIGN(VerifyOutcome a, whole.Verify(Req(cs[3])));
+  SPECDEC_ASSERT_OK_AND_ASSIGN(VerifyOutcome b, parted.Verify(Req(cs[3])));
+  EXPECT_EQ(a.committed, b.committed);
+  EXPECT_TRUE(a.features.equal(b.features));
 }
 
 TEST(RunBatch, ABadPromptFailsAloneAndTheRestRuns) {

@@ -185,6 +185,37 @@ TEST_P(BatchInvarianceTest, ATreeRowsLogitsAreTheArStepsAtItsPosition) {
   }
 }
 
+// A prompt prefilled in parts (chunked prefill: the target's scheduler splits a long prompt over
+// iterations at whatever room each one has left) gives every row the logits of the whole prompt
+// in one pass, bit for bit, whatever the split.
+TEST_P(BatchInvarianceTest, APromptPrefilledInPartsEqualsItInOnePass) {
+  const std::vector<int32_t> prompt = Tokens(61, 7);
+  const std::vector<at::Tensor> whole = Pass(*model_, {Work{{}, prompt, {}, {}}});
+  ASSERT_EQ(whole.size(), 1u);
+  for (const std::vector<int>& cuts :
+       std::vector<std::vector<int>>{{1}, {32}, {16, 48}, {60}, {7, 8, 40}}) {
+    auto cache = model_->NewCache();
+    std::vector<at::Tensor> parts;
+    int begin = 0;
+    std::vector<int> ends = cuts;
+    ends.push_back(static_cast<int>(prompt.size()));
+    for (int end : ends) {
+      SequenceInput in;
+      in.cache = cache.get();
+      in.tokens = std::span<const int32_t>(prompt).subspan(begin, end - begin);
+      in.logits = LogitsMode::kAll;
+      auto out = model_->Forward(std::span<const SequenceInput>(&in, 1));
+      ASSERT_TRUE(out.ok()) << out.status();
+      parts.push_back((*out)[0].logits);
+      begin = end;
+    }
+    const at::Tensor chunked = at::cat(parts, 0);
+    EXPECT_TRUE(chunked.equal(whole[0]))
+        << "parts ending at " << ::testing::PrintToString(ends) << ": max diff "
+        << (chunked - whole[0]).abs().max().item<double>();
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, BatchInvarianceTest,
                          ::testing::Values(Shape{16, at::kBFloat16}, Shape{64, at::kBFloat16},
                                            Shape{16, at::kBFloat16, at::kBFloat16},
