@@ -39,7 +39,8 @@ class SessionLoop {
     Resp* response;
     absl::Status status;
     // Set by execute_batch for an operation it leaves to the next iteration (e.g. a prompt
-    // beyond the iteration's prefill budget): not answered now; it runs first in the next
+    // beyond the iteration's prefill budget, or one with parts still to prefill): not answered
+    // now; it runs first in the next
     // iteration, ahead of what was queued since, and its stream's later operations wait behind
     // it.
     bool deferred = false;
@@ -53,6 +54,9 @@ class SessionLoop {
     // pass, setting every op's status and response (or deferring it, Op::deferred). Unset:
     // `execute` runs them one at a time.
     std::function<void(std::vector<Op>& ops)> execute_batch;
+    // With execute_batch: whether an operation alone in its batch goes to execute_batch too (one
+    // that execute_batch may defer, e.g. a prompt prefilled in parts); unset or false: `execute`.
+    std::function<bool(const Req&)> batch_alone;
     size_t max_batch = 32;
     // With execute_batch: the longest a batch is held for streams expected back soon (see
     // BatchCoalescer; zero: never held).
@@ -284,7 +288,8 @@ class SessionLoop {
       resps[i].set_seq(batch[i]->request.seq());
       ops.push_back(Op{batch[i]->owner, &batch[i]->request, &resps[i], absl::OkStatus()});
     }
-    if (hooks_.execute_batch && batch.size() > 1) {
+    if (hooks_.execute_batch &&
+        (batch.size() > 1 || (hooks_.batch_alone && hooks_.batch_alone(batch[0]->request)))) {
       hooks_.execute_batch(ops);
       const double c = std::chrono::duration<double>(Clock::now() - t0).count();
       std::fill(compute.begin(), compute.end(), c);

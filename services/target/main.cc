@@ -21,8 +21,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 1 << 20))
       ->envname("SPECDEC_BATCH_PREFILL_MAX_ROWS");
   app.add_option("--iteration-prefill-max-rows", o.iteration_prefill_max_rows,
-                 "prompt rows one scheduler iteration prefills at most, at least one prompt; the "
-                 "others wait for the next iteration (0 = every queued prompt at once)")
+                 "prompt rows one scheduler iteration prefills at most; the others wait for the "
+                 "next iteration, and a longer prompt runs in parts over several (chunked "
+                 "prefill); 0 = every queued prompt whole at once")
       ->check(CLI::Range(0, 1 << 20))
       ->envname("SPECDEC_ITERATION_PREFILL_MAX_ROWS");
   app.add_option("--drain-ms", o.drain_ms, "graceful shutdown budget")->envname("SPECDEC_DRAIN_MS");

@@ -28,14 +28,33 @@ void PassPlanner::Place(size_t index, const PassItem& item) {
   rows_[pass] += item.rows;
 }
 
-bool PrefillBudget::Take(int64_t rows) {
-  if (closed_ || (any_ && taken_ + rows > max_rows_)) {
-    closed_ = true;
-    return false;
+std::vector<int64_t> PrefillRows(int64_t max_rows, std::span<const QueuedPrompt> prompts) {
+  std::vector<int64_t> take(prompts.size(), 0);
+  int64_t reserve = 0;  // for the first prompt begun earlier
+  for (const QueuedPrompt& p : prompts) {
+    if (p.begun) {
+      reserve = std::min(p.rows, std::max<int64_t>(1, max_rows / 4));
+      break;
+    }
   }
-  any_ = true;
-  taken_ += rows;
-  return true;
+  int64_t room = max_rows;
+  // Whole prompts in queue order, until one does not fit (a prompt longer than the budget
+  // neither fits nor holds the others back: it runs in parts).
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    if (prompts[i].begun || prompts[i].rows > max_rows) continue;
+    if (prompts[i].rows > room - reserve) break;
+    take[i] = prompts[i].rows;
+    room -= take[i];
+  }
+  // Prompts in parts, those begun earlier first.
+  for (const bool begun : {true, false}) {
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      if (prompts[i].begun != begun || (!begun && prompts[i].rows <= max_rows)) continue;
+      take[i] = std::min(prompts[i].rows, room);
+      room -= take[i];
+    }
+  }
+  return take;
 }
 
 }  // namespace specdec::services

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 namespace specdec::services {
@@ -40,22 +41,24 @@ class PassPlanner {
   std::vector<int64_t> rows_;
 };
 
-// The prompts one scheduler iteration prefills: in queue order, while their rows total at most
-// `max_rows`, and at least the first. Every later prompt waits for the next iteration (first in
-// its queue), so a burst of new requests costs the running sequences about one pass of prompts
-// per step instead of all of them at once, and the burst's first tokens come out one pass apart
-// instead of all after the last prompt's pass.
-class PrefillBudget {
- public:
-  explicit PrefillBudget(int64_t max_rows) : max_rows_(max_rows) {}
-  // Whether a prompt of `rows` rows is prefilled in this iteration; once one is not, none is.
-  bool Take(int64_t rows);
-
- private:
-  const int64_t max_rows_;
-  int64_t taken_ = 0;
-  bool any_ = false, closed_ = false;
+// A prompt queued in a scheduler iteration: its rows not yet prefilled, and whether an earlier
+// iteration ran its first rows (a prompt prefilled in parts).
+struct QueuedPrompt {
+  int64_t rows = 0;
+  bool begun = false;
 };
+
+// The rows of each queued prompt (in queue order) that one scheduler iteration prefills: at most
+// `max_rows` in all. Prompts that fit whole go first, in queue order until one does not fit in
+// the room left (it and those after it wait for the next iteration), within the room a prompt
+// begun earlier leaves them (a quarter of `max_rows`, or its rest when smaller). Prompts longer
+// than `max_rows` run in parts (chunked prefill): the room the whole ones leave goes to them,
+// those begun earlier first; 0 rows: the prompt waits for the next iteration. So a burst of new
+// requests, or one long prompt, holds the running sequences' steps behind at most `max_rows`
+// prompt rows per step instead of all of them at once, a burst's first tokens come out one pass
+// apart instead of all after its last prompt, a short prompt does not wait for a long one's
+// last part, and a prompt in parts advances at least a quarter of `max_rows` per iteration.
+std::vector<int64_t> PrefillRows(int64_t max_rows, std::span<const QueuedPrompt> prompts);
 
 }  // namespace specdec::services
 

@@ -15,6 +15,7 @@
 #include <span>
 #include <thread>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/engine/draft_session.h"
 #include "common/engine/prompt_lookup.h"
@@ -100,15 +101,22 @@ class TargetCore {
       ExecuteBatch(ops);
       UpdateGauges();
     };
+    // A prompt alone in its iteration goes through the batch path too, to be prefilled in parts.
+    h.batch_alone = [this](const v1::TargetRequest& r) {
+      return r.has_prefill() && batch_prefill_max_rows_ > 0;
+    };
     h.max_batch = static_cast<size_t>(std::max(1, batching.max_batch));
     h.batch_wait_max = std::chrono::microseconds(std::max(0, batching.batch_wait_max_us));
     h.observe = [this](const v1::TargetRequest& r, const absl::Status& s, double queued,
                        double compute, v1::TargetResponse* resp) {
-      // The wait in the queue, for the router's StageTimings.queue_ms, and a prefill's compute
-      // (its pass's; a verify reports its pass itself).
+      // The wait in the queue, for the router's StageTimings.queue_ms (a prompt prefilled in
+      // parts: since its first part was queued), and a prefill's compute where its passes did
+      // not report it (a verify reports its pass itself).
       if (resp->has_prefill()) {
         resp->mutable_prefill()->set_queue_ms(queued * 1000.0);
-        resp->mutable_prefill()->set_compute_ms(compute * 1000.0);
+        if (resp->prefill().compute_ms() == 0) {
+          resp->mutable_prefill()->set_compute_ms(compute * 1000.0);
+        }
       }
       if (resp->has_verify()) resp->mutable_verify()->set_queue_ms(queued * 1000.0);
       if (s.ok() && resp->has_verify() && resp->verify().pass_rows() == 1) {
@@ -127,6 +135,7 @@ class TargetCore {
       if (table_.ExpireIdle() > 0) UpdateGauges();
     };
     h.stream_done = [this](uint64_t owner) {
+      parted_.erase(owner);
       table_.ReleaseOwner(owner);
       UpdateGauges();
     };
@@ -204,13 +213,37 @@ class TargetCore {
     std::string id;
     TargetEntry* entry = nullptr;
     std::vector<int32_t> tokens;
-    int batch_size = 1;  // sequences in its pass
+    int64_t done = 0;       // prompt rows in the cache (earlier parts of a prompt run in parts)
+    int64_t rows = 0;       // the rows after those that this pass runs (0: all of them)
+    double compute_ms = 0;  // its passes' time (every part's)
+    int batch_size = 1;     // sequences in its (last) pass
   };
 
   absl::Status Prefill(uint64_t owner, const v1::TargetPrefill& p, v1::TargetResponse* resp) {
     ParsedPrefill pp;
     RETURN_IF_ERROR(ParsePrefill(owner, p, &pp));
     return FinishPrefill(pp, pp.entry->target->Prefill(pp.tokens), resp);
+  }
+
+  // The prompt of `owner`'s stream that an earlier iteration began to prefill in parts, moved into
+  // `pp` with its entry acquired again (which renews its lease), or false when there is none.
+  absl::StatusOr<bool> TakeParted(uint64_t owner, const v1::TargetPrefill& p, ParsedPrefill* pp) {
+    auto it = parted_.find(owner);
+    if (it == parted_.end()) return false;
+    *pp = std::move(it->second);
+    parted_.erase(it);
+    ASSIGN_OR_RETURN(pp->entry, table_.Acquire(pp->id, owner));
+    pp->request = &p;
+    return true;
+  }
+
+  // A prompt, or the rest of one begun in parts, planned to run `rows` of its rows now.
+  absl::Status StartPrefill(const Loop::Op& op, int64_t rows, ParsedPrefill* pp) {
+    const v1::TargetPrefill& p = op.request->prefill();
+    ASSIGN_OR_RETURN(const bool parted, TakeParted(op.owner, p, pp));
+    if (!parted) RETURN_IF_ERROR(ParsePrefill(op.owner, p, pp));
+    pp->rows = rows;
+    return absl::OkStatus();
   }
 
   absl::Status ParsePrefill(uint64_t owner, const v1::TargetPrefill& p, ParsedPrefill* out) {
@@ -281,6 +314,7 @@ class TargetCore {
       *res->mutable_features() = FeaturesToTensor(out->features);
     }
     res->set_batch_size(pp.batch_size);
+    res->set_compute_ms(pp.compute_ms);  // 0 when it ran alone: the loop's compute, in observe
     return absl::OkStatus();
   }
 
@@ -507,7 +541,8 @@ class TargetCore {
     item.prefill = op.request->has_prefill();
     if (item.prefill) {
       const engine::TargetSession& t = *b.prefills[i].entry->target;
-      item.rows = static_cast<int64_t>(b.prefills[i].tokens.size());
+      const ParsedPrefill& pp = b.prefills[i];
+      item.rows = pp.rows > 0 ? pp.rows : static_cast<int64_t>(pp.tokens.size()) - pp.done;
       item.capture = t.WantsFeaturesOnPrefill() ? &t.capture_layers() : nullptr;
       return item;
     }
@@ -518,17 +553,37 @@ class TargetCore {
     return item;
   }
 
+  // The prompt rows each operation runs in this iteration (PrefillRows; 0 for the others).
+  std::vector<int64_t> PromptRowsNow(const std::vector<Loop::Op>& ops, std::vector<int64_t>* rest) {
+    std::vector<QueuedPrompt> prompts;
+    rest->assign(ops.size(), 0);
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (!ops[i].request->has_prefill()) continue;
+      auto it = parted_.find(ops[i].owner);
+      (*rest)[i] =
+          ops[i].request->prefill().tokens_size() - (it == parted_.end() ? 0 : it->second.done);
+      prompts.push_back({(*rest)[i], it != parted_.end()});
+    }
+    const std::vector<int64_t> planned = PrefillRows(iteration_prefill_max_rows_, prompts);
+    std::vector<int64_t> rows(ops.size(), 0);
+    for (size_t i = 0, k = 0; i < ops.size(); ++i) {
+      if (ops[i].request->has_prefill()) rows[i] = planned[k++];
+    }
+    return rows;
+  }
+
   // Decodes every operation and places the forward passes' items (verifies first, so that
-  // prompts fill the room they leave); prompts beyond the iteration's PrefillBudget wait for the
-  // next one; other operations run now.
+  // prompts fill the room they leave); prompt rows beyond the iteration's budget (PrefillRows)
+  // wait for the next one; other operations run now, in queue order.
   void PlanBatch(std::vector<Loop::Op>& ops, Batch* b) {
-    PrefillBudget budget(iteration_prefill_max_rows_);
+    std::vector<int64_t> rest;
+    const std::vector<int64_t> rows = PromptRowsNow(ops, &rest);
     for (size_t i = 0; i < ops.size(); ++i) {
       Loop::Op& op = ops[i];
       if (op.request->has_prefill() && batch_prefill_max_rows_ > 0) {
-        op.deferred = !budget.Take(op.request->prefill().tokens_size());
+        op.deferred = rest[i] > 0 && rows[i] == 0;  // an empty prompt: ParsePrefill refuses it
         if (op.deferred) continue;
-        op.status = ParsePrefill(op.owner, op.request->prefill(), &b->prefills[i]);
+        op.status = StartPrefill(op, rows[i], &b->prefills[i]);
       } else if (IsStep(*op.request)) {
         op.status = ParseStep(op.owner, *op.request, &b->verifies[i]);
         if (op.status.ok()) b->planner.Place(i, ItemOf(*b, op, i));
@@ -550,14 +605,16 @@ class TargetCore {
     std::vector<size_t> pi, vi;
     std::vector<engine::TargetSession*> psessions, vsessions;
     std::vector<std::span<const int32_t>> prompts;
+    std::vector<int64_t> part_rows;
     std::vector<engine::VerifyRequest> reqs;
     int64_t prompt_rows = 0;
     for (size_t i : pass) {
       if (ops[i].request->has_prefill()) {
         pi.push_back(i);
-        prompt_rows += static_cast<int64_t>(b.prefills[i].tokens.size());
+        prompt_rows += ItemOf(b, ops[i], i).rows;
         psessions.push_back(b.prefills[i].entry->target.get());
         prompts.push_back(b.prefills[i].tokens);
+        part_rows.push_back(b.prefills[i].rows);
       } else {
         vi.push_back(i);
         vsessions.push_back(b.verifies[i].session);
@@ -565,13 +622,21 @@ class TargetCore {
       }
     }
     const auto t0 = Clock::now();
-    auto results = engine::TargetSession::RunBatch(psessions, prompts, vsessions, reqs);
+    auto results = engine::TargetSession::RunBatch(psessions, prompts, vsessions, reqs, part_rows);
     const double pass_ms = MsSince(t0);
     if (!vi.empty()) metrics_->batch.Observe(static_cast<double>(vi.size()));
     for (size_t k = 0; k < pi.size(); ++k) {
-      b.prefills[pi[k]].batch_size = static_cast<int>(pass.size());
-      ops[pi[k]].status =
-          FinishPrefill(b.prefills[pi[k]], results.prefills[k], ops[pi[k]].response);
+      ParsedPrefill& pp = b.prefills[pi[k]];
+      pp.batch_size = static_cast<int>(pass.size());
+      pp.compute_ms += pass_ms;
+      if (results.prefills[k].ok() && !results.prefills[k]->complete) {
+        // More of the prompt to run: the operation goes on in the next iteration, unanswered.
+        pp.done += pp.rows;
+        ops[pi[k]].deferred = true;
+        parted_[ops[pi[k]].owner] = std::move(pp);
+        continue;
+      }
+      ops[pi[k]].status = FinishPrefill(pp, results.prefills[k], ops[pi[k]].response);
     }
     for (size_t k = 0; k < vi.size(); ++k) {
       ParsedVerify& v = b.verifies[vi[k]];
@@ -609,6 +674,8 @@ class TargetCore {
   std::unique_ptr<model::Transformer> model_;
   std::unique_ptr<model::DFlashDrafter> drafter_;  // bound to *model_; optional
   HandleTable<TargetEntry> table_;
+  // Prompts being prefilled in parts, by stream (a stream has at most one operation in flight).
+  absl::flat_hash_map<uint64_t, ParsedPrefill> parted_;
   std::atomic<double> ar_step_ms_{0};  // written on the scheduler thread only
   TargetMetrics* metrics_;
   const int64_t batch_prefill_max_rows_;

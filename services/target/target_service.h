@@ -43,13 +43,14 @@ struct TargetServerOptions {
   // forward pass of its own beside the batch's verify pass. Passes of more rows cost more than
   // their parts on the CPU (measured with specdec-batch-bench --new-prompts).
   int batch_prefill_max_rows = 256;
-  // With batch_prefill_max_rows > 0: the prompts one scheduler iteration prefills total at most
-  // this many rows (at least one prompt is taken); the others wait for the next iteration, first
-  // in its queue. So a burst of new requests holds the running requests' steps behind about one
-  // pass of prompts per step, not behind all of them, and the burst's first tokens come out one
-  // pass apart instead of all after its last prompt. 0: every queued prompt in one iteration.
-  // (An iteration of more than max_batch operations runs them as several batches, each with its
-  // own budget.)
+  // With batch_prefill_max_rows > 0: the prompt rows one scheduler iteration prefills at most
+  // (PrefillRows in pass_planner.h); the others wait for the next iteration, first in its queue,
+  // and a longer prompt is prefilled in parts over several iterations (chunked prefill). So a
+  // burst of new requests, or one long prompt, holds the running requests' steps behind about
+  // this many prompt rows per step, not behind all of them, and a burst's first tokens come out
+  // one pass apart instead of all after its last prompt. 0: every queued prompt whole, in one
+  // iteration. (An iteration of more than max_batch operations runs them as several batches,
+  // each with its own budget.)
   int iteration_prefill_max_rows = 256;
 };
 

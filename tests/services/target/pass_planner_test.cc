@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 namespace specdec::services {
 namespace {
 
@@ -47,18 +49,36 @@ TEST(PassPlannerTest, DifferentCaptureLayersGoInDifferentPasses) {
   EXPECT_EQ(p.passes(), (Passes{{0, 2}, {1, 3}}));
 }
 
-TEST(PrefillBudgetTest, PromptsInQueueOrderWithinTheRowsAndAtLeastTheFirst) {
-  PrefillBudget b(10);
-  EXPECT_TRUE(b.Take(4));
-  EXPECT_TRUE(b.Take(6));   // 10 in all
-  EXPECT_FALSE(b.Take(1));  // 11 would not fit
-  EXPECT_FALSE(b.Take(0));  // and no later prompt jumps the queue
+std::vector<int64_t> Rows(int64_t max_rows, std::vector<QueuedPrompt> prompts) {
+  return PrefillRows(max_rows, prompts);
 }
 
-TEST(PrefillBudgetTest, AFirstPromptLongerThanTheBudgetRunsAlone) {
-  PrefillBudget b(10);
-  EXPECT_TRUE(b.Take(25));
-  EXPECT_FALSE(b.Take(1));
+TEST(PrefillRowsTest, WholePromptsInQueueOrderWithinTheBudget) {
+  EXPECT_EQ(Rows(10, {{4}, {6}, {1}}), (std::vector<int64_t>{4, 6, 0}));  // 11 would not fit
+  // One that fits the budget but not the room left waits, and so do those after it.
+  EXPECT_EQ(Rows(10, {{3}, {8}, {2}}), (std::vector<int64_t>{3, 0, 0}));
+  EXPECT_EQ(Rows(std::numeric_limits<int64_t>::max(), {{500}, {900}}),
+            (std::vector<int64_t>{500, 900}));  // no budget
+}
+
+TEST(PrefillRowsTest, ALongPromptRunsInPartsAndShortOnesDoNotWaitBehindIt) {
+  // A prompt longer than the budget: its first 16 rows, then 16 at a time.
+  EXPECT_EQ(Rows(16, {{40}}), (std::vector<int64_t>{16}));
+  EXPECT_EQ(Rows(16, {{24, true}}), (std::vector<int64_t>{16}));
+  // Short prompts queued behind a long one go whole, first; the long one takes the room left.
+  EXPECT_EQ(Rows(16, {{40}, {5}, {6}}), (std::vector<int64_t>{5, 5, 6}));
+  // Begun earlier, it keeps a quarter of the budget from the whole prompts, then takes the room
+  // they leave.
+  EXPECT_EQ(Rows(16, {{24, true}, {10}, {2}, {7}}), (std::vector<int64_t>{4, 10, 2, 0}));
+  EXPECT_EQ(Rows(16, {{24, true}, {14}}), (std::vector<int64_t>{16, 0}));
+  // Its last rows, fewer than the reserve, leave the rest of the room to the others.
+  EXPECT_EQ(Rows(16, {{2, true}, {14}, {3}}), (std::vector<int64_t>{2, 14, 0}));
+  // Two long prompts: the one begun first, then the new one in the room left.
+  EXPECT_EQ(Rows(16, {{10, true}, {30}}), (std::vector<int64_t>{10, 6}));
+}
+
+TEST(PrefillRowsTest, AnEmptyPromptTakesNoRowsAndHoldsNothingBack) {
+  EXPECT_EQ(Rows(16, {{0}, {16}}), (std::vector<int64_t>{0, 16}));
 }
 
 }  // namespace

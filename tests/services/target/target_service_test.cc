@@ -15,7 +15,9 @@
 #include "common/engine/target_session.h"
 #include "common/model/dflash_drafter.h"
 #include "common/model/transformer.h"
+#include "common/util/status_matchers.h"
 #include "services/common/lookup_weighing_proto.h"
+#include "services/common/tensor_proto.h"
 #include "specdec/v1/target.grpc.pb.h"
 #include "tests/services/test_checkpoints.h"
 
@@ -408,6 +410,80 @@ TEST_F(TargetServiceTest, PromptsBeyondAnIterationsBudgetWaitAndAnswerAsAlone) {
     sharing = PrefillsBesideARun();
   }
   EXPECT_GT(sharing.wide, 0);
+}
+
+// Chunked prefill: with a 16-row budget, a 100-token prompt arriving beside a running request is
+// prefilled over several scheduler iterations, at most 16 of its rows in any of the run's passes,
+// and answered once, as alone: the in-process prefill's first token and every prompt row's
+// features; its next verify agrees too, the run's tokens stay stepwise decoding's, and a stream
+// that goes away in the middle of a prompt leaves no handle behind.
+TEST_F(TargetServiceTest, ALongPromptBesideARunIsPrefilledInPartsWithinTheBudget) {
+  iteration_prefill_max_rows_ = 16;
+  StartServer();
+  auto model = model::Transformer::Load(ModelDir());
+  ASSERT_TRUE(model.ok());
+  std::vector<int32_t> long_prompt(100);
+  for (int i = 0; i < 100; ++i) long_prompt[i] = (i * 7 + 3) % 61;
+  const std::vector<int32_t> prompt = {3, 9, 27, 20, 1};
+  const std::vector<int32_t> stepwise = StepwiseTokens(stub_.get(), prompt, 0.f, 110);
+  int parted_passes = 0;  // the run's passes that carried part of the long prompt
+  for (int attempt = 0; attempt < 5 && parted_passes < 2; ++attempt) {
+    engine::TargetSession local(**model, sampling::SamplingParams{0.f, 0, 1.f, 11}, {0, 1});
+    SPECDEC_ASSERT_OK_AND_ASSIGN(engine::PrefillOutcome want, local.Prefill(long_prompt));
+    Open a = OpenStream();
+    v1::TargetResponse r = Call(a.stream.get(), Prefill(1, prompt));
+    ASSERT_TRUE(r.has_prefill()) << r.error().message();
+    ASSERT_TRUE(a.stream->Write(Run(2, r.prefill().handle().id(), r.prefill().first_token(), 110)));
+    a.stream->WritesDone();
+    int most = 0;
+    parted_passes = 0;
+    std::thread reader([&] {
+      std::vector<int32_t> got;
+      v1::TargetResponse step;
+      while (a.stream->Read(&step)) {
+        got.push_back(step.verify().next_token());
+        most = std::max<int>(most, step.verify().pass_prompt_rows());
+        parted_passes += step.verify().pass_prompt_rows() > 0;
+      }
+      EXPECT_TRUE(a.stream->Finish().ok());
+      EXPECT_EQ(got, stepwise);
+    });
+    // One stream leaves in the middle of its prompt; the next one's prompt is answered.
+    Open gone = OpenStream();
+    EXPECT_TRUE(gone.stream->Write(Prefill(1, long_prompt)));
+    gone.ctx->TryCancel();
+    Open b = OpenStream();
+    v1::TargetRequest pre = Prefill(1, long_prompt);
+    pre.mutable_prefill()->add_capture_layers(0);
+    pre.mutable_prefill()->add_capture_layers(1);
+    v1::TargetResponse pr = Call(b.stream.get(), pre);
+    ASSERT_TRUE(pr.has_prefill()) << pr.error().message();
+    EXPECT_EQ(pr.prefill().first_token(), want.first_token);
+    EXPECT_EQ(pr.prefill().handle().length(), 100);
+    auto features = TensorToFloats(pr.prefill().features(), "features");
+    ASSERT_TRUE(features.ok()) << features.status();
+    const at::Tensor want_features =
+        want.features.to(at::kBFloat16).to(at::kFloat).contiguous().view({-1});
+    ASSERT_EQ(static_cast<int64_t>(features->size()), want_features.numel());
+    EXPECT_TRUE(
+        at::from_blob(features->data(), {want_features.numel()}, at::kFloat).equal(want_features));
+    const std::vector<int32_t> rows = {pr.prefill().first_token(), 4, 5};
+    engine::VerifyRequest vr;
+    vr.tokens = rows;
+    vr.proposal = engine::Proposal::kOneHot;
+    SPECDEC_ASSERT_OK_AND_ASSIGN(engine::VerifyOutcome lv, local.Verify(vr));
+    v1::TargetResponse v = Call(b.stream.get(), Verify(2, pr.prefill().handle().id(), rows));
+    ASSERT_TRUE(v.has_verify()) << v.error().message();
+    EXPECT_EQ(std::vector<int32_t>(v.verify().committed().begin(), v.verify().committed().end()),
+              lv.committed);
+    b.stream->WritesDone();
+    EXPECT_TRUE(b.stream->Finish().ok());
+    gone.stream->Finish().IgnoreError();
+    reader.join();
+    EXPECT_LE(most, 16);
+    EXPECT_TRUE(WaitForHandles(0));
+  }
+  EXPECT_GE(parted_passes, 2) << "the run never shared its passes with the long prompt's parts";
 }
 
 TEST_F(TargetServiceTest, ARunEndsAtAStopTokenOrAFullCacheAndValidatesItsShape) {
