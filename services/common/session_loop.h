@@ -84,7 +84,10 @@ class SessionLoop {
   };
 
   explicit SessionLoop(Hooks hooks)
-      : hooks_(std::move(hooks)), coalescer_(CoalescerOptions(hooks_)), loop_([this] { Loop(); }) {}
+      : hooks_(std::move(hooks)),
+        coalescer_(CoalescerOptions(hooks_)),
+        sender_([this] { SendAnswers(); }),
+        loop_([this] { Loop(); }) {}
   ~SessionLoop() {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -92,6 +95,12 @@ class SessionLoop {
     }
     cv_.notify_all();
     loop_.join();
+    {
+      std::lock_guard<std::mutex> lock(send_mu_);
+      send_stopping_ = true;
+    }
+    send_cv_.notify_all();
+    sender_.join();
   }
 
   // For the service's Session method.
@@ -277,6 +286,33 @@ class SessionLoop {
     }
   }
 
+  // An answer on its way to its stream.
+  struct Answer {
+    std::shared_ptr<StreamState> stream;
+    Resp response;
+  };
+
+  // The sender thread: writes the answers the scheduler queued, in order, to the streams still
+  // there. Writing an answer (serializing it, and often the socket write, which gRPC may run on
+  // the calling thread) took about 8% of the target's scheduler thread at 4 concurrent runs on
+  // the CPU; here it overlaps the next iteration's passes.
+  void SendAnswers() {
+    std::vector<Answer> sending;
+    while (true) {
+      {
+        std::unique_lock<std::mutex> lock(send_mu_);
+        send_cv_.wait(lock, [&] { return send_stopping_ || !answers_.empty(); });
+        if (answers_.empty()) return;  // stopping, and everything sent
+        sending.swap(answers_);
+      }
+      for (Answer& a : sending) {
+        std::lock_guard<std::mutex> lock(a.stream->mu);
+        if (a.stream->reactor != nullptr) a.stream->reactor->Send(std::move(a.response));
+      }
+      sending.clear();
+    }
+  }
+
   // Runs the collected operations, answers them and clears `batch`.
   void RunBatch(std::vector<Work*>& batch) {
     if (batch.empty()) return;
@@ -301,6 +337,7 @@ class SessionLoop {
       }
     }
     coalescer_.Computed(std::chrono::duration<double>(Clock::now() - t0).count());
+    std::vector<Answer> answers;
     for (size_t i = 0; i < batch.size(); ++i) {
       Work& w = *batch[i];
       if (ops[i].deferred) {
@@ -330,7 +367,7 @@ class SessionLoop {
         if (alive) {
           // Counted before this answer goes out, so the stream cannot finish in between.
           if (next) w.stream->reactor->AddPending();
-          w.stream->reactor->Send(std::move(resp));
+          answers.push_back(Answer{w.stream, std::move(resp)});
         }
         coalescer_.Sent(w.owner, Clock::now());
         // Queued under the stream's lock, so it is ahead of the stream's end in the queue.
@@ -341,6 +378,12 @@ class SessionLoop {
       }
     }
     batch.clear();
+    if (answers.empty()) return;
+    {
+      std::lock_guard<std::mutex> lock(send_mu_);
+      for (Answer& a : answers) answers_.push_back(std::move(a));
+    }
+    send_cv_.notify_one();
   }
 
   Hooks hooks_;
@@ -354,6 +397,12 @@ class SessionLoop {
   std::condition_variable cv_;
   std::deque<Work> queue_;
   bool stopping_ = false;
+  // Answers for the sender thread, in order.
+  std::mutex send_mu_;
+  std::condition_variable send_cv_;
+  std::vector<Answer> answers_;
+  bool send_stopping_ = false;
+  std::thread sender_;
   std::thread loop_;  // last: starts after every other member is ready
 };
 
