@@ -653,8 +653,8 @@ class TargetCore {
   // Continuous batching: the verify passes of different sessions run as batched forward passes
   // (PassPlanner: sessions that need different feature layers go in separate passes, a new
   // request's prompt joins a pass within batch_prefill_max_rows_ rows instead of costing the
-  // running requests a pass of its own, and the prompts beyond iteration_prefill_max_rows_ wait
-  // for the next iteration: PrefillBudget); every other operation runs on its own.
+  // running requests a pass of its own, and the prompt rows beyond iteration_prefill_max_rows_
+  // wait for the next iteration: PrefillRows); every other operation runs on its own.
   void ExecuteBatch(std::vector<Loop::Op>& ops) {
     Batch b{std::vector<ParsedVerify>(ops.size()), std::vector<ParsedPrefill>(ops.size()),
             PassPlanner(batch_prefill_max_rows_)};
