@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <limits>
 #include <thread>
@@ -52,6 +53,18 @@ const std::string& ModelDir() {
   return *dir;
 }
 
+// The same shapes with a context of 2048: room for runs that last long beside other requests.
+const std::string& LongContextModelDir() {
+  static const std::string* dir = [] {
+    auto c = SmallConfig();
+    c.max_position_embeddings = 2048;
+    return new std::string(testing_util::WriteCheckpoint(
+        "target_svc_long", model::Transformer::RandomWeights(c, 5, 0.3),
+        model::ModelConfigToJson(c)));
+  }();
+  return *dir;
+}
+
 const std::string& DFlashDir() {
   static const std::string* dir = [] {
     model::DFlashConfig fc;
@@ -74,7 +87,7 @@ class TargetServiceTest : public ::testing::Test {
     TargetServerOptions o;
     o.address = "127.0.0.1:0";
     o.metrics_address = "";
-    o.model_dir = ModelDir();
+    o.model_dir = model_dir_.empty() ? ModelDir() : model_dir_;
     if (host_drafter) o.dflash_dir = DFlashDir();
     o.replica = "t0";
     o.kv_budget_bytes = budget;
@@ -154,6 +167,7 @@ class TargetServiceTest : public ::testing::Test {
 
   int batch_prefill_max_rows_ = 256;
   int iteration_prefill_max_rows_ = 256;
+  std::string model_dir_;  // empty: ModelDir()
   std::unique_ptr<TargetServer> server_;
   std::unique_ptr<v1::Target::Stub> stub_;
 };
@@ -419,13 +433,16 @@ TEST_F(TargetServiceTest, PromptsBeyondAnIterationsBudgetWaitAndAnswerAsAlone) {
 // that goes away in the middle of a prompt leaves no handle behind.
 TEST_F(TargetServiceTest, ALongPromptBesideARunIsPrefilledInPartsWithinTheBudget) {
   iteration_prefill_max_rows_ = 16;
+  // A run of 1,000 steps outlasts the long prompt's parts however slowly this client is scheduled.
+  model_dir_ = LongContextModelDir();
+  constexpr int kRunTokens = 1000;
   StartServer();
-  auto model = model::Transformer::Load(ModelDir());
+  auto model = model::Transformer::Load(model_dir_);
   ASSERT_TRUE(model.ok());
   std::vector<int32_t> long_prompt(100);
   for (int i = 0; i < 100; ++i) long_prompt[i] = (i * 7 + 3) % 61;
   const std::vector<int32_t> prompt = {3, 9, 27, 20, 1};
-  const std::vector<int32_t> stepwise = StepwiseTokens(stub_.get(), prompt, 0.f, 110);
+  const std::vector<int32_t> stepwise = StepwiseTokens(stub_.get(), prompt, 0.f, kRunTokens);
   int parted_passes = 0;  // the run's passes that carried part of the long prompt
   for (int attempt = 0; attempt < 5 && parted_passes < 2; ++attempt) {
     engine::TargetSession local(**model, sampling::SamplingParams{0.f, 0, 1.f, 11}, {0, 1});
@@ -433,52 +450,61 @@ TEST_F(TargetServiceTest, ALongPromptBesideARunIsPrefilledInPartsWithinTheBudget
     Open a = OpenStream();
     v1::TargetResponse r = Call(a.stream.get(), Prefill(1, prompt));
     ASSERT_TRUE(r.has_prefill()) << r.error().message();
-    ASSERT_TRUE(a.stream->Write(Run(2, r.prefill().handle().id(), r.prefill().first_token(), 110)));
+    ASSERT_TRUE(
+        a.stream->Write(Run(2, r.prefill().handle().id(), r.prefill().first_token(), kRunTokens)));
     a.stream->WritesDone();
     int most = 0;
     parted_passes = 0;
+    std::atomic<bool> running{false};
     std::thread reader([&] {
       std::vector<int32_t> got;
       v1::TargetResponse step;
       while (a.stream->Read(&step)) {
+        running.store(true);
         got.push_back(step.verify().next_token());
         most = std::max<int>(most, step.verify().pass_prompt_rows());
         parted_passes += step.verify().pass_prompt_rows() > 0;
       }
+      running.store(true);
       EXPECT_TRUE(a.stream->Finish().ok());
       EXPECT_EQ(got, stepwise);
     });
-    // One stream leaves in the middle of its prompt; the next one's prompt is answered.
-    Open gone = OpenStream();
-    EXPECT_TRUE(gone.stream->Write(Prefill(1, long_prompt)));
-    gone.ctx->TryCancel();
-    Open b = OpenStream();
-    v1::TargetRequest pre = Prefill(1, long_prompt);
-    pre.mutable_prefill()->add_capture_layers(0);
-    pre.mutable_prefill()->add_capture_layers(1);
-    v1::TargetResponse pr = Call(b.stream.get(), pre);
-    ASSERT_TRUE(pr.has_prefill()) << pr.error().message();
-    EXPECT_EQ(pr.prefill().first_token(), want.first_token);
-    EXPECT_EQ(pr.prefill().handle().length(), 100);
-    auto features = TensorToFloats(pr.prefill().features(), "features");
-    ASSERT_TRUE(features.ok()) << features.status();
-    const at::Tensor want_features =
-        want.features.to(at::kBFloat16).to(at::kFloat).contiguous().view({-1});
-    ASSERT_EQ(static_cast<int64_t>(features->size()), want_features.numel());
-    EXPECT_TRUE(
-        at::from_blob(features->data(), {want_features.numel()}, at::kFloat).equal(want_features));
-    const std::vector<int32_t> rows = {pr.prefill().first_token(), 4, 5};
-    engine::VerifyRequest vr;
-    vr.tokens = rows;
-    vr.proposal = engine::Proposal::kOneHot;
-    SPECDEC_ASSERT_OK_AND_ASSIGN(engine::VerifyOutcome lv, local.Verify(vr));
-    v1::TargetResponse v = Call(b.stream.get(), Verify(2, pr.prefill().handle().id(), rows));
-    ASSERT_TRUE(v.has_verify()) << v.error().message();
-    EXPECT_EQ(std::vector<int32_t>(v.verify().committed().begin(), v.verify().committed().end()),
-              lv.committed);
-    b.stream->WritesDone();
-    EXPECT_TRUE(b.stream->Finish().ok());
-    gone.stream->Finish().IgnoreError();
+    while (!running.load()) std::this_thread::yield();
+    // One stream leaves in the middle of its prompt; the next one's prompt is answered. (A lambda,
+    // so that a failed assertion still ends the runs below.)
+    auto prefill_long_prompts = [&] {
+      Open gone = OpenStream();
+      EXPECT_TRUE(gone.stream->Write(Prefill(1, long_prompt)));
+      gone.ctx->TryCancel();
+      Open b = OpenStream();
+      v1::TargetRequest pre = Prefill(1, long_prompt);
+      pre.mutable_prefill()->add_capture_layers(0);
+      pre.mutable_prefill()->add_capture_layers(1);
+      v1::TargetResponse pr = Call(b.stream.get(), pre);
+      ASSERT_TRUE(pr.has_prefill()) << pr.error().message();
+      EXPECT_EQ(pr.prefill().first_token(), want.first_token);
+      EXPECT_EQ(pr.prefill().handle().length(), 100);
+      auto features = TensorToFloats(pr.prefill().features(), "features");
+      ASSERT_TRUE(features.ok()) << features.status();
+      const at::Tensor want_features =
+          want.features.to(at::kBFloat16).to(at::kFloat).contiguous().view({-1});
+      ASSERT_EQ(static_cast<int64_t>(features->size()), want_features.numel());
+      EXPECT_TRUE(at::from_blob(features->data(), {want_features.numel()}, at::kFloat)
+                      .equal(want_features));
+      const std::vector<int32_t> rows = {pr.prefill().first_token(), 4, 5};
+      engine::VerifyRequest vr;
+      vr.tokens = rows;
+      vr.proposal = engine::Proposal::kOneHot;
+      SPECDEC_ASSERT_OK_AND_ASSIGN(engine::VerifyOutcome lv, local.Verify(vr));
+      v1::TargetResponse v = Call(b.stream.get(), Verify(2, pr.prefill().handle().id(), rows));
+      ASSERT_TRUE(v.has_verify()) << v.error().message();
+      EXPECT_EQ(std::vector<int32_t>(v.verify().committed().begin(), v.verify().committed().end()),
+                lv.committed);
+      b.stream->WritesDone();
+      EXPECT_TRUE(b.stream->Finish().ok());
+      gone.stream->Finish().IgnoreError();
+    };
+    prefill_long_prompts();
     reader.join();
     EXPECT_LE(most, 16);
     EXPECT_TRUE(WaitForHandles(0));
