@@ -364,32 +364,35 @@ RemoteSides ConnectSides(Backends& backends, CallScope scope,
     return sides;
   }
   const bool try_hosted = dflash && backends.TargetDrafting();
-  std::optional<size_t> replica;
   ReplicaSet* drafters = backends.drafters();
+  bool use_drafter = false;  // a drafter replica serves this request: `replica`
+  size_t replica = 0;
   if (options.method != engine::Method::kAr && drafters &&
       !(try_hosted && backends.AllTargetsHost())) {
-    replica = backends.Pick(*drafters, "drafter");
-    if (!replica) {
+    if (std::optional<size_t> picked = backends.Pick(*drafters, "drafter")) {
+      use_drafter = true;
+      replica = *picked;
+    } else {
       sides.drafter_unavailable = absl::UnavailableError(
           absl::StrCat("no healthy drafter replica: ", drafters->Describe()));
     }
   }
   v1::ModelInfo info;
-  if (dflash && replica) {
-    absl::StatusOr<v1::ModelInfo> got = backends.DrafterInfo(*replica, scope.deadline);
+  if (dflash && use_drafter) {
+    absl::StatusOr<v1::ModelInfo> got = backends.DrafterInfo(replica, scope.deadline);
     if (got.ok()) {
       info = *std::move(got);
     } else {
-      Backends::NoteFailure(*drafters, *replica, got.status());
+      Backends::NoteFailure(*drafters, replica, got.status());
       sides.drafter_unavailable = got.status();
-      replica.reset();
+      use_drafter = false;
     }
   }
   std::vector<int64_t> capture(info.target_layer_ids().begin(), info.target_layer_ids().end());
   sides.target =
       std::make_unique<RemoteTarget>(backends, scope, options, std::move(capture), try_hosted);
-  if (replica) {
-    sides.drafter = std::make_unique<RemoteDrafter>(backends, *replica, scope, options,
+  if (use_drafter) {
+    sides.drafter = std::make_unique<RemoteDrafter>(backends, replica, scope, options,
                                                     sides.target.get(), info.block_size());
   }
   if (options.method == engine::Method::kDflashAdaptive && backends.policies()) {

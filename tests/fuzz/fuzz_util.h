@@ -28,6 +28,9 @@ inline std::string InputAsFile(const uint8_t* data, size_t size, const char* suf
   return path;
 }
 
+// Reads a byte so that the compiler keeps the read (and the access a bad offset would fault on).
+inline void Touch(uint8_t byte) { asm volatile("" : : "r"(byte) : "memory"); }
+
 inline std::string ReadSourceFile(const std::string& relative) {
   std::ifstream in(std::string(SPECDEC_SOURCE_DIR) + "/" + relative, std::ios::binary);
   if (!in) std::abort();

@@ -217,7 +217,7 @@ TEST(CostAwareHookTest, ProbesThatKeepLosingMakeTheClassesNextRequestsWaitLonger
       m, [](int rows) { return 1.0 + 0.5 * rows; }, [](int rows) { return 1.0; }, {0});
   m.NextDecision();  // past the exploring decision 0
   const CostAwareHook::Options options = {.probe_every = 8, .warmup = 0, .explore_every = 1000};
-  auto first_probe = [&](double temperature) {
+  auto first_probe = [&](float temperature) {
     CostAwareHook hook(m, options);
     for (int d = 1; d <= 200; ++d) {
       StepPlan plan;
@@ -247,7 +247,7 @@ TEST(CostAwareHookTest, WhereTheDraftersProbesKeepLosingMostRequestsRunWithoutIt
   m.NextDecision();  // past the exploring decision 0
   const CostAwareHook::Options options = {
       .probe_every = 8, .warmup = 0, .explore_every = 1000, .measure_every_requests = 4};
-  auto speculates = [&](double temperature) {
+  auto speculates = [&](float temperature) {
     CostAwareHook hook(m, options);
     return hook.Speculates(LoopView{Method::kDflashAdaptive, 100, 0, false, {}, temperature});
   };

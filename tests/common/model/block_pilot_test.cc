@@ -131,7 +131,9 @@ TEST(BlockPilot, AcceptanceHeadPredictsANonIncreasingCurveAndTheLargestPayingBlo
       tau += share;
       EXPECT_NEAR(pred->acceptance[k], share, 1e-4) << k;
       EXPECT_NEAR(pred->scores[k], tau, 1e-3) << k;
-      if (k > 0) EXPECT_LE(pred->acceptance[k], pred->acceptance[k - 1]);
+      if (k > 0) {
+        EXPECT_LE(pred->acceptance[k], pred->acceptance[k - 1]);
+      }
       if (share >= 0.2) expected_block = static_cast<int32_t>(k) + 2;
     }
     EXPECT_EQ(pred->block_size, expected_block);
