@@ -81,7 +81,9 @@ TEST_F(ClusterTest, TargetHostedDraftingEqualsArAndTheInProcessDecoder) {
         EXPECT_GT(s.drafted_tokens(), 0);
         EXPECT_EQ(s.block_size(), 5);  // the hosted drafter's training block size
       }
-      if (s.drafted_tokens() > 0) {
+      // Its blocks came from the target's drafter. (Steps the load-aware router ran as AR look up
+      // instead: drafts without a drafter, when the learner holds AR, as it may on a slow machine.)
+      if (s.drafted_tokens() > 0 && s.load_aware_ar_steps() == 0) {
         EXPECT_TRUE(s.target_drafted()) << v1::Method_Name(m);
       }
     }
