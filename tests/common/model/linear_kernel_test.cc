@@ -97,8 +97,10 @@ at::Tensor OrderedReference(const at::Tensor& x, const at::Tensor& w, bool even_
 
 bool BitwiseEqual(const at::Tensor& a, const at::Tensor& b) {
   at::Tensor ca = a.contiguous(), cb = b.contiguous();
+  // An empty tensor may have no storage: memcmp's pointers must not be null even for 0 bytes.
   return ca.sizes() == cb.sizes() &&
-         std::memcmp(ca.data_ptr(), cb.data_ptr(), ca.numel() * ca.element_size()) == 0;
+         (ca.numel() == 0 ||
+          std::memcmp(ca.data_ptr(), cb.data_ptr(), ca.numel() * ca.element_size()) == 0);
 }
 
 // Every element within one bf16 step of the exactly rounded double-precision product (a float
