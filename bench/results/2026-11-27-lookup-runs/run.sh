@@ -14,10 +14,8 @@ cd "$(dirname "$0")/../../.."
 out=${1:?usage: run.sh OUT BEFORE_BUILD}
 before=${2:?usage: run.sh OUT BEFORE_BUILD}
 mkdir -p "$out"
-P=models/specdec-pycode
 /usr/bin/python3 bench/ngram_prompts.py "$out/ngram" --count "${NGRAM_COUNT:-16}" >/dev/null
-export SPECDEC_PORT_BASE=53050 SPECDEC_METRICS_BASE=12090 TARGET_MODEL=$P/target DRAFT_LM=$P/draft \
-  DFLASH_MODEL=$P/dflash POLICY_MODEL=$P/policy
+. bench/pack_cluster_env.sh
 for round in $(seq "${ROUNDS:-3}"); do
   for build in before after; do
     dir=build

@@ -11,9 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../../.."
 out=${1:?usage: run.sh OUT}
 mkdir -p "$out"
-P=models/specdec-pycode
-export SPECDEC_PORT_BASE=53050 SPECDEC_METRICS_BASE=12090 TARGET_MODEL=$P/target DRAFT_LM=$P/draft \
-  DFLASH_MODEL=$P/dflash POLICY_MODEL=$P/policy
+. bench/pack_cluster_env.sh
 for round in $(seq "${ROUNDS:-5}"); do
   for arm in load cost; do
     aware=true

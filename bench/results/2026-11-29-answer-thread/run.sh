@@ -13,9 +13,7 @@ cd "$here/../../.."
 out=${1:?usage: run.sh OUT BEFORE_BUILD_DIR}
 before=${2:?usage: run.sh OUT BEFORE_BUILD_DIR}
 mkdir -p "$out"
-P=models/specdec-pycode
-export SPECDEC_PORT_BASE=53050 SPECDEC_METRICS_BASE=12090 TARGET_MODEL=$P/target DRAFT_LM=$P/draft \
-  DFLASH_MODEL=$P/dflash POLICY_MODEL=$P/policy SPECDEC_RUN_DIR=/tmp/answer-thread-cluster
+. bench/pack_cluster_env.sh /tmp/answer-thread-cluster
 for round in $(seq 1 "${ROUNDS:-3}"); do
   for variant in "before:$before" "after:build"; do
     IFS=: read -r name dir <<<"$variant"

@@ -19,9 +19,7 @@ before=${2:?usage: run.sh OUT BEFORE_BUILD_DIR}
 mkdir -p "$out"
 prompts=${PROMPTS:-$out/prompts.jsonl}
 [ -n "${PROMPTS:-}" ] || /usr/bin/python3 "$here/make_prompts.py" "$prompts"
-P=models/specdec-pycode
-export SPECDEC_PORT_BASE=53050 SPECDEC_METRICS_BASE=12090 TARGET_MODEL=$P/target DRAFT_LM=$P/draft \
-  DFLASH_MODEL=$P/dflash POLICY_MODEL=$P/policy SPECDEC_RUN_DIR=/tmp/chunked-prefill-cluster
+. bench/pack_cluster_env.sh /tmp/chunked-prefill-cluster
 for round in $(seq 1 "${ROUNDS:-3}"); do
   variants=("before:$before:256")
   for budget in ${BUDGETS:-256}; do variants+=("chunked$budget:build:$budget"); done

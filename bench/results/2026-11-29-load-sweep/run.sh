@@ -9,9 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../../.."
 out=${1:?usage: run.sh OUT}
 mkdir -p "$out"
-P=models/specdec-pycode
-export SPECDEC_PORT_BASE=53050 SPECDEC_METRICS_BASE=12090 TARGET_MODEL=$P/target DRAFT_LM=$P/draft \
-  DFLASH_MODEL=$P/dflash POLICY_MODEL=$P/policy SPECDEC_RUN_DIR=/tmp/load-sweep-cluster
+. bench/pack_cluster_env.sh /tmp/load-sweep-cluster
 for hook in ${HOOKS:-cost load}; do
   aware=true
   [ "$hook" = cost ] && aware=false
