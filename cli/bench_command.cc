@@ -17,6 +17,7 @@
 #include "cli/repetition.h"
 #include "cli/speedup_interval.h"
 #include "common/engine/decoder.h"
+#include "common/engine/warm_up.h"
 #include "common/model/block_pilot.h"
 #include "common/model/dflash_drafter.h"
 #include "common/model/runtime.h"
@@ -46,6 +47,7 @@ struct BenchArgs {
   std::vector<int> block_sizes;  // DFLASH runs once per block size (each a row of its own)
   std::string compare_policy;    // DFLASH_ADAPTIVE runs with this policy too ("... policy 2")
   bool no_adaptive_lookup = false;
+  int warmup_tokens = engine::kDefaultWarmUpTokens;
   int threads = 0;
   std::string dtype = "auto", device = "cpu";
   std::string json_path, png_path, samples_path;
@@ -364,12 +366,29 @@ int WriteBenchFiles(const BenchArgs& a, const nlohmann::json& rows, const BenchT
   return 0;
 }
 
+// Where DFLASH_ADAPTIVE is compared, the untimed warm-up request that the router runs before it
+// serves, so that the block choice starts from this machine's measured pass costs in process too.
+absl::Status WarmUpBlockChoice(const BenchArgs& a, const BenchModels& models,
+                               const std::vector<Variant>& variants) {
+  const bool adaptive = std::any_of(variants.begin(), variants.end(), [](const Variant& v) {
+    return v.method == engine::Method::kDflashAdaptive && v.block_size == 0;
+  });
+  if (!adaptive || a.warmup_tokens <= 0 || a.block_size > 0) return absl::OkStatus();
+  auto r = engine::WarmUp(models.em, models.tok.get(), a.warmup_tokens);
+  if (!r.ok()) return r.status();
+  std::printf("warm-up: %zu tokens, tau %.2f, %.0f ms\n", r->tokens.size(), r->stats.tau(),
+              r->stats.total_ms);
+  return absl::OkStatus();
+}
+
 int RunBench(const BenchArgs& a) {
   model::ConfigureComputeThreads(a.threads);
   BenchModels models;
   if (absl::Status s = LoadBenchModels(a, models); !s.ok()) return Fail(s);
   auto variants = SelectVariants(a, models.em);
   if (!variants.ok()) return Fail(variants.status());
+
+  if (absl::Status s = WarmUpBlockChoice(a, models, *variants); !s.ok()) return Fail(s);
 
   BenchTotals totals;
   for (const std::string& file : a.prompt_files) {
@@ -419,6 +438,10 @@ void RegisterBenchCommand(CLI::App& app, int* exit_code) {
                   "a second BlockPilot: DFLASH_ADAPTIVE also runs with it (\"policy 2\" rows)");
   cmd->add_flag("--no-adaptive-lookup", a->no_adaptive_lookup,
                 "DFLASH_ADAPTIVE never drafts by prompt lookup (the drafter drafts every step)");
+  cmd->add_option("--warmup-tokens", a->warmup_tokens,
+                  "before the timed requests, one untimed DFLASH_ADAPTIVE request of this many "
+                  "tokens measures the passes' costs for the block choice, as the router does "
+                  "(0: none; the first requests explore)");
   cmd->add_option("--threads", a->threads, "compute threads (0 = all cores)");
   cmd->add_option("--dtype", a->dtype, "compute dtype: auto (the checkpoint's), f32 or bf16");
   cmd->add_option("--device", a->device, "cpu, cuda or cuda:N (a CUDA-enabled libtorch)");

@@ -22,6 +22,13 @@ absl::StatusOr<DecodeResult> Decode(const EngineModels& models, std::span<const 
                                     const DecodeOptions& options,
                                     const CommitCallback& on_commit = {});
 
+// DFLASH_ADAPTIVE's warm-up in process, as the router runs it before serving: the warm-up request
+// (warm_up.h; its prompt through `tokenizer` where there is one) on `models`, its blocks chosen on
+// the cost model that the models' DFLASH_ADAPTIVE requests share, so that theirs start from this
+// machine's measured pass costs. FAILED_PRECONDITION where `models` have no DFlash drafter.
+absl::StatusOr<DecodeResult> WarmUp(const EngineModels& models,
+                                    const tokenizer::Tokenizer* tokenizer, int32_t max_new_tokens);
+
 }  // namespace specdec::engine
 
 #endif  // SPECDEC_COMMON_ENGINE_DECODER_H_

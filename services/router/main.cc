@@ -1,6 +1,7 @@
 // specdec-router: the client-facing Generate API over the target, drafter and policy services.
 #include <CLI/CLI.hpp>
 
+#include "common/engine/warm_up.h"
 #include "services/common/log.h"
 #include "services/common/server_flags.h"
 #include "services/router/router_service.h"
@@ -35,7 +36,7 @@ int main(int argc, char** argv) {
                  "the served model's name: metrics label, and accepted in GenerateRequest.model")
       ->envname("SPECDEC_MODEL_NAME");
   app.add_option("--default-max-new-tokens", o.default_max_new_tokens, "when a request sets 0");
-  o.warmup_tokens = 96;
+  o.warmup_tokens = specdec::engine::kDefaultWarmUpTokens;
   app.add_option("--warmup-tokens", o.warmup_tokens,
                  "before serving, one DFLASH_ADAPTIVE request of this many tokens measures the "
                  "passes' costs for the block choice (0: none)")

@@ -1,4 +1,4 @@
-// The router's warm-up: before it serves, one DFLASH_ADAPTIVE request on a made-up prompt runs
+// The router's warm-up: before it serves, the warm-up request (common/engine/warm_up.h) runs
 // through the real target, drafter and policy, so that the block choice starts from this
 // machine's measured pass costs instead of exploring them on the first users' requests
 // (docs/design.md §2.8, "Warm-up").
@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "common/engine/block_cost_model.h"
 #include "common/engine/step_loop.h"
+#include "common/engine/warm_up.h"
 #include "services/router/backends.h"
 #include "services/router/request_conversion.h"
 
@@ -21,15 +22,14 @@ class Tokenizer;
 namespace specdec::services {
 
 struct WarmUpOptions {
-  int32_t max_new_tokens = 96;               // enough for the block choice's warm-up decisions
+  int32_t max_new_tokens = engine::kDefaultWarmUpTokens;
   std::chrono::milliseconds timeout{10000};  // the whole request's deadline
 };
 
-// Runs the warm-up request greedily with ignore_eos: a fixed code prompt (through `tokenizer`
-// when there is one, else the ids 1..16 within the vocabulary), DFLASH_ADAPTIVE with CostAwareHook
-// on `model`, whose warm-up decisions take every candidate block in turn (it drafts no prompt
-// lookups, which would take steps from those decisions). Its pass costs go into
-// `model`; its acceptance does not (the prompt is nobody's). FAILED_PRECONDITION where the
+// Runs the warm-up request (engine::WarmUpPrompt through `tokenizer` where there is one, under the
+// deployment's `defaults`, made the warm-up's by engine::MakeWarmUp) with CostAwareHook on `model`,
+// whose warm-up decisions take every candidate block in turn. Its pass costs go into `model`; its
+// acceptance does not (engine::WarmUpHookOptions). FAILED_PRECONDITION where the
 // deployment serves no DFlash drafter (nothing to choose); otherwise the request's own status.
 absl::StatusOr<engine::DecodeResult> WarmUp(Backends& backends, engine::BlockCostModel& model,
                                             const tokenizer::Tokenizer* tokenizer,

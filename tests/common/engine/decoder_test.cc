@@ -11,6 +11,7 @@
 #include <set>
 
 #include "common/engine/target_session.h"
+#include "common/engine/warm_up.h"
 #include "common/io/gguf_to_hf.h"
 #include "common/model/block_pilot.h"
 #include "common/model/dflash_drafter.h"
@@ -280,6 +281,43 @@ TEST_F(DecoderGreedyTest, CostAwareAdaptiveMixesArRunsAndBlocksAndEqualsAr) {
   EXPECT_TRUE(blocks.count(0)) << "no AR step";  // AR steps carry no block
   EXPECT_GE(blocks.size(), 4u);
   EXPECT_GT(cost_model.SpeculativeSteps(), 0);
+}
+
+TEST_F(DecoderGreedyTest, WarmUpMeasuresTheCandidatesCostsAndSharesNoAcceptance) {
+  BlockCostModel cost_model;
+  EngineModels em{models_->target.get(), nullptr, models_->dflash.get(), nullptr};
+  em.block_model = &cost_model;
+  auto r = WarmUp(em, nullptr, 64);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->tokens.size(), 64u);
+  EXPECT_EQ(r->stats.method, Method::kDflashAdaptive);
+  EXPECT_EQ(r->stats.lookup_steps, 0);
+  // Its decisions explored: AR's pass and drafted blocks' passes are measured...
+  EXPECT_GE(cost_model.NextDecision(), 16);
+  EXPECT_GT(cost_model.StepMs(1, 1), 0);
+  EXPECT_GT(cost_model.StepMs(1, 3), 0);
+  // ... but its acceptance, on a prompt nobody sent, is not the machine's.
+  double weight = 0;
+  cost_model.AcceptedShare(0, 0, &weight);
+  EXPECT_EQ(weight, 0);
+  EXPECT_EQ(cost_model.SpeculativeSteps(), 0);
+  // It equals AR on its prompt, as every DFLASH_ADAPTIVE request does.
+  const auto prompt = WarmUpPrompt(nullptr, models_->target->config().vocab_size);
+  ASSERT_TRUE(prompt.ok());
+  DecodeOptions ar;
+  ar.max_new_tokens = 64;
+  auto base = Decode(em, *prompt, ar);
+  ASSERT_TRUE(base.ok()) << base.status();
+  ExpectSameAsAr(*models_->target, *prompt, base->tokens, r->tokens, "the warm-up");
+}
+
+TEST_F(DecoderGreedyTest, WarmUpWithoutADrafterHasNothingToChoose) {
+  BlockCostModel cost_model;
+  EngineModels em{models_->target.get(), models_->draft.get(), nullptr, nullptr};
+  em.block_model = &cost_model;
+  auto r = WarmUp(em, nullptr, 32);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+  EXPECT_EQ(cost_model.StepMs(1, 1), 0);
 }
 
 TEST_F(DecoderGreedyTest, BadRequestsAreRejected) {
