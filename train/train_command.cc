@@ -20,6 +20,30 @@ void Report(const char* name, const absl::Status& status, int* exit_code) {
   }
 }
 
+// The flags of a trainer's optimization and run (`Options` has fields of these names): the
+// learning-rate schedule, AdamW, dtypes, device and threads, evaluation and checkpoint cadence,
+// seed and time budget. Each shows its default.
+template <typename Options>
+void AddOptimizationFlags(CLI::App* cmd, Options* o) {
+  cmd->add_option("--lr", o->lr, "peak learning rate")->capture_default_str();
+  cmd->add_option("--min-lr-ratio", o->min_lr_ratio, "final lr / peak")->capture_default_str();
+  cmd->add_option("--warmup", o->warmup_frac, "warmup share of steps")->capture_default_str();
+  cmd->add_option("--weight-decay", o->weight_decay, "AdamW weight decay")->capture_default_str();
+  cmd->add_option("--clip", o->clip, "gradient clip norm")->capture_default_str();
+  cmd->add_option("--dtype", o->dtype, "compute dtype f32|bf16")->capture_default_str();
+  cmd->add_option("--export-dtype", o->export_dtype, "exported weights f32|bf16")
+      ->capture_default_str();
+  cmd->add_option("--device", o->device, "cpu | cuda")->capture_default_str();
+  cmd->add_option("--threads", o->threads, "CPU threads (0 = all)")->capture_default_str();
+  cmd->add_option("--eval-every", o->eval_every, "steps between held-out evaluations")
+      ->capture_default_str();
+  cmd->add_option("--checkpoint-every", o->checkpoint_every, "steps between checkpoints")
+      ->capture_default_str();
+  cmd->add_option("--seed", o->seed, "random seed")->capture_default_str();
+  cmd->add_option("--time-budget", o->time_budget_s,
+                  "training seconds; shrink --steps to fit (0 = off)");
+}
+
 void AddLm(CLI::App& parent, int* exit_code) {
   auto o = std::make_shared<LmTrainOptions>();
   o->config.architecture = model::Architecture::kQwen3;
@@ -50,23 +74,8 @@ void AddLm(CLI::App& parent, int* exit_code) {
   cmd->add_option("--seq-len", o->seq_len, "tokens per sequence")->capture_default_str();
   cmd->add_option("--grad-accum", o->grad_accum, "micro-batches per step")->capture_default_str();
   cmd->add_option("--steps", o->steps, "optimizer steps")->capture_default_str();
-  cmd->add_option("--lr", o->lr, "peak learning rate")->capture_default_str();
-  cmd->add_option("--min-lr-ratio", o->min_lr_ratio, "final lr / peak")->capture_default_str();
-  cmd->add_option("--warmup", o->warmup_frac, "warmup share of steps")->capture_default_str();
-  cmd->add_option("--weight-decay", o->weight_decay, "AdamW weight decay")->capture_default_str();
-  cmd->add_option("--clip", o->clip, "gradient clip norm")->capture_default_str();
-  cmd->add_option("--dtype", o->dtype, "compute dtype f32|bf16")->capture_default_str();
-  cmd->add_option("--export-dtype", o->export_dtype, "exported weights f32|bf16")
-      ->capture_default_str();
-  cmd->add_option("--device", o->device, "cpu | cuda")->capture_default_str();
-  cmd->add_option("--threads", o->threads, "CPU threads (0 = all)")->capture_default_str();
-  cmd->add_option("--eval-every", o->eval_every, "steps between held-out evaluations")
-      ->capture_default_str();
+  AddOptimizationFlags(cmd, o.get());
   cmd->add_option("--eval-batches", o->eval_batches, "held-out batches")->capture_default_str();
-  cmd->add_option("--checkpoint-every", o->checkpoint_every, "steps between checkpoints")
-      ->capture_default_str();
-  cmd->add_option("--seed", o->seed, "random seed")->capture_default_str();
-  cmd->add_option("--time-budget", o->time_budget_s, "seconds; shrink --steps to fit (0 = off)");
   cmd->callback([o, exit_code] {
     o->config.head_dim = o->config.hidden_size / o->config.num_attention_heads;
     Report("lm", TrainLm(*o), exit_code);
@@ -97,20 +106,7 @@ void AddDFlash(CLI::App& parent, int* exit_code) {
   cmd->add_option("--batch", o->batch_size, "sequences per step")->capture_default_str();
   cmd->add_option("--anchors", o->anchors, "anchors per sequence")->capture_default_str();
   cmd->add_option("--steps", o->steps, "optimizer steps")->capture_default_str();
-  cmd->add_option("--lr", o->lr, "peak learning rate")->capture_default_str();
-  cmd->add_option("--warmup", o->warmup_frac, "warmup share")->capture_default_str();
-  cmd->add_option("--weight-decay", o->weight_decay, "AdamW weight decay")->capture_default_str();
-  cmd->add_option("--clip", o->clip, "gradient clip norm")->capture_default_str();
-  cmd->add_option("--dtype", o->dtype, "compute dtype f32|bf16")->capture_default_str();
-  cmd->add_option("--export-dtype", o->export_dtype, "exported weights f32|bf16")
-      ->capture_default_str();
-  cmd->add_option("--device", o->device, "cpu | cuda")->capture_default_str();
-  cmd->add_option("--threads", o->threads, "CPU threads (0 = all)")->capture_default_str();
-  cmd->add_option("--eval-every", o->eval_every, "steps between evaluations")->capture_default_str();
-  cmd->add_option("--checkpoint-every", o->checkpoint_every, "steps between checkpoints")
-      ->capture_default_str();
-  cmd->add_option("--seed", o->seed, "random seed")->capture_default_str();
-  cmd->add_option("--time-budget", o->time_budget_s, "training seconds; shrink --steps to fit");
+  AddOptimizationFlags(cmd, o.get());
   cmd->callback([o, exit_code] { Report("dflash", TrainDFlash(*o), exit_code); });
 }
 
