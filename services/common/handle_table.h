@@ -32,6 +32,16 @@ class HandleTable {
     std::chrono::milliseconds lease{60000};
     std::function<Clock::time_point()> now = [] { return Clock::now(); };
   };
+  // A model server's table options from its flags (--replica, --kv-budget-bytes, --lease-ms):
+  // `ServerOptions` has fields of those names.
+  template <typename ServerOptions>
+  static Options FromServerFlags(const ServerOptions& flags) {
+    Options o;
+    o.replica = flags.replica;
+    o.budget_bytes = flags.kv_budget_bytes;
+    o.lease = std::chrono::milliseconds(flags.lease_ms);
+    return o;
+  }
 
   explicit HandleTable(Options options)
       : options_(std::move(options)), nonce_(std::random_device{}()) {}

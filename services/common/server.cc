@@ -77,4 +77,11 @@ void DrainAndShutdown(grpc::Server* server, int drain_ms) {
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(drain_ms));
 }
 
+void StopServer(StartedServer& started, int drain_ms) {
+  if (!started.server) return;
+  DrainAndShutdown(started.server.get(), drain_ms);
+  started.server->Wait();
+  started.server.reset();
+}
+
 }  // namespace specdec::services

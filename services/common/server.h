@@ -51,6 +51,10 @@ absl::StatusOr<StartedServer> StartServer(const std::string& address,
 // then shuts down.
 void DrainAndShutdown(grpc::Server* server, int drain_ms);
 
+// Drains `started` (DrainAndShutdown), waits for its calls to end and releases it; nothing where
+// it runs no server.
+void StopServer(StartedServer& started, int drain_ms);
+
 }  // namespace specdec::services
 
 #endif  // SPECDEC_SERVICES_COMMON_SERVER_H_

@@ -442,10 +442,7 @@ absl::StatusOr<std::unique_ptr<DrafterServer>> DrafterServer::Start(
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->metrics = std::make_unique<DrafterMetrics>(impl->metrics_server.registry());
-  HandleTable<DraftEntry>::Options to;
-  to.replica = options.replica;
-  to.budget_bytes = options.kv_budget_bytes;
-  to.lease = std::chrono::milliseconds(options.lease_ms);
+  const auto to = HandleTable<DraftEntry>::FromServerFlags(options);
   impl->core = std::make_unique<DrafterCore>(std::move(target), std::move(dflash),
                                              std::move(draft_lm), to, impl->metrics.get(),
                                              options.max_batch, options.batch_wait_max_us);
@@ -473,9 +470,7 @@ size_t DrafterServer::handles_in_use() const { return impl_->core->table().size(
 
 void DrafterServer::Shutdown() {
   if (!impl_ || !impl_->server.server) return;
-  DrainAndShutdown(impl_->server.server.get(), impl_->options.drain_ms);
-  impl_->server.server->Wait();
-  impl_->server.server.reset();
+  StopServer(impl_->server, impl_->options.drain_ms);
   impl_->service.reset();
   impl_->core.reset();
 }

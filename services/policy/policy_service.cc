@@ -219,9 +219,7 @@ prometheus::Registry& PolicyServer::registry() { return impl_->metrics_server.re
 
 void PolicyServer::Shutdown() {
   if (!impl_ || !impl_->server.server) return;
-  DrainAndShutdown(impl_->server.server.get(), impl_->options.drain_ms);
-  impl_->server.server->Wait();
-  impl_->server.server.reset();
+  StopServer(impl_->server, impl_->options.drain_ms);
   impl_->service.reset();
 }
 

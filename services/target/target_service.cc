@@ -746,10 +746,7 @@ absl::StatusOr<std::unique_ptr<TargetServer>> TargetServer::Start(
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->metrics = std::make_unique<TargetMetrics>(impl->metrics_server.registry());
-  HandleTable<TargetEntry>::Options to;
-  to.replica = options.replica;
-  to.budget_bytes = options.kv_budget_bytes;
-  to.lease = std::chrono::milliseconds(options.lease_ms);
+  const auto to = HandleTable<TargetEntry>::FromServerFlags(options);
   impl->core = std::make_unique<TargetCore>(std::move(m), std::move(drafter), to,
                                             impl->metrics.get(), options);
   ASSIGN_OR_RETURN(std::string revision, WeightsRevision(options.model_dir));
@@ -775,9 +772,7 @@ int64_t TargetServer::kv_bytes_in_use() const { return impl_->core->table().byte
 
 void TargetServer::Shutdown() {
   if (!impl_ || !impl_->server.server) return;
-  DrainAndShutdown(impl_->server.server.get(), impl_->options.drain_ms);
-  impl_->server.server->Wait();
-  impl_->server.server.reset();
+  StopServer(impl_->server, impl_->options.drain_ms);
   impl_->service.reset();
   impl_->core.reset();
 }

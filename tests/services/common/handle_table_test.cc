@@ -26,6 +26,18 @@ class HandleTableTest : public ::testing::Test {
   Clock::time_point now_ = Clock::time_point() + std::chrono::hours(1);
 };
 
+TEST(HandleTableOptionsTest, ComeFromAServersFlags) {
+  struct Flags {
+    std::string replica = "target-3";
+    int64_t kv_budget_bytes = 12345;
+    int64_t lease_ms = 250;
+  } flags;
+  const auto o = HandleTable<Fake>::FromServerFlags(flags);
+  EXPECT_EQ(o.replica, "target-3");
+  EXPECT_EQ(o.budget_bytes, 12345);
+  EXPECT_EQ(o.lease, std::chrono::milliseconds(250));
+}
+
 TEST_F(HandleTableTest, CreateAcquireRelease) {
   HandleTable<Fake> t(Opts());
   SPECDEC_ASSERT_OK_AND_ASSIGN(std::string h, t.Create(std::make_unique<Fake>(Fake{7}), 400, 1));

@@ -79,5 +79,18 @@ TEST_F(ServerTest, AConnectionServesAtMostItsStreamLimitAtOnce) {
   }
 }
 
+TEST_F(ServerTest, StopServerDrainsWaitsAndReleasesTheServer) {
+  auto server = StartServer("127.0.0.1:0", {}, {});
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server->port),
+                                     grpc::InsecureChannelCredentials());
+  ASSERT_TRUE(Check(channel, 5000).ok());
+  StopServer(*server, 100);
+  EXPECT_EQ(server->server, nullptr);
+  EXPECT_FALSE(Check(channel, 1000).ok());  // nothing listens any more
+  StopServer(*server, 100);                 // a stopped server: nothing to do
+  EXPECT_EQ(server->server, nullptr);
+}
+
 }  // namespace
 }  // namespace specdec::services
