@@ -80,6 +80,20 @@ def _csv(kind):
     return parse
 
 
+def _temperatures(value: str) -> List[float]:
+    """One temperature, or several that the requests take in turn (mixed traffic)."""
+    items = prom.split_list(value)
+    if not items:
+        raise argparse.ArgumentTypeError("no temperature")
+    try:
+        out = [float(v) for v in items]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad temperature list {value!r}") from None
+    if any(not v >= 0 for v in out):
+        raise argparse.ArgumentTypeError(f"temperatures must be >= 0: {value!r}")
+    return out
+
+
 def _methods(value: str) -> List[str]:
     out = [m.upper() for m in prom.split_list(value)]
     if not out:
@@ -179,7 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "--max-new-tokens")
     g.add_argument("--ignore-eos", action="store_true",
                    help="generate past EOS, so every request yields --max-new-tokens tokens")
-    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    g.add_argument("--temperature", type=_temperatures, default=[0.0], metavar="T[,T...]",
+                   help="0 = greedy (default); several, comma-separated: request n takes the "
+                        "(n mod count)-th, so that greedy and sampled requests mix")
     g.add_argument("--top-k", type=int, default=0)
     g.add_argument("--top-p", type=float, default=1.0)
     g.add_argument("--seed", type=int, default=0,
@@ -239,7 +255,7 @@ def _check_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         return
     if not a.router and not a.http:
         p.error("--router or --http is required")
-    if a.check_ar and a.temperature != 0:
+    if a.check_ar and any(t != 0 for t in a.temperature):
         p.error("--check-ar compares greedy outputs: it needs --temperature 0")
     if a.model and not a.http:
         p.error("--model goes with --http")
@@ -457,7 +473,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from .runner import LoadConfig, Runner
     cfg = LoadConfig(
         max_new_tokens=a.max_new_tokens, min_new_tokens=a.min_new_tokens,
-        ignore_eos=a.ignore_eos, temperature=a.temperature,
+        ignore_eos=a.ignore_eos, temperature=a.temperature[0],
+        temperatures=tuple(a.temperature) if len(a.temperature) > 1 else (),
         top_k=a.top_k, top_p=a.top_p, seed=a.seed, block_size=a.block_size,
         draft_length=a.draft_length, timeout_s=a.timeout, cancel_fraction=a.cancel_fraction,
         warmup_s=a.warmup, duration_s=a.duration, max_requests=a.requests,

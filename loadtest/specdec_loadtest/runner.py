@@ -42,6 +42,7 @@ class LoadConfig:
     min_new_tokens: int = 0  # > 0: each request asks for uniform min..max tokens
     ignore_eos: bool = True
     temperature: float = 0.0
+    temperatures: Tuple[float, ...] = ()  # several: request n takes temperatures[n % count]
     top_k: int = 0
     top_p: float = 1.0
     seed: int = 0
@@ -54,6 +55,12 @@ class LoadConfig:
     max_requests: int = 0             # closed loop: measured requests per cell, 0 = no limit
     max_inflight: int = 512           # open loop: arrivals beyond this many in flight are dropped
     keep_tokens: bool = False         # keep each request's token ids (RequestRecord.token_ids)
+
+    def temperature_of(self, seq: int) -> float:
+        """The temperature of request ``seq``."""
+        if self.temperatures:
+            return self.temperatures[seq % len(self.temperatures)]
+        return self.temperature
 
 
 @dataclass
@@ -148,7 +155,8 @@ class Runner:
     def options(self, method: str, seq: int, request_id: str):
         c = self.cfg
         return self._options_cls(
-            method=method, max_new_tokens=self.asked_tokens(seq), temperature=c.temperature,
+            method=method, max_new_tokens=self.asked_tokens(seq),
+            temperature=c.temperature_of(seq),
             top_k=c.top_k, top_p=c.top_p, seed=schedule.request_seed(c.seed, seq),
             ignore_eos=c.ignore_eos, block_size=c.block_size, draft_length=c.draft_length,
             request_id=request_id)

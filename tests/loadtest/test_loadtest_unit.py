@@ -595,6 +595,33 @@ class CliTest(unittest.TestCase):
             finally:
                 sys.stderr = old
 
+    def test_temperatures_mix_request_by_request(self):
+        from specdec_loadtest.runner import LoadConfig, Runner
+        a = build_parser().parse_args(["--router", "h:1", "--concurrency", "1"])
+        self.assertEqual(a.temperature, [0.0])
+        a = build_parser().parse_args(["--router", "h:1", "--concurrency", "1",
+                                       "--temperature", "0,1"])
+        self.assertEqual(a.temperature, [0.0, 1.0])
+        client = SimpleNamespace(options_cls=http_client.HttpOptions, error_cls=RuntimeError)
+        mixed = Runner(client, ["p"], LoadConfig(temperatures=(0.0, 1.0)))
+        self.assertEqual([mixed.options("AR", n, "r").temperature for n in range(4)],
+                         [0.0, 1.0, 0.0, 1.0])
+        single = Runner(client, ["p"], LoadConfig(temperature=0.7))
+        self.assertEqual({single.options("AR", n, "r").temperature for n in range(3)}, {0.7})
+        for bad in (["--temperature", "0,-1"], ["--temperature", "x"],
+                    ["--temperature", "0,1", "--check-ar"]):
+            with open(os.devnull, "w") as devnull:
+                old = sys.stderr
+                sys.stderr = devnull
+                try:
+                    with self.assertRaises(SystemExit, msg=str(bad)):
+                        p = build_parser()
+                        from specdec_loadtest.cli import _check_args
+                        _check_args(p, p.parse_args(["--router", "h:1", "--concurrency", "1"]
+                                                    + bad))
+                finally:
+                    sys.stderr = old
+
     def test_from_json_prints_and_replots(self):
         import contextlib
         import io
