@@ -65,7 +65,9 @@ examples:
 """
 
 
-def _csv(kind):
+def _csv(kind, zero_allowed=False):
+    """A parser of a comma-separated list of ``kind`` values, each > 0 (>= 0 where
+    ``zero_allowed``)."""
     def parse(value: str):
         items = prom.split_list(value)
         if not items:
@@ -74,24 +76,12 @@ def _csv(kind):
             out = [kind(v) for v in items]
         except ValueError:
             raise argparse.ArgumentTypeError(f"bad list {value!r}") from None
-        if any(v <= 0 for v in out):
+        if zero_allowed and any(not v >= 0 for v in out):
+            raise argparse.ArgumentTypeError(f"values must be >= 0: {value!r}")
+        if not zero_allowed and any(not v > 0 for v in out):
             raise argparse.ArgumentTypeError(f"values must be > 0: {value!r}")
         return out
     return parse
-
-
-def _temperatures(value: str) -> List[float]:
-    """One temperature, or several that the requests take in turn (mixed traffic)."""
-    items = prom.split_list(value)
-    if not items:
-        raise argparse.ArgumentTypeError("no temperature")
-    try:
-        out = [float(v) for v in items]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"bad temperature list {value!r}") from None
-    if any(not v >= 0 for v in out):
-        raise argparse.ArgumentTypeError(f"temperatures must be >= 0: {value!r}")
-    return out
 
 
 def _methods(value: str) -> List[str]:
@@ -193,7 +183,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "--max-new-tokens")
     g.add_argument("--ignore-eos", action="store_true",
                    help="generate past EOS, so every request yields --max-new-tokens tokens")
-    g.add_argument("--temperature", type=_temperatures, default=[0.0], metavar="T[,T...]",
+    g.add_argument("--temperature", type=_csv(float, zero_allowed=True), default=[0.0],
+                   metavar="T[,T...]",
                    help="0 = greedy (default); several, comma-separated: request n takes the "
                         "(n mod count)-th, so that greedy and sampled requests mix")
     g.add_argument("--top-k", type=int, default=0)
