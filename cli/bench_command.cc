@@ -280,12 +280,18 @@ absl::Status BenchPrompt(const BenchArgs& a, const BenchModels& models,
   for (auto& [name, r] : results) {
     AddResult(r, ar, totals.aggs[{p.dataset, name}]);
     if (!a.samples_path.empty()) {
-      totals.samples.push_back(
-          {{"dataset", p.dataset},
-           {"method", name},
-           {"prompt", p.text},
-           {"completion", tok.Decode(r.tokens)},
-           {"repeated_8gram_share", CountRepeatedNgrams(r.tokens, 8).share()}});
+      totals.samples.push_back({{"dataset", p.dataset},
+                                {"method", name},
+                                {"prompt", p.text},
+                                {"completion", tok.Decode(r.tokens)},
+                                {"repeated_8gram_share", CountRepeatedNgrams(r.tokens, 8).share()},
+                                {"total_ms", r.stats.total_ms},
+                                {"verify_steps", r.stats.verify_steps},
+                                {"drafted_tokens", r.stats.drafted_tokens},
+                                {"accepted_tokens", r.stats.accepted_tokens},
+                                {"lookup_steps", r.stats.lookup_steps},
+                                {"block_size", r.stats.block_size},
+                                {"speculation_skipped", r.stats.speculation_skipped}});
     }
   }
   std::fprintf(stderr, ".");
@@ -360,7 +366,11 @@ int WriteBenchFiles(const BenchArgs& a, const nlohmann::json& rows, const BenchT
     if (!WriteFile(a.json_path, out.dump(2) + "\n")) return 1;
   }
   if (!a.samples_path.empty()) {
-    if (!WriteFile(a.samples_path, totals.samples.dump(2) + "\n")) return 1;
+    // A completion cut at the token limit may end inside a UTF-8 sequence: such bytes are written
+    // as U+FFFD instead of failing the dump.
+    const std::string text =
+        totals.samples.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+    if (!WriteFile(a.samples_path, text + "\n")) return 1;
   }
   if (!a.png_path.empty()) WritePlot(totals.aggs, a.png_path);
   return 0;

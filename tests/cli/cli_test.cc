@@ -128,6 +128,27 @@ TEST_F(CliTest, BenchComparesMethodsAgainstArInOneRun) {
   EXPECT_NE(missing.err.find("/nonexistent.jsonl"), std::string::npos) << missing.err;
 }
 
+TEST_F(CliTest, BenchSamplesKeepEachRequestAndSurviveBrokenUtf8) {
+  // A prompt (or a completion cut at the token limit) need not be valid UTF-8: the samples file
+  // writes such bytes as U+FFFD instead of aborting the run.
+  const fs::path prompts = dir_ / "prompts.txt";
+  std::ofstream(prompts) << "Once upon a time \xE2. there was a cat\n";
+  const fs::path samples = dir_ / "samples.json";
+  RunResult r =
+      RunCli("bench --target " + dir_.string() + " --self-draft --prompts " + prompts.string() +
+             " -n 16 --draft-length 3 --methods DRAFT_CHAIN" + " --samples " + samples.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::ifstream in(samples);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string j = ss.str();
+  EXPECT_NE(j.find("time \xEF\xBF\xBD."), std::string::npos) << j;
+  EXPECT_NE(j.find("\"method\": \"DRAFT_CHAIN\""), std::string::npos) << j;
+  EXPECT_NE(j.find("\"verify_steps\": "), std::string::npos) << j;
+  EXPECT_NE(j.find("\"drafted_tokens\": "), std::string::npos) << j;
+  EXPECT_NE(j.find("\"total_ms\": "), std::string::npos) << j;
+}
+
 TEST_F(CliTest, BadInputGivesClearErrors) {
   RunResult bad_ids = RunCli("generate -m " + dir_.string() + " --prompt-ids 1,99999");
   EXPECT_NE(bad_ids.exit_code, 0);
