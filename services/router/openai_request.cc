@@ -87,35 +87,37 @@ absl::StatusOr<Json> ParseBody(std::string_view body) {
 absl::Status RefuseUnsupported(const Fields& f, ApiKind kind) {
   ASSIGN_OR_RETURN(std::optional<int64_t> n, f.Integer("n"));
   if (n && *n != 1)
-    return InvalidParam("n", "only n = 1 is supported: send one request per choice");
+    return InvalidParam("n", "must be 1: one choice per request (send one request per choice)");
   ASSIGN_OR_RETURN(std::optional<int64_t> best_of, f.Integer("best_of"));
-  if (best_of && *best_of != 1) return InvalidParam("best_of", "only best_of = 1 is supported");
+  if (best_of && *best_of != 1)
+    return InvalidParam("best_of", "must be 1: one candidate per request");
   for (const char* key : {"presence_penalty", "frequency_penalty", "repetition_penalty"}) {
     ASSIGN_OR_RETURN(std::optional<double> v, f.Number(key));
     if (v && *v != (std::string_view(key) == "repetition_penalty" ? 1.0 : 0.0)) {
       return InvalidParam(key,
-                          "penalties are not supported (they would change the distribution "
-                          "speculative decoding preserves)");
+                          "must be neutral (0; 1 for repetition_penalty): penalties would change "
+                          "the distribution speculative decoding preserves");
     }
   }
   const Json* bias = f.Get("logit_bias");
   if (bias != nullptr && !(bias->is_object() && bias->empty())) {
-    return InvalidParam("logit_bias", "logit_bias is not supported");
+    return InvalidParam("logit_bias", "must be absent or empty: logit bias is not supported");
   }
   const Json* logprobs = f.Get("logprobs");
   if (logprobs != nullptr && !(logprobs->is_boolean() && !logprobs->get<bool>())) {
-    return InvalidParam("logprobs", "logprobs are not supported");
+    return InvalidParam("logprobs", "must be absent or false: log probabilities are not returned");
   }
-  if (f.Get("suffix") != nullptr) return InvalidParam("suffix", "suffix is not supported");
+  if (f.Get("suffix") != nullptr)
+    return InvalidParam("suffix", "must be absent: insertion is not supported");
   if (kind == ApiKind::kChat) {
     const Json* tools = f.Get("tools");
     if (tools != nullptr && !(tools->is_array() && tools->empty())) {
-      return InvalidParam("tools", "tool calling is not supported");
+      return InvalidParam("tools", "must be absent or empty: tool calling is not supported");
     }
     const Json* format = f.Get("response_format");
     if (format != nullptr && (!format->is_object() || format->value("type", "") != "text")) {
       return InvalidParam("response_format",
-                          "only response_format {\"type\": \"text\"} is supported");
+                          "must be {\"type\": \"text\"}: structured output is not supported");
     }
   }
   return absl::OkStatus();
@@ -236,7 +238,9 @@ absl::Status ReadPrompt(const Fields& f, v1::GenerateRequest* r) {
   if (!prompt->is_array()) return InvalidParam("prompt", kShape);
   for (const Json& t : *prompt) {
     if (t.is_string() || t.is_array()) {
-      return InvalidParam("prompt", "batched prompts are not supported: send one per request");
+      return InvalidParam(
+          "prompt",
+          "must hold one prompt: batched prompts are not supported (send one per request)");
     }
     if (!t.is_number_integer() || t.get<int64_t>() < INT32_MIN || t.get<int64_t>() > INT32_MAX) {
       return InvalidParam("prompt", kShape);
@@ -257,8 +261,7 @@ absl::StatusOr<std::string> ContentText(const Json& content, size_t index) {
     const bool text_part = part.is_object() && part.contains("type") && part["type"] == "text" &&
                            part.contains("text") && part["text"].is_string();
     if (!text_part) {
-      return InvalidParam(param,
-                          "only text parts ({\"type\": \"text\", \"text\": ...}) are supported");
+      return InvalidParam(param, "must hold text parts only ({\"type\": \"text\", \"text\": ...})");
     }
     text += part["text"].get<std::string>();
   }

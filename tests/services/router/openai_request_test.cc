@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/match.h"
 #include "common/chat/chat_template.h"
 #include "common/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
@@ -79,6 +80,8 @@ TEST(OpenAiRequestTest, WrongTypesAndUnsupportedFieldsNameTheParam) {
       {{{"prompt", "x"}, {"logprobs", 2}}, "logprobs"},
       {{{"prompt", "x"}, {"presence_penalty", 0.5}}, "presence_penalty"},
       {{{"prompt", "x"}, {"logit_bias", {{"5", 1}}}}, "logit_bias"},
+      {{{"prompt", "x"}, {"suffix", "y"}}, "suffix"},
+      {{{"prompt", {"a", "b"}}}, "prompt"},
       {{{"prompt", "x"}, {"speculative", {{"method", "FAST"}}}}, "speculative.method"},
       {{{"prompt", "x"}, {"speculative", {{"block_size", "8"}}}}, "speculative.block_size"},
       {{{"prompt", {1, "a"}}}, "prompt"},
@@ -89,6 +92,11 @@ TEST(OpenAiRequestTest, WrongTypesAndUnsupportedFieldsNameTheParam) {
     ASSERT_FALSE(r.ok()) << c.body.dump();
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << c.body.dump();
     EXPECT_EQ(ParamOf(r.status()), c.param) << c.body.dump() << ": " << r.status();
+    // The message reads as a sentence about the field: "<param> must ..." or "<param> is ...".
+    const std::string message(r.status().message());
+    EXPECT_TRUE(absl::StartsWith(message, c.param + " must ") ||
+                absl::StartsWith(message, c.param + " is "))
+        << message;
   }
   // Explicit defaults of unsupported features are fine; unknown fields are ignored.
   EXPECT_TRUE(Completion(Json{{"prompt", "x"},
