@@ -219,6 +219,17 @@ at::Tensor PackLinearWeight(const at::Tensor& weight) {
   return packed;
 }
 
+at::Tensor PadOutputsForKernel(const at::Tensor& weight) {
+  if (RowKernelType(weight) != KernelDType::kBF16 || weight.dim() != 2) return weight;
+  const int64_t out = weight.size(0), in = weight.size(1);
+  constexpr int64_t kOutputBlock = 16;  // LinearKernelFits: `out` a multiple of 16
+  const int64_t padded = (out + kOutputBlock - 1) / kOutputBlock * kOutputBlock;
+  if (LinearKernelFits(in, out) || !LinearKernelFits(in, padded)) return weight;
+  at::Tensor w = at::zeros({padded, in}, weight.options());
+  w.narrow(0, 0, out).copy_(weight);
+  return w;
+}
+
 at::Tensor UnpackLinearWeight(const at::Tensor& weight) {
   if (!IsPacked(weight)) return weight;
   const auto [out, in] = MatrixShape(weight);

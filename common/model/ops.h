@@ -49,6 +49,14 @@ std::optional<RowMatrix> RowMatrixOf(const at::Tensor& weight);
 at::Tensor PackLinearWeight(const at::Tensor& weight);
 // The 2-D matrix of a packed one (a copy); any other tensor as it is.
 at::Tensor UnpackLinearWeight(const at::Tensor& weight);
+// A bf16 CPU matrix [out, in] that linear_kernel.h does not take only because `out` is not a
+// multiple of its output block (a vocabulary of 101, or 50257), with zero rows appended up to
+// one: its products then run on the kernel at every row count, so that a row's result never
+// depends on the rows beside it (the library's bf16 product picks its kernel by the row count:
+// on a CPU with AMX, oneDNN sums a 16-row product on AMX tiles and a 1-row one on AVX-512, and
+// the same row's results differ). The product's first `out` columns are the matrix's own, bit for
+// bit. Any other tensor as it is.
+at::Tensor PadOutputsForKernel(const at::Tensor& weight);
 // Rows `ids` (int64 or int32 token ids) of an embedding matrix, 2-D or packed: [ids, hidden].
 at::Tensor EmbeddingRows(const at::Tensor& weight, const at::Tensor& ids);
 

@@ -528,8 +528,14 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::FromTensors(
     };
     auto matrix = [&](const at::Tensor& m) { return opts.pack_weights ? PackLinearWeight(m) : m; };
     auto w = std::make_unique<Weights>();
-    w->embed = matrix(get("model.embed_tokens.weight"));
-    w->lm_head = config.tie_word_embeddings ? w->embed : matrix(get("lm_head.weight"));
+    // The head's rows padded where only the vocabulary's width keeps it off the linear kernel
+    // (LmHead returns the vocabulary's columns); a tied embedding shares the padded matrix.
+    const auto head = [&](const at::Tensor& m) {
+      return matrix(opts.device.is_cpu() ? PadOutputsForKernel(m) : m);
+    };
+    w->embed = config.tie_word_embeddings ? head(get("model.embed_tokens.weight"))
+                                          : matrix(get("model.embed_tokens.weight"));
+    w->lm_head = config.tie_word_embeddings ? w->embed : head(get("lm_head.weight"));
     w->final_norm = get_norm("model.norm.weight");
     w->inv_freq = RopeInvFreq(config).to(opts.device);
     w->rope = RopeTable(w->inv_freq,
@@ -623,12 +629,13 @@ at::Tensor Transformer::FinalNorm(const at::Tensor& hidden) const {
 }
 
 at::Tensor Transformer::LmHead(const at::Tensor& normed) const {
-  return Linear(normed, weights_->lm_head)
-      .to(at::TensorOptions().device(at::kCPU).dtype(at::kFloat));
+  return DeviceLogits(normed).to(at::kCPU);
 }
 
 at::Tensor Transformer::DeviceLogits(const at::Tensor& normed) const {
-  return Linear(normed, weights_->lm_head).to(at::kFloat);
+  at::Tensor logits = Linear(normed, weights_->lm_head).to(at::kFloat);
+  if (logits.size(-1) == config_.vocab_size) return logits;
+  return logits.narrow(-1, 0, config_.vocab_size).contiguous();  // a padded head (FromTensors)
 }
 
 absl::StatusOr<std::vector<SequenceOutput>> Transformer::Forward(

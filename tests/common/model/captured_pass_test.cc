@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <tuple>
 #include <vector>
 
 #include "common/model/cuda_graph.h"
@@ -78,7 +79,16 @@ TEST(FixedPass, UncapturedGivesTheGeneralPathsLogitsAndFeatures) {
       const double tolerance = dtype == at::kFloat ? 1e-4 : 0.05;
       EXPECT_LT(MaxAbsDiff(want.logits, got.logits), tolerance);
       EXPECT_LT(MaxAbsDiff(want.features, got.features), tolerance);
-      EXPECT_TRUE(at::equal(want.logits.argmax(1), got.logits.argmax(1)));
+      // The same next token, but where the two best logits are closer than the paths differ
+      // (with bf16, random weights make near ties: a 0.002 gap against a 0.007 difference).
+      const at::Tensor flipped = want.logits.argmax(1).ne(got.logits.argmax(1)).nonzero();
+      for (int64_t k = 0; k < flipped.size(0); ++k) {
+        const int64_t r = flipped[k][0].item<int64_t>();
+        const at::Tensor top = std::get<0>(want.logits[r].topk(2));
+        const double margin = (top[0] - top[1]).item<double>();
+        EXPECT_LE(margin, 2 * MaxAbsDiff(want.logits[r], got.logits[r]))
+            << "row " << r << " changed its argmax with a margin of " << margin;
+      }
     }
   }
 }

@@ -1,6 +1,6 @@
 // Linear's row bucketing for bf16 products: GemmRows' buckets, and padded products that equal the
-// unpadded ones row for row; RoPE's table against RopeCosSin; a pass's mask over a cache's
-// capacity against the general path's.
+// unpadded ones row for row; a head padded for the kernel; RoPE's table against RopeCosSin; a
+// pass's mask over a cache's capacity against the general path's.
 #include "common/model/ops.h"
 
 #include <ATen/ATen.h>
@@ -52,6 +52,35 @@ TEST(LinearTest, PaddedBf16ProductsEqualUnpaddedOnes) {
       EXPECT_LT(diff, 0.05) << "rows " << rows << " row " << r;
     }
   }
+}
+
+// A head whose width (a vocabulary of 1001) alone keeps it off the linear kernel, padded with zero
+// rows: its products run on the kernel, so a row's result is the same bits at every row count,
+// and the real columns are the unpadded matrix's product.
+TEST(LinearTest, AnOddWidthPaddedForTheKernelGivesEveryRowCountTheSameBits) {
+  at::manual_seed(5);
+  const at::Tensor w = at::randn({1001, 1024}).to(at::kBFloat16);
+  const at::Tensor padded = PadOutputsForKernel(w);
+  ASSERT_EQ(padded.size(0), 1008);
+  EXPECT_TRUE(at::equal(padded.narrow(0, 0, 1001), w));
+  EXPECT_EQ(padded.narrow(0, 1001, 7).abs().max().item<float>(), 0.f);
+  const at::Tensor x = at::randn({40, 1024}).to(at::kBFloat16);
+  const at::Tensor whole = Linear(x, padded);
+  ASSERT_EQ(whole.size(1), 1008);
+  for (int64_t rows : {1, 2, 15, 16, 17, 32}) {
+    const at::Tensor part = Linear(x.narrow(0, 0, rows), padded);
+    EXPECT_TRUE(at::equal(part, whole.narrow(0, 0, rows))) << rows << " rows";
+  }
+  const double diff = (whole.narrow(1, 0, 1001).to(at::kFloat) - at::linear(x, w).to(at::kFloat))
+                          .abs()
+                          .max()
+                          .item<double>();
+  EXPECT_LT(diff, 0.05);
+  // Widths the kernel takes, and other dtypes, stay as they are.
+  const at::Tensor fits = at::randn({96, 64}).to(at::kBFloat16);
+  EXPECT_TRUE(PadOutputsForKernel(fits).is_same(fits));
+  const at::Tensor f32 = at::randn({101, 64});
+  EXPECT_TRUE(PadOutputsForKernel(f32).is_same(f32));
 }
 
 }  // namespace
