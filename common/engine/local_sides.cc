@@ -100,10 +100,8 @@ class LocalTarget final : public TargetSide {
   absl::StatusOr<StepResult> RunStep(int32_t last, const RunPlan& plan, int32_t left,
                                      const LookupWeighing* weighing) {
     if (plan.lookup.max_tokens > 0) {
-      sequence_.Append(last);
       Draft d;
-      d.tokens = sequence_.Draft(plan.lookup, left, max_context_, &d.lookup_match);
-      sequence_.PopBack();
+      d.tokens = sequence_.DraftAfter(last, plan.lookup, left, max_context_, &d.lookup_match);
       if (weighing != nullptr) {
         const auto found = static_cast<int32_t>(d.tokens.size());
         d.tokens.resize(static_cast<size_t>(weighing->Tokens(found, d.lookup_match)));

@@ -78,10 +78,20 @@ class LookupHistory {
   // matches. `match` as in Lookup.
   std::vector<int32_t> Draft(const LookupShape& shape, int32_t tokens_left, int64_t max_context,
                              int32_t* match = nullptr);
+  // Draft on the sequence followed by `row0` (the step's row 0, not kept yet), without adding
+  // it: a run's step asks this before every pass, and the index then changes only as tokens are
+  // kept (appending row 0 and taking it back cost six hash updates a step).
+  std::vector<int32_t> DraftAfter(int32_t row0, const LookupShape& shape, int32_t tokens_left,
+                                  int64_t max_context, int32_t* match = nullptr);
 
  private:
   using Gram = std::array<int32_t, kLookupMaxMatch>;
   Gram GramAt(int64_t start, int32_t n) const;
+  // Lookup on the sequence followed by `*row0` where given (the index holds the sequence only).
+  std::vector<int32_t> LookupIn(const int32_t* row0, int32_t max_n, int32_t min_n, int32_t length,
+                                int32_t min_length, int32_t* match);
+  std::vector<int32_t> DraftIn(const int32_t* row0, const LookupShape& shape, int32_t tokens_left,
+                               int64_t max_context, int32_t* match);
   // Indexes tokens [indexed_, size): each n-gram that ends at one of them.
   void CatchUp();
 

@@ -407,13 +407,11 @@ class TargetCore {
       // A lookup draft, where the sequence repeats, takes the place of the step's hosted block.
       p->lookup = true;
       engine::LookupHistory& sequence = p->entry->tokens;
-      sequence.Append(run.last_token());
       const engine::LookupShape shape{run.lookup().max_tokens(),
                                       std::max(1, run.lookup().min_match()),
                                       std::max(1, run.lookup().min_tokens())};
-      std::vector<int32_t> draft =
-          sequence.Draft(shape, run.max_tokens(), model_->max_context(), &p->lookup_match);
-      sequence.PopBack();
+      std::vector<int32_t> draft = sequence.DraftAfter(run.last_token(), shape, run.max_tokens(),
+                                                       model_->max_context(), &p->lookup_match);
       if (run.lookup().has_weighing() && !draft.empty()) {
         // The run verifies what its weighing predicts pays (ValidateRun checked it).
         ASSIGN_OR_RETURN(const engine::LookupWeighing weighing,

@@ -139,6 +139,18 @@ TEST(LookupHistoryTest, KeptIndexFindsWhatAScanOfTheSequenceFinds) {
                   ScanLookup(mirror, kLookupMaxMatch, min_n, length, min_length, &scanned_match))
             << "trial " << trial << " op " << op;
         ASSERT_EQ(match, scanned_match) << "trial " << trial << " op " << op;
+        // A step's draft after a row 0 that is not kept: as on a sequence that ends with it.
+        const int32_t row0 = static_cast<int32_t>(rng() % vocab);
+        const LookupShape shape{1 + static_cast<int32_t>(rng() % 5), min_n, min_length};
+        const int32_t left = 1 + static_cast<int32_t>(rng() % 8);
+        const int64_t context = static_cast<int64_t>(mirror.size()) + 1 + rng() % 8;
+        V with_row0 = mirror;
+        with_row0.push_back(row0);
+        int32_t after_match = -1, whole_match = -1;
+        ASSERT_EQ(h.DraftAfter(row0, shape, left, context, &after_match),
+                  LookupHistory(with_row0).Draft(shape, left, context, &whole_match))
+            << "trial " << trial << " op " << op;
+        ASSERT_EQ(after_match, whole_match) << "trial " << trial << " op " << op;
         ++lookups;
       }
       ASSERT_EQ(V(h.tokens().begin(), h.tokens().end()), mirror);
@@ -156,6 +168,9 @@ TEST(LookupHistoryTest, AssignStartsOverAndAStepsRowZeroComesAndGoes) {
   h.Append(12);
   EXPECT_EQ(h.Draft(NgramLookup(3), 100, 64), (V{13, 10, 11}));
   h.PopBack();
+  // The same without keeping row 0.
+  EXPECT_EQ(h.DraftAfter(12, NgramLookup(3), 100, 64), (V{13, 10, 11}));
+  EXPECT_EQ(h.size(), 6);
   h.Append(99);
   EXPECT_TRUE(h.Draft(NgramLookup(3), 100, 64).empty());
   EXPECT_EQ(V(h.tokens().begin(), h.tokens().end()), (V{10, 11, 12, 13, 10, 11, 99}));
