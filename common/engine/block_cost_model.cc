@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 namespace specdec::engine {
 namespace {
@@ -60,21 +61,27 @@ double BlockCostModel::Line::At(double xi, const Line* shape) const {
 }
 
 void BlockCostModel::Curve::Add(double decay, double weight, int rows, double ms) {
-  for (auto& [r, p] : points) {
-    p.first *= decay;
-    p.second *= decay;
+  scale *= decay;
+  if (scale < 1e-100) {  // fold the decay into the points before their values grow too large
+    for (Point& p : points) {
+      p.weight *= scale;
+      p.weighted_ms *= scale;
+    }
+    scale = 1;
   }
-  auto& p = points[rows];
-  p.first += weight;
-  p.second += weight * ms;
+  auto it = std::lower_bound(points.begin(), points.end(), rows,
+                             [](const Point& p, int r) { return p.rows < r; });
+  if (it == points.end() || it->rows != rows) it = points.insert(it, Point{rows, 0, 0});
+  it->weight += weight / scale;
+  it->weighted_ms += weight * ms / scale;
 }
 
 std::vector<double> BlockCostModel::Curve::AtEach(int most, const Line& line,
                                                   const Line* shape) const {
   constexpr double kMinWeight = 0.5;  // about one pass of weight left after decay
   std::vector<std::pair<int, double>> means;  // (rows, mean ms) of the points with weight
-  for (const auto& [r, p] : points) {
-    if (p.first >= kMinWeight) means.emplace_back(r, p.second / p.first);
+  for (const Point& p : points) {
+    if (p.weight * scale >= kMinWeight) means.emplace_back(p.rows, p.weighted_ms / p.weight);
   }
   // least[i]: the least mean at means[i] or beyond, the bound of every rows up to means[i]'s.
   std::vector<double> least(means.size() + 1, std::numeric_limits<double>::infinity());
@@ -107,7 +114,7 @@ void BlockCostModel::ObserveStep(const StepCost& step) {
   if (step.pass_rows <= 0 || step.pass_ms <= 0) return;
   // Every sequence of a pass reports it: together they weigh one pass.
   const double weight = 1.0 / std::max(1, step.sessions);
-  const double decay = std::pow(options_.decay, weight);
+  const double decay = step.sessions <= 1 ? options_.decay : std::pow(options_.decay, weight);
   std::lock_guard<std::mutex> lock(mu_);
   if (step.prompt_rows <= 0) {
     verify_.Add(decay, weight, step.pass_rows, step.pass_ms);

@@ -7,7 +7,6 @@
 
 #include <array>
 #include <cstdint>
-#include <map>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -157,7 +156,15 @@ class BlockCostModel {
   // CPU, a few rows cost little more than one), so a cost between two measured row counts is
   // interpolated between them; beyond them the line answers.
   struct Curve {
-    std::map<int, std::pair<double, double>> points;  // rows -> (weight, weighted ms)
+    struct Point {
+      int rows = 0;
+      double weight = 0, weighted_ms = 0;  // both divided by `scale`
+    };
+    // Sorted by rows. Every observation decays every point alike, so the decay is kept once, in
+    // `scale` (a point's weight is weight * scale): an observation then touches one point, not
+    // all of them (a step's observation follows a pass that left the caches cold).
+    std::vector<Point> points;
+    double scale = 1;
     void Add(double decay, double weight, int rows, double ms);
     // The mean cost measured at `rows` rows, else interpolated between the nearest measured row
     // counts on either side, else `line` (with `shape`); capped by the least mean measured at
