@@ -130,6 +130,12 @@ absl::StatusOr<engine::DecodeOptions> ConvertRequest(const v1::GenerateRequest& 
   return o;
 }
 
+double EstimatedSpeedup(const engine::DecodeStats& stats, double ar_step_ms) {
+  const double decode_wall_ms = stats.total_ms - stats.ttft_ms;
+  if (ar_step_ms <= 0 || decode_wall_ms <= 0 || stats.committed_tokens <= 0) return 0;
+  return static_cast<double>(stats.committed_tokens) * ar_step_ms / decode_wall_ms;
+}
+
 v1::RequestStats ToProto(const engine::DecodeStats& s) {
   v1::RequestStats p;
   p.set_method(ToProto(s.method));

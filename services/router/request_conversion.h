@@ -54,6 +54,13 @@ absl::StatusOr<engine::DecodeOptions> ConvertRequest(const v1::GenerateRequest& 
 // The statistics' wire form; estimated_speedup and in_flight_at_start are the router's to set.
 v1::RequestStats ToProto(const engine::DecodeStats& stats);
 
+// RequestStats.estimated_speedup: the tokens committed after the first times `ar_step_ms` (a
+// one-token step's running mean), over the wall time from the first token to the end. That time,
+// not the sum of the steps' own times: a run's steps that reach the router together (while it was
+// streaming an earlier one) have almost no time of their own, and a short request then read
+// several times faster than AR while it ran as AR. 0 where either time is unknown.
+double EstimatedSpeedup(const engine::DecodeStats& stats, double ar_step_ms);
+
 }  // namespace specdec::services
 
 #endif  // SPECDEC_SERVICES_ROUTER_REQUEST_CONVERSION_H_

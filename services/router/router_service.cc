@@ -334,11 +334,7 @@ v1::GenerateResponse RouterServer::Impl::Summary(const RequestRecord& record, bo
   sum->set_stop_string(result.stop_string);
   sum->set_request_id(record.request_id);
   *sum->mutable_stats() = ToProto(st);
-  const double ar = ar_step_ms.load();
-  double speedup = 0;
-  if (ar > 0 && st.decode_ms > 0)
-    speedup = static_cast<double>(st.committed_tokens) * ar / st.decode_ms;
-  sum->mutable_stats()->set_estimated_speedup(speedup);
+  sum->mutable_stats()->set_estimated_speedup(EstimatedSpeedup(st, ar_step_ms.load()));
   if (load_aware_on) {
     sum->mutable_stats()->set_in_flight_at_start(static_cast<int32_t>(in_flight_at_start));
     if (sum->stats().load_aware_ar() && sum->stats().note().empty()) {
@@ -353,7 +349,7 @@ v1::GenerateResponse RouterServer::Impl::Summary(const RequestRecord& record, bo
   usage->set_draft_tokens(static_cast<int32_t>(st.drafted_tokens));
   usage->set_target_passes(static_cast<int32_t>(st.verify_steps + 1));
   const std::string method = engine::MethodName(st.method);
-  metrics->ObserveRequest(method, options.model_name, st, speedup);
+  metrics->ObserveRequest(method, options.model_name, st, sum->stats().estimated_speedup());
   if (load_aware_on) metrics->ObserveLoadAware(*load_aware);
   return r;
 }

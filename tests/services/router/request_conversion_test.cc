@@ -153,5 +153,18 @@ TEST(RequestConversionTest, StatisticsTakeTheirWireForm) {
   }
 }
 
+TEST(RequestConversionTest, EstimatedSpeedupIsOverTheDecodesWallTime) {
+  engine::DecodeStats s;
+  s.committed_tokens = 7;
+  s.ttft_ms = 4.4;
+  s.total_ms = 11.4;  // 7 ms after the first token
+  s.decode_ms = 1.5;  // the steps' own times: most of a run's steps arrived together
+  EXPECT_DOUBLE_EQ(EstimatedSpeedup(s, 1.0), 1.0);
+  EXPECT_DOUBLE_EQ(EstimatedSpeedup(s, 2.0), 2.0);
+  EXPECT_EQ(EstimatedSpeedup(s, 0), 0);  // no AR step measured yet
+  s.total_ms = s.ttft_ms;
+  EXPECT_EQ(EstimatedSpeedup(s, 1.0), 0);  // nothing after the first token
+}
+
 }  // namespace
 }  // namespace specdec::services
