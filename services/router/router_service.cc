@@ -422,6 +422,11 @@ RouterServer::~RouterServer() { Shutdown(); }
 
 absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
     const RouterServerOptions& options) {
+  if (!tokenizer::IsValidUtf8(options.model_name)) {
+    return absl::InvalidArgumentError(
+        "--model-name must be UTF-8: it is a metrics label, the id that /v1/models lists, and "
+        "the name clients send in GenerateRequest.model");
+  }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   LoadAwareSpeculation::Options lo;
