@@ -44,11 +44,28 @@ double LookupRate(const LookupOdds& odds, std::span<const double> rows_ms,
 
 int32_t BestLookup(const LookupOdds& odds, std::span<const double> rows_ms,
                    const LookupPriors& priors, int32_t most, int32_t match, double* rate) {
+  // LookupRate for k = 1 .. most in one pass: Tau(k) is Tau(k - 1) plus one term (the same sums
+  // in the same order), so a step that weighs a 16-token draft adds 16 terms, not 136.
+  if (most < 1) {
+    *rate = LookupRate(odds, rows_ms, priors, most, match);
+    return most;
+  }
+  const size_t m = LookupMatchIndex(match);
+  const double first = (odds.first_accepted[m] + priors.first[m]) / (odds.first_drafted[m] + 1);
+  double tau = 1, all_accepted = 1;
   int32_t best = most;
-  *rate = LookupRate(odds, rows_ms, priors, most, match);
-  for (int32_t k = most - 1; k >= 1; --k) {
-    const double rate_k = LookupRate(odds, rows_ms, priors, k, match);
-    if (rate_k > *rate) {
+  *rate = 0;
+  for (int32_t k = 1; k <= most; ++k) {
+    const int i = k - 1;
+    if (i < LookupOdds::kPositions) {
+      all_accepted *= i == 0 ? first : (odds.accepted[i] + first) / (odds.reached[i] + 1);
+      tau += all_accepted;
+    }
+    const size_t rows = static_cast<size_t>(k) + 1;
+    const double ms = rows < rows_ms.size() ? rows_ms[rows] : 0;
+    const double rate_k = ms > 0 ? tau / ms : 0;
+    // The longest among equals: a later (longer) k takes a tie.
+    if (k == 1 || rate_k >= *rate) {
       *rate = rate_k;
       best = k;
     }

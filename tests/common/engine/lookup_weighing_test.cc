@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
 #include <vector>
 
 namespace specdec::engine {
@@ -43,6 +44,43 @@ LookupWeighing CheapRows(double first_prior) {
 // machine's such lookups accept their first token 90% of the time) cuts its lookups to the first
 // token once its steps accept only that, to none once they accept nothing, and looks up again once
 // those steps have decayed (the prior's lookups pay again).
+// BestLookup in one pass against every k's LookupRate taken on its own: the same k (the longest
+// among equal rates) and the same rate, bit for bit.
+TEST(LookupWeighingTest, BestLookupIsTheLongestOfTheBestRates) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> u(0, 1);
+  for (int trial = 0; trial < 2000; ++trial) {
+    LookupOdds odds;
+    for (int i = 0; i < 1 + static_cast<int>(rng() % 30); ++i) {
+      const int32_t drafted = 1 + static_cast<int32_t>(rng() % 20);
+      odds.Observe(drafted, static_cast<int32_t>(rng() % (drafted + 1)),
+                   static_cast<int32_t>(rng() % 4));
+      if (rng() % 3 == 0) odds.Decay(0.9);
+    }
+    LookupPriors priors;
+    for (double& p : priors.first) p = u(rng);
+    std::vector<double> rows_ms(2 + rng() % 24);
+    for (size_t r = 1; r < rows_ms.size(); ++r) {
+      // Some rows unknown, some costs equal (ties), the rest growing.
+      rows_ms[r] = rng() % 7 == 0 ? 0 : rng() % 5 == 0 ? 1.0 : 1.0 + 0.1 * u(rng) * r;
+    }
+    const int32_t most = static_cast<int32_t>(rng() % 22) - 1;
+    const int32_t match = static_cast<int32_t>(rng() % 4);
+    int32_t want = most;
+    double want_rate = LookupRate(odds, rows_ms, priors, most, match);
+    for (int32_t k = most - 1; k >= 1; --k) {
+      const double r = LookupRate(odds, rows_ms, priors, k, match);
+      if (r > want_rate) {
+        want_rate = r;
+        want = k;
+      }
+    }
+    double rate = -1;
+    ASSERT_EQ(BestLookup(odds, rows_ms, priors, most, match, &rate), want) << "trial " << trial;
+    ASSERT_EQ(rate, want_rate) << "trial " << trial;
+  }
+}
+
 TEST(LookupWeighingTest, ARunFollowsWhatItsOwnLookupsAreAcceptedAt) {
   LookupWeighing w = CheapRows(0.9);
   EXPECT_EQ(w.Tokens(4, 3), 4);
