@@ -43,6 +43,13 @@ RunResult RunCli(const std::string& args) {
 
 const fs::path kStories = fs::path(SPECDEC_SHARED_DIR) / "models/stories260K";
 
+std::string ReadText(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
 // The greedy sample in the upstream doc: the lines after the `./run ... -t 0.0` command.
 std::string ExpectedGreedyText() {
   std::ifstream in(kStories / "stories260K.upstream-doc.md");
@@ -115,10 +122,7 @@ TEST_F(CliTest, BenchComparesMethodsAgainstArInOneRun) {
              json.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("DRAFT_CHAIN"), std::string::npos) << r.out;
-  std::ifstream in(json);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string j = ss.str();
+  const std::string j = ReadText(json);
   // Every method's greedy output equals AR's on both prompts, and self-drafting accepts every
   // draft token of the chain (tau = K + 1 = 4 until the length cap).
   EXPECT_NE(j.find("\"matches_ar\": 2"), std::string::npos) << j;
@@ -138,10 +142,7 @@ TEST_F(CliTest, BenchSamplesKeepEachRequestAndSurviveBrokenUtf8) {
       RunCli("bench --target " + dir_.string() + " --self-draft --prompts " + prompts.string() +
              " -n 16 --draft-length 3 --methods DRAFT_CHAIN" + " --samples " + samples.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  std::ifstream in(samples);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string j = ss.str();
+  const std::string j = ReadText(samples);
   EXPECT_NE(j.find("time \xEF\xBF\xBD."), std::string::npos) << j;
   EXPECT_NE(j.find("\"method\": \"DRAFT_CHAIN\""), std::string::npos) << j;
   EXPECT_NE(j.find("\"verify_steps\": "), std::string::npos) << j;
